@@ -1,0 +1,258 @@
+// pybind11 surface of fastdata._C. Arguments are checked and converted with the GIL
+// held; the work itself runs with the GIL released. No Python object is touched by a
+// worker thread.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/augment.h"
+#include "core/decoder.h"
+#include "core/engine.h"
+#include "core/sample.h"
+
+namespace py = pybind11;
+using namespace fastdata;
+
+namespace {
+
+// Holds PyBUF_SIMPLE views (contiguous bytes) of Python objects for the duration of a call.
+class BufferViews {
+ public:
+  ~BufferViews() {
+    for (auto& v : views_) PyBuffer_Release(&v);
+  }
+  const Py_buffer& add(const py::handle& obj, bool writable = false) {
+    views_.emplace_back();
+    if (PyObject_GetBuffer(obj.ptr(), &views_.back(), writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0) {
+      views_.pop_back();
+      throw py::error_already_set();
+    }
+    return views_.back();
+  }
+
+ private:
+  std::vector<Py_buffer> views_;  // Py_buffer is trivially movable before release
+};
+
+TransformSpec spec_from_tuple(const py::tuple& t) {
+  if (t.size() != 10) throw py::value_error("internal: transform spec tuple must have 10 fields");
+  TransformSpec s;
+  const int kind = t[0].cast<int>();
+  if (kind < 0 || kind > 2) throw py::value_error("unknown transform kind");
+  s.kind = static_cast<TransformKind>(kind);
+  s.out_h = t[1].cast<int>();
+  s.out_w = t[2].cast<int>();
+  s.scale_lo = t[3].cast<double>();
+  s.scale_hi = t[4].cast<double>();
+  s.ratio_lo = t[5].cast<double>();
+  s.ratio_hi = t[6].cast<double>();
+  s.hflip = t[7].cast<double>();
+  s.resize_to = t[8].cast<int>();
+  s.roi = t[9].cast<bool>();
+  if (s.out_h <= 0 || s.out_w <= 0) throw py::value_error("output size must be positive");
+  return s;
+}
+
+const char* color_space_name(ColorSpace c) {
+  switch (c) {
+    case ColorSpace::kGray: return "gray";
+    case ColorSpace::kYCbCr: return "ycbcr";
+    case ColorSpace::kRGB: return "rgb";
+    case ColorSpace::kCMYK: return "cmyk";
+    case ColorSpace::kYCCK: return "ycck";
+    default: return "other";
+  }
+}
+
+SampleScratch& thread_scratch() {
+  thread_local SampleScratch scratch;
+  return scratch;
+}
+
+py::dict probe(const py::object& data) {
+  BufferViews views;
+  const Py_buffer& v = views.add(data);
+  JpegInfo info;
+  {
+    py::gil_scoped_release nogil;
+    info = thread_scratch().decoder.read_header(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), false);
+  }
+  py::dict d;
+  d["width"] = info.width;
+  d["height"] = info.height;
+  d["oriented_width"] = info.oriented_width();
+  d["oriented_height"] = info.oriented_height();
+  d["color_space"] = color_space_name(info.color_space);
+  d["subsampling"] = info.subsampling;
+  d["progressive"] = info.progressive;
+  d["orientation"] = info.orientation;
+  d["components"] = info.components;
+  return d;
+}
+
+py::tuple decode_full_py(const py::object& data, bool strict, int64_t max_pixels) {
+  BufferViews views;
+  const Py_buffer& v = views.add(data);
+  py::array_t<uint8_t> out;
+  int warnings;
+  {
+    py::gil_scoped_release nogil;
+    warnings = decode_full(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), strict, max_pixels,
+                           &thread_scratch(), [&](int h, int w) {
+                             py::gil_scoped_acquire gil;
+                             out = py::array_t<uint8_t>({h, w, 3});
+                             return out.mutable_data();
+                           });
+  }
+  return py::make_tuple(out, warnings);
+}
+
+py::array_t<int64_t> sample_crop_boxes(int height, int width, std::pair<double, double> scale,
+                                       std::pair<double, double> ratio, double hflip, uint64_t seed, uint64_t epoch,
+                                       py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices) {
+  if (height <= 0 || width <= 0) throw py::value_error("height and width must be positive");
+  TransformSpec spec;
+  spec.scale_lo = scale.first, spec.scale_hi = scale.second;
+  spec.ratio_lo = ratio.first, spec.ratio_hi = ratio.second;
+  spec.hflip = hflip;
+  const auto n = indices.size();
+  py::array_t<int64_t> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(5)});
+  auto b = boxes.mutable_unchecked<2>();
+  const int64_t* idx = indices.data();
+  for (py::ssize_t i = 0; i < n; ++i) {
+    const CropBox c = sample_random_resized_crop(height, width, spec, seed, epoch, static_cast<uint64_t>(idx[i]));
+    b(i, 0) = c.top, b(i, 1) = c.left, b(i, 2) = c.height, b(i, 3) = c.width, b(i, 4) = c.flip;
+  }
+  return boxes;
+}
+
+void entropy_floor_py(const py::list& datas, const py::tuple& spec_t, uint64_t seed, uint64_t epoch) {
+  const TransformSpec spec = spec_from_tuple(spec_t);
+  BufferViews views;
+  std::vector<std::pair<const uint8_t*, size_t>> bufs;
+  for (const auto& item : datas) {
+    const Py_buffer& v = views.add(item);
+    bufs.emplace_back(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len));
+  }
+  py::gil_scoped_release nogil;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    entropy_floor(bufs[i].first, bufs[i].second, spec, SampleKey{seed, epoch, i}, &thread_scratch());
+  }
+}
+
+struct EngineDeleter {
+  // Joining workers needs no Python, but other Python threads should not wait on it.
+  void operator()(Engine* e) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete e;
+    } else {
+      delete e;
+    }
+  }
+};
+
+py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple& spec_t, const py::object& out_obj,
+                     uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels) {
+  const TransformSpec spec = spec_from_tuple(spec_t);
+  const size_t n = static_cast<size_t>(py::len(items));
+  BufferViews views;
+  std::vector<SampleInput> inputs(n);
+  for (size_t i = 0; i < n; ++i) {
+    py::handle item = items[i];
+    if (py::isinstance<py::str>(item)) {
+      inputs[i].path = item.cast<std::string>();
+      if (inputs[i].path.empty()) throw py::value_error("empty file path at row " + std::to_string(i));
+    } else {
+      const Py_buffer& v = views.add(item);
+      inputs[i].data = static_cast<const uint8_t*>(v.buf);
+      inputs[i].size = static_cast<size_t>(v.len);
+    }
+  }
+  // out: uint8 [N, H, W, 3], rows may be strided, each row contiguous.
+  py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
+  py::buffer_info out = out_buf.request(true);
+  if (out.itemsize != 1 || out.ndim != 4 || out.shape[0] != static_cast<py::ssize_t>(n) ||
+      out.shape[1] != spec.out_h || out.shape[2] != spec.out_w || out.shape[3] != 3 || out.strides[3] != 1 ||
+      out.strides[2] != 3 || out.strides[1] != 3 * spec.out_w) {
+    throw py::value_error("out must be a writable uint8 array of shape [N, H, W, 3] with contiguous rows");
+  }
+  std::vector<int64_t> indices;
+  if (!indices_obj.is_none()) {
+    auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(indices_obj);
+    if (!arr || static_cast<size_t>(arr.size()) != n) throw py::value_error("indices must have one entry per item");
+    indices.assign(arr.data(), arr.data() + n);
+  }
+  std::vector<SampleResult> results;
+  BatchTimes times;
+  {
+    py::gil_scoped_release nogil;
+    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels,
+               static_cast<uint8_t*>(out.ptr), out.strides[0], &results, &times);
+  }
+  py::list failures;
+  int warnings = 0;
+  for (size_t i = 0; i < n; ++i) {
+    warnings += results[i].warnings;
+    if (results[i].status != SampleStatus::kOk) {
+      failures.append(py::make_tuple(i, static_cast<int>(results[i].status), results[i].message));
+    }
+  }
+  return py::make_tuple(failures, warnings, times.read_seconds, times.decode_seconds);
+}
+
+void engine_transform_pixels(Engine& engine, py::array_t<uint8_t, py::array::c_style> rgb, const py::tuple& spec_t,
+                             const py::object& out_obj, uint64_t seed, uint64_t epoch, uint64_t index) {
+  const TransformSpec spec = spec_from_tuple(spec_t);
+  if (rgb.ndim() != 3 || rgb.shape(2) != 3 || rgb.shape(0) < 1 || rgb.shape(1) < 1) {
+    throw py::value_error("pixels must be a uint8 array of shape [H, W, 3]");
+  }
+  py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
+  py::buffer_info out = out_buf.request(true);
+  if (out.itemsize != 1 || out.size != static_cast<py::ssize_t>(spec.out_h) * spec.out_w * 3) {
+    throw py::value_error("out row must be a writable uint8 buffer of H*W*3 bytes");
+  }
+  const int h = static_cast<int>(rgb.shape(0)), w = static_cast<int>(rgb.shape(1));
+  const uint8_t* src = rgb.data();
+  py::gil_scoped_release nogil;
+  engine.transform_pixels_into(src, h, w, static_cast<ptrdiff_t>(w) * 3, spec, SampleKey{seed, epoch, index},
+                               static_cast<uint8_t*>(out.ptr));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "fastdata native core: libjpeg-turbo decode with fused crop/resize/flip on native threads";
+
+  // Every libjpeg failure arrives as fastdata.DecodeError (set from Python at import).
+  static py::exception<DecodeError> decode_error(m, "NativeDecodeError", PyExc_ValueError);
+
+  m.def("probe", &probe, py::arg("data"), "Header fields of a JPEG (no pixel decode).");
+  m.def("decode_full", &decode_full_py, py::arg("data"), py::arg("strict"), py::arg("max_pixels"),
+        "Full decode to uint8 RGB HxWx3 with EXIF orientation; returns (array, warnings).");
+  m.def("sample_crop_boxes", &sample_crop_boxes, py::arg("height"), py::arg("width"), py::arg("scale"),
+        py::arg("ratio"), py::arg("hflip"), py::arg("seed"), py::arg("epoch"), py::arg("indices"),
+        "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");
+  m.def("entropy_floor", &entropy_floor_py, py::arg("datas"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
+        "Benchmark floor: entropy-decode only the rows each sample's crop needs (one thread).");
+  m.def("jpeg_info", []() {
+    py::dict d;
+    d["libjpeg_turbo_version"] = libjpeg_version();
+    const char* force_none = std::getenv("JSIMD_FORCENONE");
+    d["simd_disabled_by_env"] = force_none != nullptr && std::string(force_none) == "1";
+    return d;
+  });
+
+  py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine")
+      .def(py::init<int>(), py::arg("threads"))
+      .def_property_readonly("threads", &Engine::threads)
+      .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
+           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"))
+      .def("transform_pixels", &engine_transform_pixels, py::arg("pixels"), py::arg("spec"), py::arg("out"),
+           py::arg("seed"), py::arg("epoch"), py::arg("index"));
+}

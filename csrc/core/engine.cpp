@@ -1,0 +1,120 @@
+#include "core/engine.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <new>
+
+namespace fastdata {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = std::string("cannot open file: ") + std::strerror(errno);
+    return false;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    *error = std::string("cannot stat file: ") + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  buf->resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < buf->size()) {
+    const ssize_t n = ::read(fd, buf->data() + got, buf->size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = std::string("read failed: ") + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;  // the file shrank while we read it
+    got += static_cast<size_t>(n);
+  }
+  buf->resize(got);
+  ::close(fd);
+  return true;
+}
+
+Engine::Engine(int threads) : pool_(new ThreadPool(threads < 1 ? 1 : threads)) {
+  for (int i = 0; i < pool_->size(); ++i) scratch_.emplace_back(new SampleScratch());
+  file_buffers_.resize(pool_->size());
+}
+
+void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
+                 const int64_t* indices, bool strict, int64_t max_pixels, uint8_t* out, ptrdiff_t row_stride,
+                 std::vector<SampleResult>* results, BatchTimes* times) {
+  results->assign(inputs.size(), SampleResult());
+  std::vector<double> read_s(pool_->size(), 0.0), decode_s(pool_->size(), 0.0);
+  const size_t row_bytes = static_cast<size_t>(spec.out_h) * spec.out_w * 3;
+  pool_->parallel_for(inputs.size(), [&](size_t i, int worker) {
+    SampleResult& res = (*results)[i];
+    uint8_t* row = out + static_cast<ptrdiff_t>(i) * row_stride;
+    try {
+      const SampleInput& in = inputs[i];
+      const uint8_t* data = in.data;
+      size_t size = in.size;
+      if (!in.path.empty()) {
+        const double t0 = now_seconds();
+        std::vector<uint8_t>& buf = file_buffers_[worker];
+        std::string error;
+        const bool ok = read_file(in.path, &buf, &error);
+        read_s[worker] += now_seconds() - t0;
+        if (!ok) {
+          res.status = SampleStatus::kReadError;
+          res.message = error;
+          std::memset(row, 0, row_bytes);
+          return;
+        }
+        data = buf.data();
+        size = buf.size();
+      }
+      if (size > 0 && !looks_like_jpeg(data, size)) {
+        res.status = SampleStatus::kNotJpeg;
+        res.message = "not a JPEG file";
+        return;
+      }
+      const double t0 = now_seconds();
+      const SampleKey key{seed, epoch, indices ? static_cast<uint64_t>(indices[i]) : static_cast<uint64_t>(i)};
+      res.warnings = transform_jpeg(data, size, spec, key, strict, max_pixels, row, scratch_[worker].get());
+      decode_s[worker] += now_seconds() - t0;
+    } catch (const DecodeError& e) {
+      res.status = SampleStatus::kDecodeError;
+      res.message = e.what();
+      std::memset(row, 0, row_bytes);
+    } catch (const std::bad_alloc&) {
+      res.status = SampleStatus::kInternal;
+      res.message = "out of memory";
+      std::memset(row, 0, row_bytes);
+    } catch (const std::exception& e) {
+      res.status = SampleStatus::kInternal;
+      res.message = std::string("internal error: ") + e.what();
+      std::memset(row, 0, row_bytes);
+    }
+  });
+  for (int w = 0; w < pool_->size(); ++w) {
+    times->read_seconds += read_s[w];
+    times->decode_seconds += decode_s[w];
+  }
+}
+
+void Engine::transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
+                                   const SampleKey& key, uint8_t* out) {
+  // Rare path (non-JPEG samples): fresh scratch, so it never races a running batch.
+  SampleScratch scratch;
+  transform_pixels(rgb, h, w, stride, spec, key, out, &scratch);
+}
+
+}  // namespace fastdata

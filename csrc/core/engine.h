@@ -1,0 +1,66 @@
+// The batch engine: a thread pool that reads (optionally), decodes and transforms the
+// samples of a batch into caller-owned rows, and reports each sample's outcome.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/augment.h"
+#include "core/sample.h"
+#include "core/thread_pool.h"
+
+namespace fastdata {
+
+enum class SampleStatus : int {
+  kOk = 0,
+  kNotJpeg = 1,      // left for the caller's fallback decoder (the row is untouched)
+  kDecodeError = 2,  // corrupt or unsupported data (the row is zero-filled)
+  kReadError = 3,    // the file could not be read (the row is zero-filled)
+  kInternal = 4,     // a bug or out of memory (the row is zero-filled)
+};
+
+// Either an encoded buffer or a file path that a native thread reads.
+struct SampleInput {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::string path;
+};
+
+struct SampleResult {
+  SampleStatus status = SampleStatus::kOk;
+  std::string message;
+  int warnings = 0;
+};
+
+struct BatchTimes {
+  double read_seconds = 0;    // summed over threads
+  double decode_seconds = 0;  // decode + crop + resize, summed over threads
+};
+
+class Engine {
+ public:
+  explicit Engine(int threads);
+  int threads() const { return pool_->size(); }
+
+  // Row i goes to out + i * row_stride (spec.out_h * spec.out_w * 3 bytes). Never throws
+  // for bad data: every sample's outcome is in results[i]. Call without the GIL.
+  void run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
+           const int64_t* indices, bool strict, int64_t max_pixels, uint8_t* out, ptrdiff_t row_stride,
+           std::vector<SampleResult>* results, BatchTimes* times);
+
+  // The fallback's second half: crop/resize/flip of pixels decoded elsewhere.
+  void transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
+                             const SampleKey& key, uint8_t* out);
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<std::unique_ptr<SampleScratch>> scratch_;
+  std::vector<std::vector<uint8_t>> file_buffers_;
+};
+
+// Reads a whole file into buf; false with a message on failure.
+bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* error);
+
+}  // namespace fastdata

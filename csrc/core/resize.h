@@ -1,0 +1,37 @@
+// Antialiased bilinear resampling of interleaved RGB, Pillow's algorithm in fixed point,
+// with the horizontal flip folded into the filter tables. Writes into caller memory.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/augment.h"
+
+namespace fastdata {
+
+// Filter taps for one axis: output k reads `count[k]` source pixels from `first[k]`.
+struct AxisFilter {
+  std::vector<int> first, count;
+  std::vector<int32_t> weights;  // out * taps, fixed point (1 << kResizeBits == 1.0)
+  int taps = 0;
+  int need_lo = 0, need_hi = 0;  // source pixels read, [need_lo, need_hi)
+};
+
+constexpr int kResizeBits = 22;  // Pillow's PRECISION_BITS for 8-bit images
+
+// Builds the filter for `map` on a source axis of `size` pixels; `reverse` mirrors the output.
+void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* filter);
+
+// Scratch reused across calls on one thread (no allocation in steady state).
+struct ResizeScratch {
+  std::vector<uint8_t> tmp;
+};
+
+// Resamples a source region into dst. The region holds source pixels (x, y) for
+// x in [src_x0, ...), y in [src_y0, ...) at src + (y - src_y0) * src_stride + (x - src_x0) * 3,
+// and must cover [fx.need_lo, fx.need_hi) x [fy.need_lo, fy.need_hi). dst receives
+// fy.first.size() rows of fx.first.size() RGB pixels, rows `dst_stride` bytes apart.
+void resample_rgb(const uint8_t* src, ptrdiff_t src_stride, int src_x0, int src_y0, const AxisFilter& fx,
+                  const AxisFilter& fy, uint8_t* dst, ptrdiff_t dst_stride, ResizeScratch* scratch);
+
+}  // namespace fastdata

@@ -1,0 +1,140 @@
+#include "core/sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "core/exif.h"
+
+namespace fastdata {
+namespace {
+
+struct RegionPlan {
+  int denom = 1;
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // stored image rows/columns to decode, scaled coordinates
+};
+
+// Filters in oriented (scaled) coordinates and the stored region they read.
+RegionPlan plan_region(const JpegInfo& info, const TransformSpec& spec, const SampleKey& key,
+                       SampleScratch* s) {
+  const int ow = info.oriented_width(), oh = info.oriented_height();
+  ResizePlan plan = plan_resize(oh, ow, spec, key.seed, key.epoch, key.index);
+  RegionPlan r;
+  if (spec.roi) {
+    // DCT scaling replaces the first halvings of the resize: use 1/d while the crop is
+    // still at least d times the output on both axes (libjpeg-turbo's SIMD scales).
+    for (int d : {8, 4, 2}) {
+      if (plan.x.scale >= d && plan.y.scale >= d) {
+        r.denom = d;
+        break;
+      }
+    }
+  }
+  const int d = r.denom;
+  if (d > 1) {
+    for (AxisMap* a : {&plan.x, &plan.y}) {
+      a->start /= d;
+      a->scale /= d;
+      a->lo /= d;
+      a->hi /= d;
+    }
+  }
+  const int sw = (info.width + d - 1) / d, sh = (info.height + d - 1) / d;
+  const bool transposed = orientation_transposes(info.orientation);
+  const int osw = transposed ? sh : sw, osh = transposed ? sw : sh;
+  build_axis_filter(plan.x, osw, plan.flip, &s->fx);
+  build_axis_filter(plan.y, osh, false, &s->fy);
+  if (!spec.roi) {
+    r.x0 = 0, r.y0 = 0, r.x1 = sw, r.y1 = sh;
+    return r;
+  }
+  // The oriented rectangle the filters read, mapped back to stored coordinates.
+  const OrientationMap m = orientation_map(info.orientation, sw, sh);
+  const int oxs[2] = {s->fx.need_lo, s->fx.need_hi - 1}, oys[2] = {s->fy.need_lo, s->fy.need_hi - 1};
+  r.x0 = sw, r.y0 = sh, r.x1 = 0, r.y1 = 0;
+  for (int ox : oxs) {
+    for (int oy : oys) {
+      const int sx = m.ax * ox + m.bx * oy + m.cx, sy = m.ay * ox + m.by * oy + m.cy;
+      r.x0 = std::min(r.x0, sx), r.x1 = std::max(r.x1, sx + 1);
+      r.y0 = std::min(r.y0, sy), r.y1 = std::max(r.y1, sy + 1);
+    }
+  }
+  // One more pixel on each side: fancy chroma upsampling reads neighbours, and without
+  // them the edge pixels would differ from a full decode.
+  r.x0 = std::max(r.x0 - 1, 0), r.y0 = std::max(r.y0 - 1, 0);
+  r.x1 = std::min(r.x1 + 1, sw), r.y1 = std::min(r.y1 + 1, sh);
+  return r;
+}
+
+}  // namespace
+
+void check_pixel_limit(const JpegInfo& info, int64_t max_pixels) {
+  const int64_t pixels = static_cast<int64_t>(info.width) * info.height;
+  if (max_pixels > 0 && pixels > max_pixels) {
+    char msg[200];
+    std::snprintf(msg, sizeof(msg),
+                  "image is %dx%d = %lld pixels, above the limit of %lld (decompression bomb guard; "
+                  "raise max_pixels to allow it)",
+                  info.width, info.height, static_cast<long long>(pixels), static_cast<long long>(max_pixels));
+    throw DecodeError(msg);
+  }
+}
+
+void copy_oriented(const DecodedRegion& region, int orientation, int ox0, int oy0, int ox1, int oy1,
+                   uint8_t* dst, ptrdiff_t dst_stride) {
+  const OrientationMap m = orientation_map(orientation, region.scaled_width, region.scaled_height);
+  for (int oy = oy0; oy < oy1; ++oy) {
+    uint8_t* o = dst + (oy - oy0) * dst_stride;
+    // Along an output row the stored position moves by (ax, ay) per pixel.
+    int sx = m.ax * ox0 + m.bx * oy + m.cx - region.x0;
+    int sy = m.ay * ox0 + m.by * oy + m.cy - region.y0;
+    const ptrdiff_t step = m.ax * 3 + m.ay * region.stride;
+    const uint8_t* p = region.pixels + sy * region.stride + sx * 3;
+    for (int ox = ox0; ox < ox1; ++ox, o += 3, p += step) {
+      o[0] = p[0];
+      o[1] = p[1];
+      o[2] = p[2];
+    }
+  }
+}
+
+int transform_jpeg(const uint8_t* data, size_t size, const TransformSpec& spec, const SampleKey& key, bool strict,
+                   int64_t max_pixels, uint8_t* out, SampleScratch* s) {
+  JpegDecoder& dec = s->decoder;
+  const JpegInfo info = dec.read_header(data, size, strict);
+  check_pixel_limit(info, max_pixels);
+  const RegionPlan r = plan_region(info, spec, key, s);
+  const DecodedRegion region = dec.decode_region(r.denom, r.x0, r.y0, r.x1, r.y1);
+  const ptrdiff_t out_stride = static_cast<ptrdiff_t>(spec.out_w) * 3;
+  if (info.orientation == 1) {
+    resample_rgb(region.pixels, region.stride, region.x0, region.y0, s->fx, s->fy, out, out_stride, &s->resize);
+  } else {
+    // Orient only the pixels the filters read, then resample rows as usual.
+    const int w = s->fx.need_hi - s->fx.need_lo, h = s->fy.need_hi - s->fy.need_lo;
+    s->oriented.resize(static_cast<size_t>(w) * h * 3);
+    copy_oriented(region, info.orientation, s->fx.need_lo, s->fy.need_lo, s->fx.need_hi, s->fy.need_hi,
+                  s->oriented.data(), static_cast<ptrdiff_t>(w) * 3);
+    resample_rgb(s->oriented.data(), static_cast<ptrdiff_t>(w) * 3, s->fx.need_lo, s->fy.need_lo, s->fx, s->fy,
+                 out, out_stride, &s->resize);
+  }
+  return dec.warnings();
+}
+
+void transform_pixels(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
+                      const SampleKey& key, uint8_t* out, SampleScratch* s) {
+  const ResizePlan plan = plan_resize(h, w, spec, key.seed, key.epoch, key.index);
+  build_axis_filter(plan.x, w, plan.flip, &s->fx);
+  build_axis_filter(plan.y, h, false, &s->fy);
+  resample_rgb(rgb, stride, 0, 0, s->fx, s->fy, out, static_cast<ptrdiff_t>(spec.out_w) * 3, &s->resize);
+}
+
+void entropy_floor(const uint8_t* data, size_t size, const TransformSpec& spec, const SampleKey& key,
+                   SampleScratch* s) {
+  JpegDecoder& dec = s->decoder;
+  const JpegInfo info = dec.read_header(data, size, false);
+  const RegionPlan r = plan_region(info, spec, key, s);
+  dec.skip_rows(std::min(info.height, r.y1 * r.denom));
+}
+
+}  // namespace fastdata

@@ -1,0 +1,66 @@
+#include "core/thread_pool.h"
+
+namespace fastdata {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this, i);
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::drain(const std::function<void(size_t, int)>& fn, size_t n, int worker) {
+  for (size_t i = next_.fetch_add(1); i < n; i = next_.fetch_add(1)) fn(i, worker);
+}
+
+void ThreadPool::worker_main(int worker) {
+  unsigned long seen = 0;
+  for (;;) {
+    const std::function<void(size_t, int)>* job;
+    size_t n;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      job = job_;
+      n = job_size_;
+    }
+    drain(*job, n, worker);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (++finished_ == workers_.size()) done_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, int)>& fn) {
+  std::lock_guard<std::mutex> run_lock(run_mutex_);
+  if (n == 0) return;
+  if (workers_.empty() || n == 1) {
+    for (size_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_size_ = n;
+    next_.store(0);
+    finished_ = 0;
+    ++generation_;
+  }
+  wake_.notify_all();
+  drain(fn, n, 0);
+  // Every worker takes part in every generation, so none can still hold this job later.
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return finished_ == workers_.size(); });
+  job_ = nullptr;
+}
+
+}  // namespace fastdata

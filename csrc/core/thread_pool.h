@@ -1,0 +1,43 @@
+// A fixed pool of native worker threads running one parallel loop at a time.
+// The calling thread works too, so a pool of size 1 has no extra thread.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace fastdata {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();  // joins the workers
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(i, worker) for i in [0, n) across the pool; worker in [0, size()) names the
+  // thread, for per-thread scratch. Returns when every call has returned. fn must not throw.
+  void parallel_for(size_t n, const std::function<void(size_t, int)>& fn);
+
+ private:
+  void worker_main(int worker);
+  void drain(const std::function<void(size_t, int)>& fn, size_t n, int worker);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::mutex run_mutex_;  // one parallel_for at a time
+  std::condition_variable wake_, done_;
+  const std::function<void(size_t, int)>* job_ = nullptr;
+  size_t job_size_ = 0;
+  std::atomic<size_t> next_{0};
+  size_t finished_ = 0;  // workers done with the current generation
+  unsigned long generation_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace fastdata

@@ -1,0 +1,51 @@
+"""fastdata: image training input fast enough that the GPU never waits.
+
+Heavy modules (torch, lmdb) load on first use, so ``import fastdata`` stays cheap and
+``fastdata.decode`` works without torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "DecodeError": "fastdata.errors",
+    "BatchDecodeError": "fastdata.errors",
+    "RandomResizedCrop": "fastdata.transforms",
+    "CenterCrop": "fastdata.transforms",
+    "ImageInfo": "fastdata.decoding",
+    "probe": "fastdata.decoding",
+    "decode": "fastdata.decoding",
+    "decode_batch": "fastdata.decoding",
+    "DEFAULT_MAX_PIXELS": "fastdata.decoding",
+    "Engine": "fastdata.engine",
+    "Source": "fastdata.sources.base",
+    "ImageFolder": "fastdata.sources.folder",
+    "FileList": "fastdata.sources.folder",
+    "BytesSource": "fastdata.sources.folder",
+    "LMDBSource": "fastdata.sources.lmdb",
+    "RAMCache": "fastdata.sources.ram",
+    "Loader": "fastdata.loader",
+    "IMAGENET_MEAN": "fastdata.loader",
+    "IMAGENET_STD": "fastdata.loader",
+    "StallMeter": "fastdata.profile",
+    "profile": "fastdata.profile",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastdata' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return __all__

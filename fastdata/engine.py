@@ -1,0 +1,153 @@
+"""The batch engine: native threads decode, crop, resize and flip a batch into caller memory.
+
+``Engine.run`` is the one place where a batch is decoded; ``decode_batch`` and the Loader
+both go through it. Non-JPEG samples come back from the native pass untouched, are decoded
+here with Pillow, and go through the same native crop/resize/flip (native threads never
+call Python).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _C
+from .errors import DecodeError
+from .pillow_fallback import decode_with_pillow
+from .transforms import CenterCrop, RandomResizedCrop, Transform
+
+# Pillow's own default Image.MAX_IMAGE_PIXELS: ~89.5 MP (a 3-channel image of 1/4 GiB).
+DEFAULT_MAX_PIXELS = 89_478_485
+
+# Status codes of fastdata._C (csrc/core/engine.h: SampleStatus).
+_NOT_JPEG = 1
+
+Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
+
+
+def default_threads() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def native_spec(transform: Transform, roi: bool = True) -> tuple:
+    """The tuple fastdata._C expects (kind, h, w, scale, ratio, hflip, resize, roi)."""
+    h, w = transform.output_size
+    if isinstance(transform, RandomResizedCrop):
+        return (0, h, w, float(transform.scale[0]), float(transform.scale[1]), float(transform.ratio[0]),
+                float(transform.ratio[1]), float(transform.hflip), 0, bool(roi))
+    if isinstance(transform, CenterCrop):
+        return (1, h, w, 0.0, 0.0, 1.0, 1.0, 0.0, transform.resize_to, bool(roi))
+    raise TypeError(f"transform must be fastdata.RandomResizedCrop or fastdata.CenterCrop, got {type(transform).__name__}")
+
+
+@dataclass
+class BatchReport:
+    """What happened in one ``Engine.run``. Times are summed over native threads."""
+
+    failures: List[DecodeError] = field(default_factory=list)
+    failed_rows: List[int] = field(default_factory=list)
+    read_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    warnings: int = 0
+    fallbacks: int = 0
+
+
+def check_out(out: np.ndarray, n: int, hw: tuple) -> None:
+    """Raise unless ``out`` is a writable C-contiguous uint8 array of shape [n, h, w, 3]."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array (use tensor.numpy() for torch), got {type(out).__name__}")
+    if out.dtype != np.uint8:
+        raise TypeError(f"out must have dtype uint8, got {out.dtype}")
+    if out.shape != (n, hw[0], hw[1], 3):
+        raise ValueError(f"out must have shape {(n, hw[0], hw[1], 3)}, got {out.shape}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    if not out.flags.writeable:
+        raise ValueError("out must be writable")
+
+
+class Engine:
+    """A persistent pool of ``threads`` native threads (the calling thread counts as one).
+
+    ``run`` releases the GIL while it works, so it can run on a Python background thread
+    while the training step runs. Calls on one engine are serialized.
+    """
+
+    def __init__(self, threads: Optional[int] = None):
+        if threads is None:
+            threads = default_threads()
+        if not isinstance(threads, int) or threads < 1 or threads > 1024:
+            raise ValueError(f"threads must be an int in 1..1024, got {threads!r}")
+        self._native: Optional[_C.Engine] = _C.Engine(threads)
+        self._threads = threads
+        self._lock = threading.Lock()
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    def run(self, items: Sequence[Item], transform: Transform, out: np.ndarray, *, seed: int = 0,
+            epoch: int = 0, indices: Optional[Sequence[int]] = None, strict: bool = False,
+            max_pixels: int = DEFAULT_MAX_PIXELS, names: Optional[Sequence[str]] = None,
+            roi: bool = True) -> BatchReport:
+        """Decode + transform ``items[i]`` into ``out[i]`` (uint8 [N, H, W, 3]).
+
+        ``items`` are file paths (``str``, read by native threads) or encoded buffers.
+        Sample i's crop and flip come from (seed, epoch, indices[i]) (default indices: 0..N-1).
+        Failed rows are zero-filled and listed in the report; nothing is raised for bad data.
+        ``names`` label samples in errors (defaults to the path for ``str`` items).
+        ``roi=False`` turns off region-of-interest and DCT-scaled decoding (benchmarks only).
+        """
+        spec = native_spec(transform, roi)
+        n = len(items)
+        check_out(out, n, transform.output_size)
+        index_arr = None
+        if indices is not None:
+            index_arr = np.ascontiguousarray(indices, dtype=np.int64)
+            if index_arr.shape != (n,):
+                raise ValueError(f"indices must have {n} entries, got shape {index_arr.shape}")
+            if n and index_arr.min() < 0:
+                raise ValueError("indices must be non-negative")
+        if seed < 0 or epoch < 0:
+            raise ValueError("seed and epoch must be non-negative")
+        with self._lock:
+            native = self._native
+            if native is None:
+                raise RuntimeError("Engine is closed")
+            raw, warnings, read_s, decode_s = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels)
+            report = BatchReport(read_seconds=read_s, decode_seconds=decode_s, warnings=warnings)
+            for row, status, message in raw:
+                index = int(index_arr[row]) if index_arr is not None else row
+                item = items[row]
+                name = names[row] if names is not None else (item if isinstance(item, str) else None)
+                if status == _NOT_JPEG:
+                    try:
+                        pixels = decode_with_pillow(item, max_pixels)
+                        native.transform_pixels(pixels, spec, out[row], seed, epoch, index)
+                        report.fallbacks += 1
+                        continue
+                    except DecodeError as e:
+                        message = e.reason
+                        out[row] = 0
+                report.failures.append(DecodeError(message, index=index, name=name))
+                report.failed_rows.append(row)
+        return report
+
+    def close(self) -> None:
+        """Join the native threads. Idempotent."""
+        with self._lock:
+            native, self._native = self._native, None
+        del native  # the native destructor joins its threads with the GIL released
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
