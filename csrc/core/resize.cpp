@@ -4,6 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define FASTDATA_X86 1
+#endif
+
 namespace fastdata {
 namespace {
 
@@ -13,11 +18,8 @@ inline uint8_t clip8(int32_t v) {
 }
 
 // Horizontal pass over `rows` rows: out pixel k of a row = sum_t w[k,t] * in[first[k] + t].
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
-                     uint8_t* dst, ptrdiff_t dst_stride) {
+void horizontal_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
+                            uint8_t* dst, ptrdiff_t dst_stride) {
   const int out = static_cast<int>(fx.first.size());
   const int taps = fx.taps;
   for (int y = 0; y < rows; ++y) {
@@ -38,6 +40,56 @@ void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int
       o[3 * k + 2] = clip8(b);
     }
   }
+}
+
+#ifdef FASTDATA_X86
+// The same arithmetic (bit-identical) with one pixel's three channels in one register:
+// each tap is a 4-byte load, widen, multiply, add. Reads one byte past a tap's pixel,
+// hence the padding precondition in resize.h.
+__attribute__((target("sse4.1"))) void horizontal_pass_sse41(const uint8_t* src, ptrdiff_t src_stride, int x_origin,
+                                                             int rows, const AxisFilter& fx, uint8_t* dst,
+                                                             ptrdiff_t dst_stride) {
+  const int out = static_cast<int>(fx.first.size());
+  const int taps = fx.taps;
+  const __m128i half = _mm_set1_epi32(1 << (kResizeBits - 1));
+  const __m128i zero = _mm_setzero_si128();
+  for (int y = 0; y < rows; ++y) {
+    const uint8_t* in = src + y * src_stride;
+    uint8_t* o = dst + y * dst_stride;
+    for (int k = 0; k < out; ++k) {
+      const int32_t* w = fx.weights.data() + static_cast<size_t>(k) * taps;
+      const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
+      const int n = fx.count[k];
+      __m128i acc = half;
+      for (int t = 0; t < n; ++t) {
+        int32_t v;
+        std::memcpy(&v, p + 3 * t, 4);
+        const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v));
+        acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(w[t])));
+      }
+      acc = _mm_srai_epi32(acc, kResizeBits);
+      const __m128i packed = _mm_packus_epi16(_mm_packus_epi32(acc, zero), zero);  // clamps to 0..255
+      const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
+      if (k + 1 < out) {
+        std::memcpy(o + 3 * k, &rgb, 4);  // the 4th byte is overwritten by pixel k + 1
+      } else {
+        std::memcpy(o + 3 * k, &rgb, 3);
+      }
+    }
+  }
+}
+#endif
+
+void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
+                     uint8_t* dst, ptrdiff_t dst_stride) {
+#ifdef FASTDATA_X86
+  static const bool sse41 = __builtin_cpu_supports("sse4.1");
+  if (sse41) {
+    horizontal_pass_sse41(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+    return;
+  }
+#endif
+  horizontal_pass_scalar(src, src_stride, x_origin, rows, fx, dst, dst_stride);
 }
 
 // Vertical pass: out row k = sum_t w[k,t] * in row (first[k] + t); rows are `width` bytes.
@@ -135,13 +187,13 @@ void resample_rgb(const uint8_t* src, ptrdiff_t src_stride, int src_x0, int src_
   // source rows (horizontal first) or the output rows (vertical first).
   if (src_rows <= out_h) {
     const ptrdiff_t tmp_stride = static_cast<ptrdiff_t>(out_w) * 3;
-    scratch->tmp.resize(static_cast<size_t>(src_rows) * tmp_stride);
+    scratch->tmp.resize(static_cast<size_t>(src_rows) * tmp_stride + kResizePadding);
     horizontal_pass(src + (fy.need_lo - src_y0) * src_stride, src_stride, src_x0, src_rows, fx,
                     scratch->tmp.data(), tmp_stride);
     vertical_pass(scratch->tmp.data(), tmp_stride, fy.need_lo, out_w * 3, fy, dst, dst_stride);
   } else {
     const ptrdiff_t tmp_stride = static_cast<ptrdiff_t>(src_cols) * 3;
-    scratch->tmp.resize(static_cast<size_t>(out_h) * tmp_stride);
+    scratch->tmp.resize(static_cast<size_t>(out_h) * tmp_stride + kResizePadding);
     vertical_pass(src + (fx.need_lo - src_x0) * 3, src_stride, src_y0, src_cols * 3, fy, scratch->tmp.data(),
                   tmp_stride);
     horizontal_pass(scratch->tmp.data(), tmp_stride, fx.need_lo, out_h, fx, dst, dst_stride);

@@ -18,6 +18,8 @@ struct AxisFilter {
 };
 
 constexpr int kResizeBits = 22;  // Pillow's PRECISION_BITS for 8-bit images
+// Source buffers must stay readable this many bytes past their last pixel (SIMD loads).
+constexpr size_t kResizePadding = 16;
 
 // Builds the filter for `map` on a source axis of `size` pixels; `reverse` mirrors the output.
 void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* filter);
@@ -29,7 +31,8 @@ struct ResizeScratch {
 
 // Resamples a source region into dst. The region holds source pixels (x, y) for
 // x in [src_x0, ...), y in [src_y0, ...) at src + (y - src_y0) * src_stride + (x - src_x0) * 3,
-// and must cover [fx.need_lo, fx.need_hi) x [fy.need_lo, fy.need_hi). dst receives
+// and must cover [fx.need_lo, fx.need_hi) x [fy.need_lo, fy.need_hi), plus kResizePadding
+// readable bytes after the last pixel. dst receives
 // fy.first.size() rows of fx.first.size() RGB pixels, rows `dst_stride` bytes apart.
 void resample_rgb(const uint8_t* src, ptrdiff_t src_stride, int src_x0, int src_y0, const AxisFilter& fx,
                   const AxisFilter& fy, uint8_t* dst, ptrdiff_t dst_stride, ResizeScratch* scratch);

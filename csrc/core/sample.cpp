@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "core/exif.h"
@@ -112,7 +113,7 @@ int transform_jpeg(const uint8_t* data, size_t size, const TransformSpec& spec, 
   } else {
     // Orient only the pixels the filters read, then resample rows as usual.
     const int w = s->fx.need_hi - s->fx.need_lo, h = s->fy.need_hi - s->fy.need_lo;
-    s->oriented.resize(static_cast<size_t>(w) * h * 3);
+    s->oriented.resize(static_cast<size_t>(w) * h * 3 + kResizePadding);
     copy_oriented(region, info.orientation, s->fx.need_lo, s->fy.need_lo, s->fx.need_hi, s->fy.need_hi,
                   s->oriented.data(), static_cast<ptrdiff_t>(w) * 3);
     resample_rgb(s->oriented.data(), static_cast<ptrdiff_t>(w) * 3, s->fx.need_lo, s->fy.need_lo, s->fx, s->fy,
@@ -126,7 +127,15 @@ void transform_pixels(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const 
   const ResizePlan plan = plan_resize(h, w, spec, key.seed, key.epoch, key.index);
   build_axis_filter(plan.x, w, plan.flip, &s->fx);
   build_axis_filter(plan.y, h, false, &s->fy);
-  resample_rgb(rgb, stride, 0, 0, s->fx, s->fy, out, static_cast<ptrdiff_t>(spec.out_w) * 3, &s->resize);
+  // Caller-owned pixels carry no padding for the SIMD loads: copy the rows read (rare path).
+  const int rows = s->fy.need_hi - s->fy.need_lo;
+  const size_t row_bytes = static_cast<size_t>(w) * 3;
+  s->oriented.resize(rows * row_bytes + kResizePadding);
+  for (int y = 0; y < rows; ++y) {
+    std::memcpy(s->oriented.data() + y * row_bytes, rgb + (s->fy.need_lo + y) * stride, row_bytes);
+  }
+  resample_rgb(s->oriented.data(), static_cast<ptrdiff_t>(row_bytes), 0, s->fy.need_lo, s->fx, s->fy, out,
+               static_cast<ptrdiff_t>(spec.out_w) * 3, &s->resize);
 }
 
 void entropy_floor(const uint8_t* data, size_t size, const TransformSpec& spec, const SampleKey& key,
