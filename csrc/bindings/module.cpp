@@ -145,6 +145,21 @@ void entropy_floor_py(const py::list& datas, const py::tuple& spec_t, uint64_t s
   }
 }
 
+void plain_decode_py(const py::list& datas) {
+  BufferViews views;
+  std::vector<std::pair<const uint8_t*, size_t>> bufs;
+  for (const auto& item : datas) {
+    const Py_buffer& v = views.add(item);
+    bufs.emplace_back(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len));
+  }
+  py::gil_scoped_release nogil;
+  SampleScratch& s = thread_scratch();
+  for (const auto& b : bufs) {
+    const JpegInfo info = s.decoder.read_header(b.first, b.second, false);
+    s.decoder.decode_region(1, 0, 0, info.width, info.height);  // into the decoder's reused buffer
+  }
+}
+
 struct EngineDeleter {
   // Joining workers needs no Python, but other Python threads should not wait on it.
   void operator()(Engine* e) const {
@@ -240,6 +255,8 @@ PYBIND11_MODULE(_C, m) {
         "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");
   m.def("entropy_floor", &entropy_floor_py, py::arg("datas"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
         "Benchmark floor: entropy-decode only the rows each sample's crop needs (one thread).");
+  m.def("plain_decode", &plain_decode_py, py::arg("datas"),
+        "Benchmark baseline: libjpeg-turbo full decode to RGB into one reused buffer (one thread).");
   m.def("jpeg_info", []() {
     py::dict d;
     d["libjpeg_turbo_version"] = libjpeg_version();

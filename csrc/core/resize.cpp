@@ -12,64 +12,63 @@
 namespace fastdata {
 namespace {
 
-inline uint8_t clip8(int32_t v) {
-  v >>= kResizeBits;
+inline uint8_t clip8(int32_t v, int bits) {
+  v >>= bits;
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// Horizontal pass over `rows` rows: out pixel k of a row = sum_t w[k,t] * in[first[k] + t].
+// ---- horizontal pass: out pixel k of each row = sum_t w16[k,t] * in[first[k] + t] ----
+// Scalar and SIMD versions do the same integer arithmetic, so every CPU gives the same bytes.
+
 void horizontal_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
                             uint8_t* dst, ptrdiff_t dst_stride) {
   const int out = static_cast<int>(fx.first.size());
-  const int taps = fx.taps;
   for (int y = 0; y < rows; ++y) {
     const uint8_t* in = src + y * src_stride;
     uint8_t* o = dst + y * dst_stride;
     for (int k = 0; k < out; ++k) {
-      const int32_t* w = fx.weights.data() + static_cast<size_t>(k) * taps;
+      const int16_t* w = fx.weights16.data() + static_cast<size_t>(k) * fx.groups * 16;
       const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
-      int32_t r = 1 << (kResizeBits - 1), g = r, b = r;
+      int32_t acc[3] = {1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1)};
       const int n = fx.count[k];
       for (int t = 0; t < n; ++t) {
-        r += w[t] * p[3 * t];
-        g += w[t] * p[3 * t + 1];
-        b += w[t] * p[3 * t + 2];
+        // tap t sits in group t/4, vector (t%4)/2, lane t%2
+        const int32_t wt = w[(t / 4) * 16 + ((t % 4) / 2) * 8 + (t % 2)];
+        for (int c = 0; c < 3; ++c) acc[c] += wt * p[3 * t + c];
       }
-      o[3 * k] = clip8(r);
-      o[3 * k + 1] = clip8(g);
-      o[3 * k + 2] = clip8(b);
+      for (int c = 0; c < 3; ++c) o[3 * k + c] = clip8(acc[c], kResizeBits16);
     }
   }
 }
 
 #ifdef FASTDATA_X86
-// The same arithmetic (bit-identical) with one pixel's three channels in one register:
-// each tap is a 4-byte load, widen, multiply, add. Reads one byte past a tap's pixel,
-// hence the padding precondition in resize.h.
-__attribute__((target("sse4.1"))) void horizontal_pass_sse41(const uint8_t* src, ptrdiff_t src_stride, int x_origin,
-                                                             int rows, const AxisFilter& fx, uint8_t* dst,
-                                                             ptrdiff_t dst_stride) {
+__attribute__((target("sse4.1,ssse3"))) void horizontal_pass_sse41(const uint8_t* src, ptrdiff_t src_stride,
+                                                                   int x_origin, int rows, const AxisFilter& fx,
+                                                                   uint8_t* dst, ptrdiff_t dst_stride) {
   const int out = static_cast<int>(fx.first.size());
-  const int taps = fx.taps;
-  const __m128i half = _mm_set1_epi32(1 << (kResizeBits - 1));
+  const int groups = fx.groups;
+  // From 16 loaded bytes (pixels 0..3 of a group, 3 bytes each) build int16 lanes
+  // (R0 R1 G0 G1 B0 B1 0 0) and (R2 R3 G2 G3 B2 B3 0 0); 0x80 yields a zero byte.
+  const __m128i shuf01 = _mm_setr_epi8(0, -128, 3, -128, 1, -128, 4, -128, 2, -128, 5, -128, -128, -128, -128, -128);
+  const __m128i shuf23 = _mm_setr_epi8(6, -128, 9, -128, 7, -128, 10, -128, 8, -128, 11, -128, -128, -128, -128, -128);
+  const __m128i half = _mm_set1_epi32(1 << (kResizeBits16 - 1));
   const __m128i zero = _mm_setzero_si128();
   for (int y = 0; y < rows; ++y) {
     const uint8_t* in = src + y * src_stride;
     uint8_t* o = dst + y * dst_stride;
     for (int k = 0; k < out; ++k) {
-      const int32_t* w = fx.weights.data() + static_cast<size_t>(k) * taps;
+      const __m128i* w = reinterpret_cast<const __m128i*>(fx.weights16.data() + static_cast<size_t>(k) * groups * 16);
       const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
-      const int n = fx.count[k];
+      const int g_end = (fx.count[k] + 3) / 4;
       __m128i acc = half;
-      for (int t = 0; t < n; ++t) {
-        int32_t v;
-        std::memcpy(&v, p + 3 * t, 4);
-        const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v));
-        acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, _mm_set1_epi32(w[t])));
+      for (int g = 0; g < g_end; ++g) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * g));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(v, shuf01), _mm_loadu_si128(w + 2 * g)));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(v, shuf23), _mm_loadu_si128(w + 2 * g + 1)));
       }
-      acc = _mm_srai_epi32(acc, kResizeBits);
-      const __m128i packed = _mm_packus_epi16(_mm_packus_epi32(acc, zero), zero);  // clamps to 0..255
-      const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
+      // lanes: (R, G, B, 0) sums
+      acc = _mm_srai_epi32(acc, kResizeBits16);
+      const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packus_epi32(acc, zero), zero)));
       if (k + 1 < out) {
         std::memcpy(o + 3 * k, &rgb, 4);  // the 4th byte is overwritten by pixel k + 1
       } else {
@@ -78,35 +77,59 @@ __attribute__((target("sse4.1"))) void horizontal_pass_sse41(const uint8_t* src,
     }
   }
 }
-#endif
 
-void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
-                     uint8_t* dst, ptrdiff_t dst_stride) {
-#ifdef FASTDATA_X86
-  static const bool sse41 = __builtin_cpu_supports("sse4.1");
-  if (sse41) {
-    horizontal_pass_sse41(src, src_stride, x_origin, rows, fx, dst, dst_stride);
-    return;
-  }
-#endif
-  horizontal_pass_scalar(src, src_stride, x_origin, rows, fx, dst, dst_stride);
-}
-
-// Vertical pass: out row k = sum_t w[k,t] * in row (first[k] + t); rows are `width` bytes.
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void vertical_pass(const uint8_t* src, ptrdiff_t src_stride, int y_origin, int width, const AxisFilter& fy,
-                   uint8_t* dst, ptrdiff_t dst_stride) {
+// ---- vertical pass: out row k = sum_t w[k,t] * in row (first[k] + t), 22-bit like Pillow ----
+__attribute__((target("avx2"))) void vertical_pass_avx2(const uint8_t* src, ptrdiff_t src_stride, int y_origin,
+                                                        int width, const AxisFilter& fy, uint8_t* dst,
+                                                        ptrdiff_t dst_stride) {
   const int out = static_cast<int>(fy.first.size());
-  const int taps = fy.taps;
-  int32_t acc[1024];
+  const __m256i half = _mm256_set1_epi32(1 << (kResizeBits - 1));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int k = 0; k < out; ++k) {
-    const int32_t* w = fy.weights.data() + static_cast<size_t>(k) * taps;
+    const int32_t* w = fy.weights.data() + static_cast<size_t>(k) * fy.taps;
     const uint8_t* base = src + static_cast<ptrdiff_t>(fy.first[k] - y_origin) * src_stride;
     uint8_t* o = dst + k * dst_stride;
     const int n = fy.count[k];
-    // Column blocks keep the accumulators in L1 and let the compiler vectorize the taps loop.
+    int x = 0;
+    for (; x + 32 <= width; x += 32) {  // 32 bytes: four 8-lane accumulators
+      __m256i a0 = half, a1 = half, a2 = half, a3 = half;
+      for (int t = 0; t < n; ++t) {
+        const uint8_t* row = base + t * src_stride + x;
+        const __m256i wt = _mm256_set1_epi32(w[t]);
+        const __m256i px = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+        const __m128i lo = _mm256_castsi256_si128(px), hi = _mm256_extracti128_si256(px, 1);
+        a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(lo), wt));
+        a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), wt));
+        a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(hi), wt));
+        a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), wt));
+      }
+      a0 = _mm256_srai_epi32(a0, kResizeBits);
+      a1 = _mm256_srai_epi32(a1, kResizeBits);
+      a2 = _mm256_srai_epi32(a2, kResizeBits);
+      a3 = _mm256_srai_epi32(a3, kResizeBits);
+      // packs work within 128-bit halves; the permute restores memory order.
+      const __m256i p01 = _mm256_packus_epi32(a0, a1), p23 = _mm256_packus_epi32(a2, a3);
+      const __m256i bytes = _mm256_packus_epi16(p01, p23);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + x), _mm256_permutevar8x32_epi32(bytes, order));
+    }
+    for (; x < width; ++x) {
+      int32_t acc = 1 << (kResizeBits - 1);
+      for (int t = 0; t < n; ++t) acc += w[t] * base[t * src_stride + x];
+      o[x] = clip8(acc, kResizeBits);
+    }
+  }
+}
+#endif
+
+void vertical_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int y_origin, int width, const AxisFilter& fy,
+                          uint8_t* dst, ptrdiff_t dst_stride) {
+  const int out = static_cast<int>(fy.first.size());
+  int32_t acc[1024];
+  for (int k = 0; k < out; ++k) {
+    const int32_t* w = fy.weights.data() + static_cast<size_t>(k) * fy.taps;
+    const uint8_t* base = src + static_cast<ptrdiff_t>(fy.first[k] - y_origin) * src_stride;
+    uint8_t* o = dst + k * dst_stride;
+    const int n = fy.count[k];
     for (int x0 = 0; x0 < width; x0 += 1024) {
       const int bw = std::min(1024, width - x0);
       for (int x = 0; x < bw; ++x) acc[x] = 1 << (kResizeBits - 1);
@@ -115,9 +138,27 @@ void vertical_pass(const uint8_t* src, ptrdiff_t src_stride, int y_origin, int w
         const int32_t wt = w[t];
         for (int x = 0; x < bw; ++x) acc[x] += wt * row[x];
       }
-      for (int x = 0; x < bw; ++x) o[x0 + x] = clip8(acc[x]);
+      for (int x = 0; x < bw; ++x) o[x0 + x] = clip8(acc[x], kResizeBits);
     }
   }
+}
+
+void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
+                     uint8_t* dst, ptrdiff_t dst_stride) {
+#ifdef FASTDATA_X86
+  static const bool simd = __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
+  if (simd) return horizontal_pass_sse41(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+#endif
+  horizontal_pass_scalar(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+}
+
+void vertical_pass(const uint8_t* src, ptrdiff_t src_stride, int y_origin, int width, const AxisFilter& fy,
+                   uint8_t* dst, ptrdiff_t dst_stride) {
+#ifdef FASTDATA_X86
+  static const bool simd = __builtin_cpu_supports("avx2");
+  if (simd) return vertical_pass_avx2(src, src_stride, y_origin, width, fy, dst, dst_stride);
+#endif
+  vertical_pass_scalar(src, src_stride, y_origin, width, fy, dst, dst_stride);
 }
 
 }  // namespace
@@ -132,12 +173,20 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
   const double support = 1.0 * filterscale;
   const int out = map.out;
   f->taps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  f->groups = (f->taps + 3) / 4;
   f->first.assign(out, 0);
   f->count.assign(out, 0);
   f->weights.assign(static_cast<size_t>(out) * f->taps, 0);
+  f->weights16.assign(static_cast<size_t>(out) * f->groups * 16, 0);
   f->need_lo = hi;
   f->need_hi = lo;
-  std::vector<double> k(f->taps);
+  double k[64];
+  std::vector<double> k_heap;
+  double* kk = k;
+  if (f->taps > 64) {
+    k_heap.resize(f->taps);
+    kk = k_heap.data();
+  }
   const double origin = map.start - lo;  // compute in the clip window's own coordinates, as Pillow does
   const int window = hi - lo;
   for (int xx = 0; xx < out; ++xx) {
@@ -156,19 +205,23 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
     for (int x = 0; x < n; ++x) {
       double d = (x + xmin - center + 0.5) / filterscale;
       d = d < 0 ? -d : d;
-      k[x] = d < 1.0 ? 1.0 - d : 0.0;
-      ww += k[x];
+      kk[x] = d < 1.0 ? 1.0 - d : 0.0;
+      ww += kk[x];
     }
     if (ww == 0) {  // degenerate: nearest pixel
-      for (int x = 0; x < n; ++x) k[x] = 0;
-      k[0] = 1;
+      for (int x = 0; x < n; ++x) kk[x] = 0;
+      kk[0] = 1;
       ww = 1;
     }
     const int dst = reverse ? out - 1 - xx : xx;
     int32_t* w = f->weights.data() + static_cast<size_t>(dst) * f->taps;
+    int16_t* w16 = f->weights16.data() + static_cast<size_t>(dst) * f->groups * 16;
     for (int x = 0; x < n; ++x) {
-      const double v = k[x] / ww * (1 << kResizeBits);
-      w[x] = static_cast<int32_t>(v < 0 ? std::trunc(v - 0.5) : std::trunc(v + 0.5));
+      const double v = kk[x] / ww;  // weights are >= 0: round half up
+      w[x] = static_cast<int32_t>(std::trunc(v * (1 << kResizeBits) + 0.5));
+      const int16_t v16 = static_cast<int16_t>(std::trunc(v * (1 << kResizeBits16) + 0.5));
+      int16_t* lane = w16 + (x / 4) * 16 + ((x % 4) / 2) * 8 + (x % 2);
+      lane[0] = lane[2] = lane[4] = v16;  // R, G, B lanes of this tap
     }
     f->first[dst] = lo + xmin;
     f->count[dst] = n;
@@ -183,7 +236,7 @@ void resample_rgb(const uint8_t* src, ptrdiff_t src_stride, int src_x0, int src_
   const int out_h = static_cast<int>(fy.first.size());
   const int src_rows = fy.need_hi - fy.need_lo;
   const int src_cols = fx.need_hi - fx.need_lo;
-  // The horizontal pass is the scalar, expensive one: run it on whichever is fewer, the
+  // The horizontal pass costs more per pixel: run it on whichever is fewer, the
   // source rows (horizontal first) or the output rows (vertical first).
   if (src_rows <= out_h) {
     const ptrdiff_t tmp_stride = static_cast<ptrdiff_t>(out_w) * 3;

@@ -10,16 +10,23 @@
 namespace fastdata {
 
 // Filter taps for one axis: output k reads `count[k]` source pixels from `first[k]`.
+// Vertical passes use `weights` (Pillow's 22-bit precision, int32). Horizontal passes use
+// `weights16` (14-bit, int16) so that two taps of all three channels go through one
+// multiply-add; per output pixel it holds groups of 4 taps laid out as two 8-lane vectors
+// (w0 w1 w0 w1 w0 w1 0 0)(w2 w3 w2 w3 w2 w3 0 0), zero past count[k].
 struct AxisFilter {
   std::vector<int> first, count;
-  std::vector<int32_t> weights;  // out * taps, fixed point (1 << kResizeBits == 1.0)
+  std::vector<int32_t> weights;   // out * taps
+  std::vector<int16_t> weights16;  // out * groups * 16
   int taps = 0;
+  int groups = 0;                // ceil(taps / 4)
   int need_lo = 0, need_hi = 0;  // source pixels read, [need_lo, need_hi)
 };
 
-constexpr int kResizeBits = 22;  // Pillow's PRECISION_BITS for 8-bit images
+constexpr int kResizeBits = 22;    // Pillow's PRECISION_BITS for 8-bit images
+constexpr int kResizeBits16 = 14;  // int16 weights: 1.0 == 16384 still fits
 // Source buffers must stay readable this many bytes past their last pixel (SIMD loads).
-constexpr size_t kResizePadding = 16;
+constexpr size_t kResizePadding = 32;
 
 // Builds the filter for `map` on a source axis of `size` pixels; `reverse` mirrors the output.
 void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* filter);
