@@ -159,7 +159,7 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
   // Worst case after iMCU alignment: the region grows by one iMCU (<= 32 px) on the left.
   const int max_width = std::min(sw, (x1 - x0) + 64);
   const ptrdiff_t stride = into ? into_stride : static_cast<ptrdiff_t>(max_width) * 3;
-  if (!into) region_.resize(static_cast<size_t>(y1 - y0) * stride + 64);  // + resize's SIMD padding
+  if (!into) region_.resize(static_cast<size_t>(y1 - y0) * stride + 64);  // + resize's SIMD padding (kResizePadding)
   if (cmyk) cmyk_row_.resize(static_cast<size_t>(sw) * 4);
   rows_.resize(static_cast<size_t>(y1 - y0));
   uint8_t* base = into ? into : region_.data();

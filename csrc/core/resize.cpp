@@ -78,6 +78,70 @@ __attribute__((target("sse4.1,ssse3"))) void horizontal_pass_sse41(const uint8_t
   }
 }
 
+
+// Two output pixels per iteration, one per 128-bit lane; otherwise the SSSE3 loop above.
+__attribute__((target("avx2"))) void horizontal_pass_avx2(const uint8_t* src, ptrdiff_t src_stride, int x_origin,
+                                                          int rows, const AxisFilter& fx, uint8_t* dst,
+                                                          ptrdiff_t dst_stride) {
+  const int out = static_cast<int>(fx.first.size());
+  const int groups = fx.groups;
+  const __m256i shuf01 = _mm256_setr_epi8(0, -128, 3, -128, 1, -128, 4, -128, 2, -128, 5, -128, -128, -128, -128,
+                                          -128, 0, -128, 3, -128, 1, -128, 4, -128, 2, -128, 5, -128, -128, -128,
+                                          -128, -128);
+  const __m256i shuf23 = _mm256_setr_epi8(6, -128, 9, -128, 7, -128, 10, -128, 8, -128, 11, -128, -128, -128, -128,
+                                          -128, 6, -128, 9, -128, 7, -128, 10, -128, 8, -128, 11, -128, -128, -128,
+                                          -128, -128);
+  const __m256i half = _mm256_set1_epi32(1 << (kResizeBits16 - 1));
+  const __m256i zero = _mm256_setzero_si256();
+  const int16_t* w16 = fx.weights16.data();
+  for (int y = 0; y < rows; ++y) {
+    const uint8_t* in = src + y * src_stride;
+    uint8_t* o = dst + y * dst_stride;
+    int k = 0;
+    for (; k + 1 < out; k += 2) {
+      const uint8_t* p0 = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
+      const uint8_t* p1 = in + static_cast<ptrdiff_t>(fx.first[k + 1] - x_origin) * 3;
+      const int16_t* w0 = w16 + static_cast<size_t>(k) * groups * 16;
+      const int16_t* w1 = w0 + groups * 16;
+      const int g_end = (std::max(fx.count[k], fx.count[k + 1]) + 3) / 4;
+      __m256i acc = half;
+      for (int g = 0; g < g_end; ++g) {
+        const __m256i v = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 12 * g))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 12 * g)), 1);
+        const __m256i wa = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w0 + 16 * g))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w1 + 16 * g)), 1);
+        const __m256i wb = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w0 + 16 * g + 8))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w1 + 16 * g + 8)), 1);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf01), wa));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf23), wb));
+      }
+      acc = _mm256_srai_epi32(acc, kResizeBits16);
+      const __m256i packed = _mm256_packus_epi16(_mm256_packus_epi32(acc, zero), zero);
+      const uint32_t rgb0 = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(packed)));
+      const uint32_t rgb1 = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
+      std::memcpy(o + 3 * k, &rgb0, 4);  // byte 4 is overwritten next
+      if (k + 2 < out) {
+        std::memcpy(o + 3 * k + 3, &rgb1, 4);
+      } else {
+        std::memcpy(o + 3 * k + 3, &rgb1, 3);
+      }
+    }
+    if (k < out) {  // odd width: the last pixel alone, same arithmetic
+      const int16_t* w = w16 + static_cast<size_t>(k) * groups * 16;
+      const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
+      int32_t acc[3] = {1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1)};
+      for (int t = 0; t < fx.count[k]; ++t) {
+        const int32_t wt = w[(t / 4) * 16 + ((t % 4) / 2) * 8 + (t % 2)];
+        for (int c = 0; c < 3; ++c) acc[c] += wt * p[3 * t + c];
+      }
+      for (int c = 0; c < 3; ++c) o[3 * k + c] = clip8(acc[c], kResizeBits16);
+    }
+  }
+}
+
 // ---- vertical pass: out row k = sum_t w[k,t] * in row (first[k] + t), 22-bit like Pillow ----
 __attribute__((target("avx2"))) void vertical_pass_avx2(const uint8_t* src, ptrdiff_t src_stride, int y_origin,
                                                         int width, const AxisFilter& fy, uint8_t* dst,
@@ -146,8 +210,11 @@ void vertical_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int y_origin
 void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
                      uint8_t* dst, ptrdiff_t dst_stride) {
 #ifdef FASTDATA_X86
-  static const bool simd = __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
-  if (simd) return horizontal_pass_sse41(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+  // The SIMD loops read whole groups of 4 taps: beyond 4 groups they would outrun the padding.
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool sse41 = __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
+  if (fx.groups <= 4 && avx2) return horizontal_pass_avx2(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+  if (fx.groups <= 4 && sse41) return horizontal_pass_sse41(src, src_stride, x_origin, rows, fx, dst, dst_stride);
 #endif
   horizontal_pass_scalar(src, src_stride, x_origin, rows, fx, dst, dst_stride);
 }

@@ -26,7 +26,7 @@ struct AxisFilter {
 constexpr int kResizeBits = 22;    // Pillow's PRECISION_BITS for 8-bit images
 constexpr int kResizeBits16 = 14;  // int16 weights: 1.0 == 16384 still fits
 // Source buffers must stay readable this many bytes past their last pixel (SIMD loads).
-constexpr size_t kResizePadding = 32;
+constexpr size_t kResizePadding = 64;
 
 // Builds the filter for `map` on a source axis of `size` pixels; `reverse` mirrors the output.
 void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* filter);

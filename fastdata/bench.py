@@ -1,0 +1,520 @@
+"""`fastdata-bench`: how much faster is training input with fastdata, and which change buys what.
+
+    fastdata-bench [DATA] [--batch-size B] [--seconds 20] [--threads N]
+                   [--compare dataloader,simd,fastdata,lmdb,ram,dali,nvjpeg]
+                   [--ablation] [--device cpu|cuda] [--dtype float32] [--json out.json] [--plot out.png]
+
+DATA is an ImageFolder tree, a ``path,label`` list file or a fastdata LMDB cache; without
+it a deterministic photo-like demo set is generated once into the user's cache dir.
+
+Every contender runs the same job (RandomResizedCrop(224) + flip, ImageNet normalization,
+same batch size, output dtype and device). Per contender: start-up and warm-up batches are
+excluded, the timed batches are split into up to 5 consecutive windows, and the median
+images/s over those windows is reported with min/max and quartiles; CPU use (this process
+plus its children, e.g. DataLoader workers, in cores busy) and peak RSS (summed over the
+same processes, so shared pages of forked workers count more than once).
+
+Time: ``--seconds`` (default 20) is the budget of the measurement phase, split evenly over
+the contenders (or ablation steps) that can run; start-up and warm-up count against each
+share; a share can overrun by at most the batch in flight. One-time setup (demo set
+generation, ~10 s on 2 cores; LMDB conversion) is cached and comes on top, so a first
+no-argument run on a 2-core machine takes well under a minute.
+
+``--ablation`` replaces the side-by-side comparison by the one-change-at-a-time study:
+DataLoader baseline (no pinning) -> pinned memory (CUDA only) -> tuned worker count ->
+native full decode (fastdata engine, roi=False) -> ROI/DCT-scaled decode -> LMDB -> RAM ->
+CUDA-stream prefetch (CUDA only). With ``--device cuda`` the fastdata steps before the last
+copy uint8 batches to the GPU synchronously and normalize there, so the last step isolates
+the side-stream prefetch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from fastdata import bench_contenders as bc
+from fastdata import bench_report, demo
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+DEFAULT_SECONDS = 20.0
+MAX_WINDOWS = 5
+
+
+class Progress:
+    """One-line progress on stderr (rewritten in place on a terminal, plain lines otherwise)."""
+
+    def __init__(self, stream: Any = None, quiet: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.quiet = quiet
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+
+    def line(self, msg: str) -> None:
+        if self.quiet:
+            return
+        if self.tty:
+            self.stream.write("\r\033[K")
+        self.stream.write(msg + "\n")
+        self.stream.flush()
+
+    def status(self, msg: str) -> None:
+        """A transient status; on a non-terminal only every 2 s, to keep logs short."""
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if self.tty:
+            self.stream.write("\r\033[K" + msg)
+            self.stream.flush()
+        elif now - self._last >= 2.0:
+            self.stream.write(msg + "\n")
+            self.stream.flush()
+            self._last = now
+
+    def done(self) -> None:
+        if self.tty and not self.quiet:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+# ---------------------------------------------------------------------------------------
+# Data
+
+
+def scan_folder(root: Path) -> Tuple[List[str], List[int], List[str]]:
+    """torchvision ImageFolder semantics: sorted class dirs -> labels 0..C-1, sorted files."""
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise ValueError(f"{root}: no class folders (expected ROOT/<class>/<image>)")
+    paths, labels = [], []
+    for label, cls in enumerate(classes):
+        for dirpath, _, files in sorted(os.walk(root / cls, followlinks=True)):
+            for f in sorted(files):
+                if f.lower().endswith(IMAGE_EXTENSIONS):
+                    paths.append(os.path.join(dirpath, f))
+                    labels.append(label)
+    if not paths:
+        raise ValueError(f"{root}: no images with extensions {', '.join(IMAGE_EXTENSIONS)}")
+    return paths, labels, classes
+
+
+def read_list_file(path: Path) -> Tuple[List[str], List[int], List[str]]:
+    """``path,label`` lines (relative paths are relative to the list file; # comments)."""
+    paths, labels = [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, label = line.rpartition(",")
+            if not sep or not label.strip().lstrip("-").isdigit():
+                raise ValueError(f"{path}:{lineno}: expected 'path,label', got {line!r}")
+            p = Path(name.strip())
+            paths.append(str(p if p.is_absolute() else path.parent / p))
+            labels.append(int(label))
+    if not paths:
+        raise ValueError(f"{path}: empty list file")
+    return paths, labels, [str(k) for k in sorted(set(labels))]
+
+
+def make_job(data: Optional[Path], args: argparse.Namespace, progress: Progress) -> Tuple[bc.Job, Dict[str, Any]]:
+    """The job for DATA (building the demo set when DATA is None) and a dataset summary."""
+    cache = demo.cache_root()
+    info: Dict[str, Any] = {}
+    kw: Dict[str, Any] = {}
+    if data is None:
+        t0 = time.perf_counter()
+        path = demo.demo_dir(args.demo_images)
+        if not demo.is_complete(path):
+            progress.line(f"building the demo set ({args.demo_images} photo-like JPEGs) in {path} (once)")
+        folder = demo.ensure_demo(args.demo_images, progress=lambda d, t: progress.status(
+            f"  demo images {d}/{t}"))
+        progress.done()
+        info.update(kind="demo ImageFolder", path=str(folder), setup_seconds=round(time.perf_counter() - t0, 2))
+        paths, labels, classes = scan_folder(folder)
+        kw.update(folder=folder)
+    elif data.is_dir() and (data / "data.mdb").exists():
+        import fastdata
+
+        src = fastdata.LMDBSource(str(data))
+        paths, labels, classes = [], [int(x) for x in src.labels], list(src.classes)
+        info.update(kind="fastdata LMDB", path=str(data), images=len(src))
+        kw.update(lmdb=data)
+    elif data.is_dir():
+        paths, labels, classes = scan_folder(data)
+        info.update(kind="ImageFolder", path=str(data))
+        kw.update(folder=data)
+    elif data.is_file():
+        paths, labels, classes = read_list_file(data)
+        info.update(kind="list file", path=str(data))
+        kw.update(list_file=data)
+    else:
+        raise SystemExit(f"fastdata-bench: {data}: no such file or directory")
+    if paths:
+        sizes = [os.path.getsize(p) for p in paths]
+        info.update(images=len(paths), mean_kb=round(sum(sizes) / len(sizes) / 1024, 1))
+    info["classes"] = len(classes)
+    job = bc.Job(paths=paths, labels=labels, classes=classes, batch_size=args.batch_size,
+                 device=args.device, dtype=args.dtype, workers=args.threads, cache_dir=cache,
+                 log=progress.line, **kw)
+    n = len(labels)
+    if n < job.batch_size:
+        raise SystemExit(f"fastdata-bench: {n} images is fewer than one batch of {job.batch_size}")
+    return job, info
+
+
+# ---------------------------------------------------------------------------------------
+# Measurement
+
+
+class _Usage:
+    """CPU seconds and peak RSS of this process plus its children (sampled every 50 ms)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.proc = psutil.Process()
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fastdata-bench-rss", daemon=True)
+        self._thread.start()
+
+    def _family(self) -> List[Any]:
+        import psutil
+
+        try:
+            return [self.proc] + self.proc.children(recursive=True)
+        except psutil.Error:
+            return [self.proc]
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.05):
+            total = 0
+            for p in self._family():
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:  # a worker exiting between listing and reading
+                    pass
+            self.peak_rss = max(self.peak_rss, total)
+
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        total = 0.0
+        for p in self._family():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _describe(images: Any) -> str:
+    shape = "x".join(str(s) for s in getattr(images, "shape", ()))
+    dtype = str(getattr(images, "dtype", type(images).__name__)).replace("torch.", "")
+    return f"{dtype}[{shape}] {getattr(images, 'device', '?')}"
+
+
+def _sync(job: bc.Job) -> Callable[[], None]:
+    if job.device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def windows(times: Sequence[float], counts: Sequence[int], t_begin: float) -> List[float]:
+    """Images/s of up to MAX_WINDOWS consecutive groups of timed batches.
+
+    ``times[k]`` is when batch k arrived, ``counts[k]`` its images; the first group starts
+    at ``t_begin`` (the end of warm-up).
+    """
+    n = len(times)
+    groups = min(MAX_WINDOWS, n)
+    rates, start, prev_t = [], 0, t_begin
+    for g in range(groups):
+        end = round((g + 1) * n / groups)
+        imgs = sum(counts[start:end])
+        dt = times[end - 1] - prev_t
+        rates.append(imgs / dt if dt > 0 else float("inf"))
+        start, prev_t = end, times[end - 1]
+    return rates
+
+
+def measure(contender: Any, job: bc.Job, budget: float, progress: Progress, tag: str) -> Dict[str, Any]:
+    """Run ``contender`` for about ``budget`` seconds; the result dict of the JSON."""
+    result: Dict[str, Any] = {"name": contender.name, "label": contender.label}
+    sync = _sync(job)
+    usage = _Usage()
+    t0 = time.perf_counter()
+    gen = contender.batches(job)
+    try:
+        # Warm-up: at least 2 batches and 20% of the share (start-up included), but leave
+        # at least 40% of the share for timing.
+        warm, first_batch_s, output = 0, None, None
+        while True:
+            images, _ = next(gen)
+            sync()
+            warm += 1
+            el = time.perf_counter() - t0
+            if first_batch_s is None:
+                first_batch_s, output = el, _describe(images)
+            progress.status(f"{tag} warm-up: batch {warm} ({el:.1f} s)")
+            if (warm >= 2 and el >= 0.2 * budget) or (warm >= 1 and el >= 0.6 * budget):
+                break
+        t_begin = time.perf_counter()
+        cpu0 = usage.cpu_seconds()
+        times: List[float] = []
+        counts: List[int] = []
+        # At least 2 timed batches, even past the share: one batch is not a measurement.
+        while time.perf_counter() - t0 < budget or len(times) < 2:
+            images, labels = next(gen)
+            sync()
+            times.append(time.perf_counter())
+            counts.append(int(images.shape[0]))
+            el = times[-1] - t_begin
+            progress.status(f"{tag} {sum(counts)} images, {sum(counts) / el:,.0f} img/s")
+        cpu1 = usage.cpu_seconds()
+    except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
+        result.update(status="failed", reason=f"{type(e).__name__}: {e}")
+        return result
+    finally:
+        gen.close()
+        usage.stop()
+        progress.done()
+    elapsed = times[-1] - t_begin
+    rates = windows(times, counts, t_begin)
+    q = statistics.quantiles(rates, n=4, method="inclusive") if len(rates) > 1 else [rates[0]] * 3
+    cores = demo.usable_cores()
+    result.update(
+        status="ok",
+        images_per_s=statistics.median(rates),
+        spread={"min": min(rates), "max": max(rates), "q1": q[0], "q3": q[2]},
+        window_rates=rates,
+        mean_images_per_s=sum(counts) / elapsed,
+        timed_images=sum(counts), timed_batches=len(counts), timed_seconds=elapsed,
+        warmup_batches=warm, first_batch_seconds=first_batch_s,
+        total_seconds=time.perf_counter() - t0,
+        cpu_cores_busy=(cpu1 - cpu0) / elapsed,
+        cpu_percent=100.0 * (cpu1 - cpu0) / elapsed / cores,
+        peak_rss_mb=usage.peak_rss / 2**20,
+        output=output,
+        detail=dict(getattr(contender, "detail", {})),
+    )
+    return result
+
+
+@dataclass
+class Plan:
+    """What to run: (key, contender) pairs in order, with skip reasons found up front."""
+
+    entries: List[Tuple[str, Any]] = field(default_factory=list)
+    skipped: Dict[str, str] = field(default_factory=dict)
+
+    def runnable(self) -> List[Tuple[str, Any]]:
+        return [(k, c) for k, c in self.entries if k not in self.skipped]
+
+
+def _check(plan: Plan, key: str, contender: Any, job: bc.Job) -> None:
+    plan.entries.append((key, contender))
+    try:
+        reason = contender.unavailable(job)
+    except Exception as e:  # a broken optional install is a skip with its error
+        reason = f"{type(e).__name__}: {e}"
+    if reason:
+        plan.skipped[key] = reason
+
+
+def ablation_plan(job: bc.Job) -> Plan:
+    cuda = job.device.startswith("cuda")
+    w = job.workers
+    steps: List[Tuple[str, Any, Optional[str]]] = [
+        ("baseline", bc.DataLoaderContender(pin_memory=False, label=f"DataLoader, {w} workers, no pinning"), None),
+        ("pin_memory", bc.DataLoaderContender(pin_memory=True, label="+ pinned memory"),
+         None if cuda else "pinned memory only matters for host-to-device copies (--device cuda)"),
+        ("workers", bc.DataLoaderContender(workers=2 * w, pin_memory=cuda, label=f"+ tuned workers (try {2 * w})"),
+         None),
+        ("native_decode", bc.FastdataContender("files", roi=False, host_normalize=cuda,
+                                               label="+ native decode (fastdata engine, full decode)"), None),
+        ("roi_decode", bc.FastdataContender("files", host_normalize=cuda, label="+ ROI/DCT-scaled decode"), None),
+        ("lmdb", bc.FastdataContender("lmdb", host_normalize=cuda, label="+ LMDB cache"), None),
+        ("ram", bc.FastdataContender("ram", host_normalize=cuda, label="+ RAM cache"), None),
+        ("cuda_prefetch", bc.FastdataContender("ram", label="+ CUDA-stream prefetch"),
+         None if cuda else "needs --device cuda"),
+    ]
+    plan = Plan()
+    for key, contender, reason in steps:
+        contender.name = key
+        if reason:
+            plan.entries.append((key, contender))
+            plan.skipped[key] = reason
+        else:
+            _check(plan, key, contender, job)
+    return plan
+
+
+def compare_plan(job: bc.Job, names: Sequence[str]) -> Plan:
+    plan = Plan()
+    for name in names:
+        _check(plan, name, bc.make_contender(name), job)
+    return plan
+
+
+def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablation: bool) -> List[Dict[str, Any]]:
+    if ablation or any(k == "lmdb" for k, _ in plan.runnable()):
+        _prepare_lmdb(plan, job, progress)
+    todo = plan.runnable()
+    share = seconds / max(1, len(todo))
+    results: List[Dict[str, Any]] = []
+    done = 0
+    for key, contender in plan.entries:
+        if key in plan.skipped:
+            results.append({"name": key, "label": contender.label, "status": "skipped",
+                            "reason": plan.skipped[key]})
+            continue
+        done += 1
+        tag = f"[{done}/{len(todo)}] {contender.label}:"
+        progress.line(f"{tag} running ({share:.1f} s)")
+        r = measure(contender, job, share, progress, tag)
+        if r["status"] == "ok":
+            progress.line(f"{tag} {r['images_per_s']:,.0f} img/s (median of {len(r['window_rates'])} windows)")
+        else:
+            progress.line(f"{tag} {r['status']}: {r['reason']}")
+        results.append(r)
+    if ablation:
+        _ablation_speedups(results)
+    else:
+        base = next((r for r in results if r["name"] in ("dataloader", "simd") and r.get("status") == "ok"), None)
+        for r in results:
+            if base is not None and r.get("status") == "ok":
+                r["speedup_vs_baseline"] = r["images_per_s"] / base["images_per_s"]
+    return results
+
+
+def _prepare_lmdb(plan: Plan, job: bc.Job, progress: Progress) -> None:
+    """Build the LMDB cache before timing, so conversion never eats a contender's share."""
+    if job.lmdb is not None:
+        return
+    keys = [k for k, c in plan.runnable() if getattr(c, "source", None) == "lmdb"]
+    if not keys:
+        return
+    try:
+        t0 = time.perf_counter()
+        path = bc.ensure_lmdb(job)
+        progress.line(f"LMDB cache ready: {path} ({time.perf_counter() - t0:.1f} s)")
+    except Exception as e:  # convert not available or failing: those rows are skipped with why
+        for k in keys:
+            plan.skipped[k] = f"could not build the LMDB cache: {type(e).__name__}: {e}"
+
+
+def _ablation_speedups(results: List[Dict[str, Any]]) -> None:
+    """Speedup vs the previous measured step and vs the baseline, per measured step.
+
+    "Tuned workers" is a choice, not a forced change: when the larger worker count it tries
+    is slower, the step keeps the previous count (and its numbers) and records the try.
+    """
+    measured = [r for r in results if r.get("status") == "ok"]
+    for i, r in enumerate(measured):
+        if r["name"] == "workers" and i > 0 and r["images_per_s"] < measured[i - 1]["images_per_s"]:
+            prev = measured[i - 1]
+            tried = {k: r[k] for k in ("images_per_s", "spread", "detail") if k in r}
+            keep = {k: v for k, v in prev.items() if k not in ("name", "label", "speedup_vs_previous",
+                                                                "speedup_vs_baseline")}
+            r.clear()
+            r.update(name="workers", label=f"+ tuned workers (kept {prev.get('detail', {}).get('workers')})",
+                     tried=tried, **keep)
+    base = prev_rate = None
+    for r in measured:
+        rate = r["images_per_s"]
+        if base is None:
+            base = rate
+        r["speedup_vs_previous"] = rate / prev_rate if prev_rate else 1.0
+        r["speedup_vs_baseline"] = rate / base
+        prev_rate = rate
+
+
+# ---------------------------------------------------------------------------------------
+# CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fastdata-bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", nargs="?", type=Path, default=None,
+                   help="ImageFolder, 'path,label' list file or fastdata LMDB (default: the demo set)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="images per batch (default: 256 with --device cuda, 64 on CPU so short runs see many batches)")
+    p.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                   help=f"budget of the whole measurement, split over the contenders (default {DEFAULT_SECONDS:g})")
+    p.add_argument("--threads", type=int, default=None,
+                   help="DataLoader workers / native threads (default: usable cores)")
+    p.add_argument("--compare", default=",".join(bc.CONTENDERS),
+                   help=f"comma-separated contenders (default: all of {','.join(bc.CONTENDERS)})")
+    p.add_argument("--ablation", action="store_true", help="the one-optimization-at-a-time study instead")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="where batches must end up (default: cuda when available)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--json", type=Path, default=None, help="write every number here")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart here (matplotlib)")
+    p.add_argument("--demo-images", type=int, default=demo.DEFAULT_COUNT, help=argparse.SUPPRESS)
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.batch_size is None:
+        args.batch_size = 256 if args.device == "cuda" else 64
+    if args.batch_size < 1 or args.seconds <= 0:
+        raise SystemExit("fastdata-bench: --batch-size and --seconds must be positive")
+    args.threads = args.threads or demo.usable_cores()
+    names = [n.strip() for n in args.compare.split(",") if n.strip()]
+    unknown = [n for n in names if n not in bc.CONTENDERS]
+    if unknown:
+        raise SystemExit(f"fastdata-bench: unknown contender(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(bc.CONTENDERS)}")
+    if args.plot is not None:
+        reason = bench_report.plot_unavailable()
+        if reason:
+            raise SystemExit(f"fastdata-bench: --plot needs matplotlib ({reason})")
+    progress = Progress(quiet=args.quiet)
+    t_start = time.perf_counter()
+    job, dataset = make_job(args.data, args, progress)
+    plan = ablation_plan(job) if args.ablation else compare_plan(job, names)
+    results = run_plan(plan, job, args.seconds, progress, args.ablation)
+    report = bench_report.build_report(
+        results, dataset=dataset, ablation=args.ablation,
+        config={"batch_size": job.batch_size, "seconds": args.seconds, "threads": job.workers,
+                "device": job.device, "dtype": job.dtype, "size": job.size,
+                "transform": "RandomResizedCrop(224) + hflip + normalize",
+                "compare": None if args.ablation else names},
+        wall_seconds=time.perf_counter() - t_start)
+    bench_report.print_report(report)
+    if args.json is not None:
+        bench_report.write_json(report, args.json)
+        progress.line(f"wrote {args.json}")
+    if args.plot is not None:
+        bench_report.plot(report, args.plot)
+        progress.line(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
