@@ -28,6 +28,8 @@ _EXPORTS = {
     "BytesSource": "fastdata.sources.folder",
     "LMDBSource": "fastdata.sources.lmdb",
     "RAMCache": "fastdata.sources.ram",
+    "RAMBudgetError": "fastdata.sources.ram",
+    "CacheFormatError": "fastdata.cache_format",
     "Loader": "fastdata.loader",
     "IMAGENET_MEAN": "fastdata.loader",
     "IMAGENET_STD": "fastdata.loader",

@@ -245,7 +245,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "fastdata native core: libjpeg-turbo decode with fused crop/resize/flip on native threads";
 
   // Every libjpeg failure arrives as fastdata.DecodeError (set from Python at import).
-  static py::exception<DecodeError> decode_error(m, "NativeDecodeError", PyExc_ValueError);
+  py::register_exception<DecodeError>(m, "NativeDecodeError", PyExc_ValueError);
 
   m.def("probe", &probe, py::arg("data"), "Header fields of a JPEG (no pixel decode).");
   m.def("decode_full", &decode_full_py, py::arg("data"), py::arg("strict"), py::arg("max_pixels"),

@@ -1,0 +1,238 @@
+"""fastdata-convert: round trip, --max-side, damaged inputs, crash + resume, map growth."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps, JpegImagePlugin
+from torchvision.datasets import ImageFolder
+
+from fastdata import cache_format as cf
+
+lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
+
+from fastdata.convert import ConvertError, convert, main
+from fastdata.sources.lmdb import LMDBSource
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def image(i: int, w: int, h: int) -> Image.Image:
+    """A smooth image whose colour encodes ``i`` (distinct per sample, compresses well)."""
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.array([i * 53 % 256, i * 97 % 256, i * 29 % 256], dtype=np.float64)
+    arr = (base + 60 * np.sin(x[..., None] / 9.0 + np.arange(3)) + 40 * np.cos(y[..., None] / 7.0)) % 256
+    return Image.fromarray(arr.astype(np.uint8))
+
+
+def make_folder(root: Path, classes=("bird", "cat", "dog"), per_class: int = 6, nested: bool = True) -> Path:
+    i = 0
+    for c in classes:
+        for k in range(per_class):
+            d = root / c / ("sub" if nested and k % 3 == 2 else "")
+            d.mkdir(parents=True, exist_ok=True)
+            ext = ".png" if k == 4 else (".JPG" if k == 5 else ".jpg")
+            image(i, 64 + 7 * k, 48 + 5 * k).save(d / f"img{k:02d}{ext}", format="PNG" if ext == ".png" else "JPEG",
+                                                   quality=85)
+            i += 1
+    (root / classes[0] / "notes.txt").write_text("not an image extension: never listed")
+    return root
+
+
+def records(path: Path) -> Dict[bytes, bytes]:
+    env = lmdb.open(str(path), readonly=True, lock=False, subdir=True)
+    try:
+        with env.begin() as txn:
+            return dict(txn.cursor().iternext())
+    finally:
+        env.close()
+
+
+def test_round_trip_matches_imagefolder(tmp_path: Path) -> None:
+    src = make_folder(tmp_path / "src")
+    assert main([str(src), str(tmp_path / "db"), "--workers", "2", "--quiet", "--verify"]) == 0
+    ref = ImageFolder(str(src))
+    s = LMDBSource(str(tmp_path / "db"))
+    assert s.classes == ref.classes
+    assert len(s) == len(ref.samples)
+    np.testing.assert_array_equal(s.labels, np.array(ref.targets, dtype=np.int64))
+    assert s.labels.dtype == np.int64
+    got = s.fetch(range(len(s)))
+    for i, (path, _) in enumerate(ref.samples):
+        data = Path(path).read_bytes()
+        assert got[i] == data  # original bytes, PNG included, unless --max-side
+        assert s.sha256(i) == hashlib.sha256(data).digest()
+        assert os.path.join(s.meta["source"]["root"], s.source_path(i)) == path
+    assert not s.reencoded.any()
+    assert s.meta["format_version"] == cf.FORMAT_VERSION and s.meta["skipped"] == []
+    s.close()
+    # every stored record is a sample or a known metadata key: nothing left over, nothing pickled
+    keys = set(records(tmp_path / "db"))
+    assert keys == {cf.sample_key(i) for i in range(len(s))} | {
+        cf.META_KEY, cf.LABELS_KEY, cf.PATHS_KEY, cf.SHA256_KEY, cf.REENCODED_KEY, cf.COMPLETE_KEY}
+
+
+def test_list_file_source(tmp_path: Path) -> None:
+    src = make_folder(tmp_path / "src", per_class=3, nested=False)
+    files = sorted(src.rglob("*.jpg"))
+    labels = [7 - k % 3 for k in range(len(files))]
+    lines = ["# path,label", ""] + [f"{f.relative_to(tmp_path)},{lab}" for f, lab in zip(files, labels)]
+    lines[3] = f"{files[1]},{labels[1]}"  # absolute paths work too
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    convert(str(tmp_path / "train.csv"), str(tmp_path / "db"), workers=1)
+    s = LMDBSource(str(tmp_path / "db"))
+    assert s.classes == [str(k) for k in range(8)]
+    np.testing.assert_array_equal(s.labels, labels)
+    assert s.fetch(range(len(files))) == [f.read_bytes() for f in files]
+
+    (tmp_path / "bad.csv").write_text(f"{files[0]};3\n")
+    with pytest.raises(ConvertError, match=r"bad.csv:1: expected 'path,label'"):
+        convert(str(tmp_path / "bad.csv"), str(tmp_path / "db2"), workers=1)
+
+
+def _oracle(data: bytes, max_side: int) -> Image.Image:
+    img = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB")
+    w, h = img.size
+    scale = max_side / max(w, h)
+    return img.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.LANCZOS)
+
+
+@pytest.mark.parametrize("quality", [90, 60])
+def test_max_side(tmp_path: Path, quality: int) -> None:
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    image(1, 200, 120).save(src / "0_big.jpg", quality=95)
+    image(2, 50, 40).save(src / "1_small.jpg", quality=95, subsampling=0, progressive=True)
+    image(3, 90, 60).save(src / "2_small.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 CW on display: stored 300x100 shows as 100x300
+    image(4, 300, 100).save(src / "3_rotated.jpg", quality=95, exif=exif.tobytes())
+    image(5, 30, 60).save(src / "4_rotated_small.jpg", quality=95, exif=exif.tobytes())
+    args = [str(tmp_path / "src"), str(tmp_path / "db"), "--max-side", "64", "--workers", "2", "--quiet", "--verify"]
+    assert main(args + ["--quality", str(quality)]) == 0
+    s = LMDBSource(str(tmp_path / "db"))
+    out = s.fetch(range(5))
+    originals = [p.read_bytes() for p in sorted(src.iterdir())]
+    assert out[1] == originals[1] and out[4] == originals[4]  # fits: kept byte-identical, EXIF and all
+    np.testing.assert_array_equal(s.reencoded, [True, False, True, True, False])
+    for k, size in [(0, (64, 38)), (2, (64, 43)), (3, (21, 64))]:
+        img = Image.open(io.BytesIO(out[k]))
+        assert img.format == "JPEG" and img.size == size
+        assert JpegImagePlugin.get_sampling(img) == 2 and not img.info.get("progressive")  # baseline 4:2:0
+        assert img.getexif().get(0x0112) is None  # orientation was applied to the pixels
+        # oracle: Pillow decode + orientation + LANCZOS, encoded the same way
+        buf = io.BytesIO()
+        _oracle(originals[k], 64).save(buf, "JPEG", quality=quality, subsampling="4:2:0")
+        ref = Image.open(buf)
+        assert img.quantization == ref.quantization  # the requested quality
+        diff = np.abs(np.asarray(img.convert("RGB"), np.float64) - np.asarray(ref.convert("RGB"), np.float64))
+        assert diff.mean() < 1.0, diff.mean()
+    assert s.meta["options"] == {"max_side": 64, "quality": quality}
+
+
+def make_damaged(root: Path) -> List[str]:
+    """Good images plus three bad ones; returns the bad paths relative to root."""
+    make_folder(root, classes=("a", "b"), per_class=4, nested=False)
+    good = (root / "a" / "img00.jpg").read_bytes()
+    (root / "a" / "trunc.jpg").write_bytes(good[: len(good) // 2])
+    (root / "b" / "noise.jpeg").write_bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8).tobytes())
+    (root / "b" / "page.JPEG").write_bytes(b"<!DOCTYPE html><html><body>404 Not Found</body></html>\n")
+    return ["a/trunc.jpg", "b/noise.jpeg", "b/page.JPEG"]
+
+
+def test_damaged_skip_and_raise(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    src = tmp_path / "src"
+    bad = make_damaged(src)
+    assert main([str(src), str(tmp_path / "skip"), "--on-error", "skip", "--workers", "2", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    s = LMDBSource(str(tmp_path / "skip"))
+    assert sorted(x["path"] for x in s.skipped) == sorted(bad)
+    assert all(x["reason"].startswith("invalid image") for x in s.skipped)
+    for b in bad:
+        assert f"skipped {b}:" in err
+    ref = [(p, t) for p, t in ImageFolder(str(src)).samples if os.path.relpath(p, src) not in bad]
+    assert len(s) == len(ref) == 8
+    assert s.fetch(range(len(s))) == [Path(p).read_bytes() for p, _ in ref]
+    np.testing.assert_array_equal(s.labels, [t for _, t in ref])
+
+    assert main([str(src), str(tmp_path / "raise"), "--workers", "2", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and str(src / "a" / "trunc.jpg") in err  # the first bad file, by name
+    with pytest.raises(cf.CacheFormatError, match="incomplete"):
+        LMDBSource(str(tmp_path / "raise"))
+    # fix the file and resume: equals a clean conversion of the fixed tree
+    (src / "a" / "trunc.jpg").write_bytes((src / "a" / "img00.jpg").read_bytes())
+    assert main([str(src), str(tmp_path / "raise"), "--resume", "--on-error", "skip", "--quiet"]) == 0
+    assert main([str(src), str(tmp_path / "clean"), "--on-error", "skip", "--quiet"]) == 0
+    assert records(tmp_path / "raise") == records(tmp_path / "clean")
+
+
+def test_sigkill_then_resume_equals_clean_run(tmp_path: Path) -> None:
+    src = make_folder(tmp_path / "src", per_class=10, nested=False)
+    blocker = src / "dog" / "img07.jpg"  # late in the order: earlier batches get committed first
+    real = blocker.read_bytes()
+    blocker.unlink()
+    os.mkfifo(blocker)  # reading it blocks the converter exactly there, so the kill lands mid-run
+    dst = tmp_path / "db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastdata.convert", str(src), str(dst), "--workers", "1", "--batch-size", "4",
+         "--quiet"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    fd = -1
+    try:
+        deadline = time.monotonic() + 30
+        while fd < 0:
+            try:
+                fd = os.open(blocker, os.O_WRONLY | os.O_NONBLOCK)  # succeeds once the converter opened it
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"converter never reached the FIFO: {proc.communicate()[1]!r}")
+                time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    partial = records(dst)
+    assert cf.sample_key(0) in partial and cf.COMPLETE_KEY not in partial  # killed with work committed
+    with pytest.raises(cf.CacheFormatError, match=r"incomplete.*--resume"):
+        LMDBSource(str(dst))
+
+    blocker.unlink()
+    blocker.write_bytes(real)
+    with pytest.raises(ConvertError, match="--resume"):
+        convert(str(src), str(dst), workers=1)  # never silently overwrites
+    with pytest.raises(ConvertError, match="differ"):
+        convert(str(src), str(dst), workers=1, resume=True, max_side=32)
+    convert(str(src), str(dst), workers=2, resume=True, batch_size=3)
+    convert(str(src), str(tmp_path / "clean"), workers=2)
+    assert records(dst) == records(tmp_path / "clean")
+    assert convert(str(src), str(dst), resume=True).already_complete
+
+
+def test_map_size_grows(tmp_path: Path) -> None:
+    src = make_folder(tmp_path / "src", per_class=4, nested=False)
+    convert(str(src), str(tmp_path / "db"), workers=1, map_size=16 << 10, batch_size=5)
+    s = LMDBSource(str(tmp_path / "db"))
+    ref = ImageFolder(str(src)).samples
+    total = sum(Path(p).stat().st_size for p, _ in ref)
+    assert total > 16 << 10  # the initial map could not have held it
+    assert s.fetch(range(len(s))) == [Path(p).read_bytes() for p, _ in ref]
+
+
+def test_missing_source(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main([str(tmp_path / "nope"), str(tmp_path / "db")]) == 1
+    assert "no such folder or list file" in capsys.readouterr().err
