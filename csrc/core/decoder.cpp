@@ -226,7 +226,15 @@ void JpegDecoder::skip_rows(int rows) {
       (info_.color_space == ColorSpace::kCMYK || info_.color_space == ColorSpace::kYCCK) ? JCS_CMYK : JCS_RGB;
   if (setjmp(err_.jump)) fail();
   jpeg_start_decompress(&cinfo_);
-  jpeg_skip_scanlines(&cinfo_, static_cast<JDIMENSION>(std::min<int>(rows, cinfo_.output_height)));
+  // libjpeg-turbo skips to the end of the image without decoding anything, so stop one
+  // row short and read that row through a one-pixel-wide crop (one iMCU column of IDCT).
+  const int target = std::min<int>(rows, static_cast<int>(cinfo_.output_height));
+  JDIMENSION x = 0, w = 1;
+  jpeg_crop_scanline(&cinfo_, &x, &w);
+  if (target > 1) jpeg_skip_scanlines(&cinfo_, static_cast<JDIMENSION>(target - 1));
+  cmyk_row_.resize(static_cast<size_t>(w) * 4 + 64);
+  JSAMPROW row = cmyk_row_.data();
+  jpeg_read_scanlines(&cinfo_, &row, 1);
   jpeg_abort_decompress(&cinfo_);
 }
 
