@@ -33,8 +33,8 @@ _EXPORTS = {
     "Loader": "fastdata.loader",
     "IMAGENET_MEAN": "fastdata.loader",
     "IMAGENET_STD": "fastdata.loader",
-    "StallMeter": "fastdata.profile",
-    "profile": "fastdata.profile",
+    "StallMeter": "fastdata.stall",
+    "profile": "fastdata.stall",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -1,0 +1,150 @@
+"""On a CUDA machine: the stall meter's CUDA-event timing, and examples/train.py on the GPU.
+
+Run: python -m pytest tests/gpu/test_train_example_gpu.py -q   (add -m "gpu" to select; slow adds torch.compile)
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_train():
+    spec = importlib.util.spec_from_file_location("fastdata_example_train_gpu", ROOT / "examples" / "train.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def train():
+    return _load_train()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("colours_gpu")
+    rng = np.random.default_rng(0)
+    for c, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
+        (root / f"c{c}").mkdir()
+        for i in range(96):
+            img = np.clip(np.array(colour) + rng.normal(0, 30, (80, 96, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
+    return root
+
+
+def _has_fastdata_loader() -> bool:
+    import fastdata
+
+    try:
+        fastdata.Loader, fastdata.ImageFolder  # noqa: B018
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+def _kernel_seconds(work, reps: int = 5) -> float:
+    work()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        work()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / reps
+
+
+@pytest.mark.parametrize("loader_ms,kernel_factor", [(30, 0.25), (5, 4.0)])
+def test_cuda_events_measure_gpu_idle_time(loader_ms, kernel_factor):
+    from fastdata.stall import StallMeter
+
+    a = torch.randn(4096, 4096, device="cuda")
+    one = _kernel_seconds(lambda: a @ a)
+    n = max(1, round(kernel_factor * loader_ms / 1e3 / one))  # matmuls per step: ~factor x the loader time
+    k = _kernel_seconds(lambda: [a @ a for _ in range(n)])
+
+    def batches():
+        for _ in range(30):
+            time.sleep(loader_ms / 1e3)
+            yield a
+
+    meter = StallMeter(warmup=3, gpu_util=True)
+    for x in meter.wrap(batches()):
+        for _ in range(n):
+            x @ x  # queued asynchronously: host clocks would not see it
+    rep = meter.report()
+    meter.close()
+    assert rep.timing == "cuda-events"
+    x_s = loader_ms / 1e3
+    truth = max(0.0, x_s - k) / max(x_s, k)  # GPU idle share per step
+    assert abs(rep.data_wait_fraction - truth) < 0.08, (rep.data_wait_fraction, truth, k)
+    assert rep.verdict == ("input-bound" if kernel_factor < 1 else "compute-bound")
+    print(f"\nloader {loader_ms} ms, kernels {1e3 * k:.1f} ms: {rep.summary()}")
+
+
+COMMON = ["--arch", "resnet18", "--batch-size", "32", "--image-size", "64", "--steps", "20",
+          "--log-every", "10", "--warmup-steps", "3", "--val-fraction", "0.25", "--workers", "4"]
+
+
+def _check(s: dict, inp: str) -> None:
+    assert s["input"] == inp and s["steps"] == 20
+    assert math.isfinite(s["final_loss"])
+    assert s["timing"] == "cuda-events"
+    assert s["images_per_s"] > 0 and 0 <= s["data_wait_fraction"] <= 1
+    if inp != "synthetic":
+        assert s["val_images"] == 48 and s["top1"] >= 0.9, s
+
+
+def test_dataloader_bf16(train, data):
+    _check(train.main([str(data), "--loader", "dataloader", "--amp", "bf16", *COMMON]), "dataloader")
+
+
+@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
+def test_fastdata_bf16(train, data):
+    _check(train.main([str(data), "--loader", "fastdata", "--amp", "bf16", *COMMON]), "fastdata")
+
+
+@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
+def test_fastdata_fp16_gradscaler(train, data):
+    _check(train.main([str(data), "--loader", "fastdata", "--amp", "fp16", *COMMON]), "fastdata")
+
+
+def test_synthetic(train):
+    s = train.main(["--synthetic", "--num-classes", "10", *COMMON])
+    _check(s, "synthetic")
+    assert s["data_wait_fraction"] < 0.05  # nothing to wait for
+
+
+@pytest.mark.slow
+def test_compile(train, data):
+    _check(train.main([str(data), "--loader", "dataloader", "--compile", *COMMON]), "dataloader")
+
+
+def test_doctor_measures_the_gpu(capsys):
+    import json
+
+    from fastdata import doctor
+
+    rc = doctor.main(["--json"])
+    out = json.loads(capsys.readouterr().out)
+    f = {x["name"]: x for x in out["findings"]}
+    assert f["cuda"]["value"]["available"] is True
+    assert f["gpu0"]["value"]["name"] == torch.cuda.get_device_name(0)
+    assert f["pinned_memory"]["status"] == "ok"
+    bw = f["h2d_bandwidth"]["value"]
+    assert bw["pinned_GBps"] > bw["pageable_GBps"] > 0
+    assert rc == out["exit_status"]
+    print("\n" + json.dumps({k: f[k]["value"] for k in ("cuda", "h2d_bandwidth", "decode_rate")}))
