@@ -59,6 +59,21 @@ class BatchReport:
     fallbacks: int = 0
 
 
+@dataclass
+class CropPlan:
+    """Per sample: source box (x0, y0, x1, y1) in EXIF-oriented pixels (float64 [N, 4]; the
+    output samples it with Pillow's pixel-centre convention), flip (bool [N]), oriented size
+    (int32 [N, 2] as height, width) and EXIF orientation (int32 [N])."""
+
+    boxes: np.ndarray
+    flips: np.ndarray
+    sizes: np.ndarray
+    orientations: np.ndarray
+    failures: List[DecodeError] = field(default_factory=list)
+    failed_rows: List[int] = field(default_factory=list)
+    not_jpeg_rows: List[int] = field(default_factory=list)
+
+
 def check_out(out: np.ndarray, n: int, hw: tuple) -> None:
     """Raise unless ``out`` is a writable C-contiguous uint8 array of shape [n, h, w, 3]."""
     if not isinstance(out, np.ndarray):
@@ -139,6 +154,33 @@ class Engine:
                 report.failures.append(DecodeError(message, index=index, name=name))
                 report.failed_rows.append(row)
         return report
+
+    def plan(self, items: Sequence[Item], transform: Transform, *, seed: int = 0, epoch: int = 0,
+             indices: Optional[Sequence[int]] = None,
+             max_pixels: int = DEFAULT_MAX_PIXELS) -> "CropPlan":
+        """Where each sample's output comes from, reading headers only (for GPU decoders).
+
+        Same crops and flips as ``run`` for the same (seed, epoch, indices). Samples whose
+        header cannot be read are listed in ``failures`` (non-JPEGs among them, with
+        ``not_jpeg_rows`` set so a caller can fall back to ``run`` for them).
+        """
+        spec = native_spec(transform)
+        index_arr = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
+        with self._lock:
+            if self._native is None:
+                raise RuntimeError("Engine is closed")
+            boxes, meta, raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels)
+        plan = CropPlan(boxes=boxes, flips=meta[:, 0].astype(bool), sizes=meta[:, 1:3].copy(),
+                        orientations=meta[:, 3].copy())
+        for row, status, message in raw:
+            if status == _NOT_JPEG:
+                plan.not_jpeg_rows.append(row)
+            else:
+                index = int(index_arr[row]) if index_arr is not None else row
+                item = items[row]
+                plan.failures.append(DecodeError(message, index=index, name=item if isinstance(item, str) else None))
+                plan.failed_rows.append(row)
+        return plan
 
     def close(self) -> None:
         """Join the native threads. Idempotent."""

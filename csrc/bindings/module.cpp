@@ -172,11 +172,9 @@ struct EngineDeleter {
   }
 };
 
-py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple& spec_t, const py::object& out_obj,
-                     uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels) {
-  const TransformSpec spec = spec_from_tuple(spec_t);
+// str items are paths the native threads read; anything else must be a byte buffer.
+std::vector<SampleInput> inputs_from_items(const py::sequence& items, BufferViews* views) {
   const size_t n = static_cast<size_t>(py::len(items));
-  BufferViews views;
   std::vector<SampleInput> inputs(n);
   for (size_t i = 0; i < n; ++i) {
     py::handle item = items[i];
@@ -184,11 +182,59 @@ py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple&
       inputs[i].path = item.cast<std::string>();
       if (inputs[i].path.empty()) throw py::value_error("empty file path at row " + std::to_string(i));
     } else {
-      const Py_buffer& v = views.add(item);
+      const Py_buffer& v = views->add(item);
       inputs[i].data = static_cast<const uint8_t*>(v.buf);
       inputs[i].size = static_cast<size_t>(v.len);
     }
   }
+  return inputs;
+}
+
+std::vector<int64_t> indices_from(const py::object& indices_obj, size_t n) {
+  std::vector<int64_t> indices;
+  if (!indices_obj.is_none()) {
+    auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(indices_obj);
+    if (!arr || static_cast<size_t>(arr.size()) != n) throw py::value_error("indices must have one entry per item");
+    indices.assign(arr.data(), arr.data() + n);
+  }
+  return indices;
+}
+
+py::tuple engine_plan(Engine& engine, const py::sequence& items, const py::tuple& spec_t, uint64_t seed,
+                      uint64_t epoch, const py::object& indices_obj, int64_t max_pixels) {
+  const TransformSpec spec = spec_from_tuple(spec_t);
+  BufferViews views;
+  const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
+  const size_t n = inputs.size();
+  const std::vector<int64_t> indices = indices_from(indices_obj, n);
+  std::vector<Engine::SamplePlan> plans;
+  std::vector<SampleResult> results;
+  {
+    py::gil_scoped_release nogil;
+    engine.plan(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), max_pixels, &plans, &results);
+  }
+  py::array_t<double> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
+  py::array_t<int32_t> meta({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
+  auto b = boxes.mutable_unchecked<2>();
+  auto m = meta.mutable_unchecked<2>();
+  py::list failures;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& p = plans[i];
+    b(i, 0) = p.x0, b(i, 1) = p.y0, b(i, 2) = p.x1, b(i, 3) = p.y1;
+    m(i, 0) = p.flip, m(i, 1) = p.height, m(i, 2) = p.width, m(i, 3) = p.orientation;
+    if (results[i].status != SampleStatus::kOk) {
+      failures.append(py::make_tuple(i, static_cast<int>(results[i].status), results[i].message));
+    }
+  }
+  return py::make_tuple(boxes, meta, failures);
+}
+
+py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple& spec_t, const py::object& out_obj,
+                     uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels) {
+  const TransformSpec spec = spec_from_tuple(spec_t);
+  BufferViews views;
+  const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
+  const size_t n = inputs.size();
   // out: uint8 [N, H, W, 3], rows may be strided, each row contiguous.
   py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
   py::buffer_info out = out_buf.request(true);
@@ -197,12 +243,7 @@ py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple&
       out.strides[2] != 3 || out.strides[1] != 3 * spec.out_w) {
     throw py::value_error("out must be a writable uint8 array of shape [N, H, W, 3] with contiguous rows");
   }
-  std::vector<int64_t> indices;
-  if (!indices_obj.is_none()) {
-    auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(indices_obj);
-    if (!arr || static_cast<size_t>(arr.size()) != n) throw py::value_error("indices must have one entry per item");
-    indices.assign(arr.data(), arr.data() + n);
-  }
+  const std::vector<int64_t> indices = indices_from(indices_obj, n);
   std::vector<SampleResult> results;
   BatchTimes times;
   {
@@ -270,6 +311,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("threads", &Engine::threads)
       .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
            py::arg("indices"), py::arg("strict"), py::arg("max_pixels"))
+      .def("plan", &engine_plan, py::arg("items"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
+           py::arg("indices"), py::arg("max_pixels"),
+           "Source boxes without decoding: (boxes f64 [N,4] x0,y0,x1,y1 oriented; meta i32 [N,4] flip,h,w,orientation; "
+           "failures [(row, status, message)])")
       .def("transform_pixels", &engine_transform_pixels, py::arg("pixels"), py::arg("spec"), py::arg("out"),
            py::arg("seed"), py::arg("epoch"), py::arg("index"));
 }

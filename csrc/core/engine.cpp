@@ -110,6 +110,55 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
   }
 }
 
+void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
+                  const int64_t* indices, int64_t max_pixels, std::vector<SamplePlan>* plans,
+                  std::vector<SampleResult>* results) {
+  plans->assign(inputs.size(), SamplePlan());
+  results->assign(inputs.size(), SampleResult());
+  pool_->parallel_for(inputs.size(), [&](size_t i, int worker) {
+    SampleResult& res = (*results)[i];
+    try {
+      const SampleInput& in = inputs[i];
+      const uint8_t* data = in.data;
+      size_t size = in.size;
+      if (!in.path.empty()) {
+        std::vector<uint8_t>& buf = file_buffers_[worker];
+        if (!read_file(in.path, &buf, &res.message)) {
+          res.status = SampleStatus::kReadError;
+          return;
+        }
+        data = buf.data();
+        size = buf.size();
+      }
+      if (size > 0 && !looks_like_jpeg(data, size)) {
+        res.status = SampleStatus::kNotJpeg;
+        res.message = "not a JPEG file";
+        return;
+      }
+      const JpegInfo info = scratch_[worker]->decoder.read_header(data, size, false);
+      check_pixel_limit(info, max_pixels);
+      const int h = info.oriented_height(), w = info.oriented_width();
+      const uint64_t index = indices ? static_cast<uint64_t>(indices[i]) : static_cast<uint64_t>(i);
+      const ResizePlan rp = plan_resize(h, w, spec, seed, epoch, index);
+      SamplePlan& p = (*plans)[i];
+      p.x0 = rp.x.start;
+      p.x1 = rp.x.start + rp.x.scale * rp.x.out;
+      p.y0 = rp.y.start;
+      p.y1 = rp.y.start + rp.y.scale * rp.y.out;
+      p.flip = rp.flip;
+      p.height = h;
+      p.width = w;
+      p.orientation = info.orientation;
+    } catch (const DecodeError& e) {
+      res.status = SampleStatus::kDecodeError;
+      res.message = e.what();
+    } catch (const std::exception& e) {
+      res.status = SampleStatus::kInternal;
+      res.message = std::string("internal error: ") + e.what();
+    }
+  });
+}
+
 void Engine::transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
                                    const SampleKey& key, uint8_t* out) {
   // Rare path (non-JPEG samples): fresh scratch, so it never races a running batch.

@@ -50,6 +50,18 @@ class Engine {
            const int64_t* indices, bool strict, int64_t max_pixels, uint8_t* out, ptrdiff_t row_stride,
            std::vector<SampleResult>* results, BatchTimes* times);
 
+  // Where each sample's output comes from, without decoding pixels (for GPU decoders):
+  // per sample the source box (x0, y0, x1, y1) in EXIF-oriented coordinates, the flip, the
+  // oriented size, and a status (kNotJpeg / kDecodeError / kReadError leave the box unset).
+  struct SamplePlan {
+    double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+    bool flip = false;
+    int height = 0, width = 0, orientation = 1;
+  };
+  void plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
+            const int64_t* indices, int64_t max_pixels, std::vector<SamplePlan>* plans,
+            std::vector<SampleResult>* results);
+
   // The fallback's second half: crop/resize/flip of pixels decoded elsewhere.
   void transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
                              const SampleKey& key, uint8_t* out);
