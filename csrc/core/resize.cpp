@@ -27,13 +27,12 @@ void horizontal_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int x_orig
     const uint8_t* in = src + y * src_stride;
     uint8_t* o = dst + y * dst_stride;
     for (int k = 0; k < out; ++k) {
-      const int16_t* w = fx.weights16.data() + static_cast<size_t>(k) * fx.groups * 16;
       const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
       int32_t acc[3] = {1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1)};
       const int n = fx.count[k];
       for (int t = 0; t < n; ++t) {
         // tap t sits in group t/4, vector (t%4)/2, lane t%2
-        const int32_t wt = w[(t / 4) * 16 + ((t % 4) / 2) * 8 + (t % 2)];
+        const int32_t wt = fx.weights16[w16_offset(k, t / 4, fx.groups) + ((t % 4) / 2) * 16 + (t % 2)];
         for (int c = 0; c < 3; ++c) acc[c] += wt * p[3 * t + c];
       }
       for (int c = 0; c < 3; ++c) o[3 * k + c] = clip8(acc[c], kResizeBits16);
@@ -57,14 +56,16 @@ __attribute__((target("sse4.1,ssse3"))) void horizontal_pass_sse41(const uint8_t
     const uint8_t* in = src + y * src_stride;
     uint8_t* o = dst + y * dst_stride;
     for (int k = 0; k < out; ++k) {
-      const __m128i* w = reinterpret_cast<const __m128i*>(fx.weights16.data() + static_cast<size_t>(k) * groups * 16);
       const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
       const int g_end = (fx.count[k] + 3) / 4;
       __m128i acc = half;
       for (int g = 0; g < g_end; ++g) {
         const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * g));
-        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(v, shuf01), _mm_loadu_si128(w + 2 * g)));
-        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(v, shuf23), _mm_loadu_si128(w + 2 * g + 1)));
+        const int16_t* w = fx.weights16.data() + w16_offset(k, g, groups);
+        const __m128i wa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+        const __m128i wb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(v, shuf01), wa));
+        acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(v, shuf23), wb));
       }
       // lanes: (R, G, B, 0) sums
       acc = _mm_srai_epi32(acc, kResizeBits16);
@@ -101,20 +102,15 @@ __attribute__((target("avx2"))) void horizontal_pass_avx2(const uint8_t* src, pt
     for (; k + 1 < out; k += 2) {
       const uint8_t* p0 = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
       const uint8_t* p1 = in + static_cast<ptrdiff_t>(fx.first[k + 1] - x_origin) * 3;
-      const int16_t* w0 = w16 + static_cast<size_t>(k) * groups * 16;
-      const int16_t* w1 = w0 + groups * 16;
+      const int16_t* wp = w16 + w16_offset(k, 0, groups);  // k is even: both lanes' weights
       const int g_end = (std::max(fx.count[k], fx.count[k + 1]) + 3) / 4;
       __m256i acc = half;
       for (int g = 0; g < g_end; ++g) {
         const __m256i v = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 12 * g))),
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 12 * g)), 1);
-        const __m256i wa = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w0 + 16 * g))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w1 + 16 * g)), 1);
-        const __m256i wb = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w0 + 16 * g + 8))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w1 + 16 * g + 8)), 1);
+        const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * g));
+        const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * g + 16));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf01), wa));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf23), wb));
       }
@@ -130,11 +126,10 @@ __attribute__((target("avx2"))) void horizontal_pass_avx2(const uint8_t* src, pt
       }
     }
     if (k < out) {  // odd width: the last pixel alone, same arithmetic
-      const int16_t* w = w16 + static_cast<size_t>(k) * groups * 16;
       const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
       int32_t acc[3] = {1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1)};
       for (int t = 0; t < fx.count[k]; ++t) {
-        const int32_t wt = w[(t / 4) * 16 + ((t % 4) / 2) * 8 + (t % 2)];
+        const int32_t wt = w16[w16_offset(k, t / 4, groups) + ((t % 4) / 2) * 16 + (t % 2)];
         for (int c = 0; c < 3; ++c) acc[c] += wt * p[3 * t + c];
       }
       for (int c = 0; c < 3; ++c) o[3 * k + c] = clip8(acc[c], kResizeBits16);
@@ -244,7 +239,7 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
   f->first.assign(out, 0);
   f->count.assign(out, 0);
   f->weights.assign(static_cast<size_t>(out) * f->taps, 0);
-  f->weights16.assign(static_cast<size_t>(out) * f->groups * 16, 0);
+  f->weights16.assign(static_cast<size_t>((out + 1) / 2) * f->groups * 32, 0);
   f->need_lo = hi;
   f->need_hi = lo;
   double k[64];
@@ -282,12 +277,11 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
     }
     const int dst = reverse ? out - 1 - xx : xx;
     int32_t* w = f->weights.data() + static_cast<size_t>(dst) * f->taps;
-    int16_t* w16 = f->weights16.data() + static_cast<size_t>(dst) * f->groups * 16;
     for (int x = 0; x < n; ++x) {
       const double v = kk[x] / ww;  // weights are >= 0: round half up
       w[x] = static_cast<int32_t>(std::trunc(v * (1 << kResizeBits) + 0.5));
       const int16_t v16 = static_cast<int16_t>(std::trunc(v * (1 << kResizeBits16) + 0.5));
-      int16_t* lane = w16 + (x / 4) * 16 + ((x % 4) / 2) * 8 + (x % 2);
+      int16_t* lane = f->weights16.data() + w16_offset(dst, x / 4, f->groups) + ((x % 4) / 2) * 16 + (x % 2);
       lane[0] = lane[2] = lane[4] = v16;  // R, G, B lanes of this tap
     }
     f->first[dst] = lo + xmin;

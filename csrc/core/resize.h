@@ -12,16 +12,23 @@ namespace fastdata {
 // Filter taps for one axis: output k reads `count[k]` source pixels from `first[k]`.
 // Vertical passes use `weights` (Pillow's 22-bit precision, int32). Horizontal passes use
 // `weights16` (14-bit, int16) so that two taps of all three channels go through one
-// multiply-add; per output pixel it holds groups of 4 taps laid out as two 8-lane vectors
-// (w0 w1 w0 w1 w0 w1 0 0)(w2 w3 w2 w3 w2 w3 0 0), zero past count[k].
+// multiply-add: for each group of 4 taps, two 8-lane vectors (w0 w1 w0 w1 w0 w1 0 0) and
+// (w2 w3 w2 w3 w2 w3 0 0), zero past count[k], stored pairwise for output pixels 2q and
+// 2q+1 so that one 256-bit load serves both (see w16_offset).
 struct AxisFilter {
   std::vector<int> first, count;
   std::vector<int32_t> weights;   // out * taps
-  std::vector<int16_t> weights16;  // out * groups * 16
+  std::vector<int16_t> weights16;  // ceil(out / 2) * groups * 32
   int taps = 0;
   int groups = 0;                // ceil(taps / 4)
   int need_lo = 0, need_hi = 0;  // source pixels read, [need_lo, need_hi)
 };
+
+// Where output pixel k's first vector of tap group g starts in weights16; the second
+// vector is 16 entries later.
+inline size_t w16_offset(int k, int g, int groups) {
+  return (static_cast<size_t>(k / 2) * groups + g) * 32 + (k % 2) * 8;
+}
 
 constexpr int kResizeBits = 22;    // Pillow's PRECISION_BITS for 8-bit images
 constexpr int kResizeBits16 = 14;  // int16 weights: 1.0 == 16384 still fits
