@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -94,16 +95,20 @@ __attribute__((target("avx2"))) void horizontal_pass_avx2(const uint8_t* src, pt
                                           -128, -128);
   const __m256i half = _mm256_set1_epi32(1 << (kResizeBits16 - 1));
   const __m256i zero = _mm256_setzero_si256();
+  // Locals, not fx's members: stores to `o` could alias them and force reloads.
   const int16_t* w16 = fx.weights16.data();
+  const int* first = fx.first.data();
+  const int* count = fx.count.data();
+  const size_t pair_stride = static_cast<size_t>(groups) * 32;
   for (int y = 0; y < rows; ++y) {
-    const uint8_t* in = src + y * src_stride;
+    const uint8_t* in = src + y * src_stride - static_cast<ptrdiff_t>(x_origin) * 3;
     uint8_t* o = dst + y * dst_stride;
+    const int16_t* wp = w16;  // weights of the pair (k, k + 1)
     int k = 0;
-    for (; k + 1 < out; k += 2) {
-      const uint8_t* p0 = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
-      const uint8_t* p1 = in + static_cast<ptrdiff_t>(fx.first[k + 1] - x_origin) * 3;
-      const int16_t* wp = w16 + w16_offset(k, 0, groups);  // k is even: both lanes' weights
-      const int g_end = (std::max(fx.count[k], fx.count[k + 1]) + 3) / 4;
+    for (; k + 1 < out; k += 2, wp += pair_stride, o += 6) {
+      const uint8_t* p0 = in + static_cast<ptrdiff_t>(first[k]) * 3;
+      const uint8_t* p1 = in + static_cast<ptrdiff_t>(first[k + 1]) * 3;
+      const int g_end = (std::max(count[k], count[k + 1]) + 3) / 4;
       __m256i acc = half;
       for (int g = 0; g < g_end; ++g) {
         const __m256i v = _mm256_inserti128_si256(
@@ -118,25 +123,24 @@ __attribute__((target("avx2"))) void horizontal_pass_avx2(const uint8_t* src, pt
       const __m256i packed = _mm256_packus_epi16(_mm256_packus_epi32(acc, zero), zero);
       const uint32_t rgb0 = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(packed)));
       const uint32_t rgb1 = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
-      std::memcpy(o + 3 * k, &rgb0, 4);  // byte 4 is overwritten next
+      std::memcpy(o, &rgb0, 4);  // byte 4 is overwritten next
       if (k + 2 < out) {
-        std::memcpy(o + 3 * k + 3, &rgb1, 4);
+        std::memcpy(o + 3, &rgb1, 4);
       } else {
-        std::memcpy(o + 3 * k + 3, &rgb1, 3);
+        std::memcpy(o + 3, &rgb1, 3);
       }
     }
     if (k < out) {  // odd width: the last pixel alone, same arithmetic
-      const uint8_t* p = in + static_cast<ptrdiff_t>(fx.first[k] - x_origin) * 3;
+      const uint8_t* p = in + static_cast<ptrdiff_t>(first[k]) * 3;
       int32_t acc[3] = {1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1)};
-      for (int t = 0; t < fx.count[k]; ++t) {
+      for (int t = 0; t < count[k]; ++t) {
         const int32_t wt = w16[w16_offset(k, t / 4, groups) + ((t % 4) / 2) * 16 + (t % 2)];
         for (int c = 0; c < 3; ++c) acc[c] += wt * p[3 * t + c];
       }
-      for (int c = 0; c < 3; ++c) o[3 * k + c] = clip8(acc[c], kResizeBits16);
+      for (int c = 0; c < 3; ++c) o[c] = clip8(acc[c], kResizeBits16);
     }
   }
 }
-
 // ---- vertical pass: out row k = sum_t w[k,t] * in row (first[k] + t), 22-bit like Pillow ----
 __attribute__((target("avx2"))) void vertical_pass_avx2(const uint8_t* src, ptrdiff_t src_stride, int y_origin,
                                                         int width, const AxisFilter& fy, uint8_t* dst,
@@ -202,12 +206,21 @@ void vertical_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int y_origin
   }
 }
 
+// FASTDATA_FORCE_SCALAR=1 turns the SIMD paths off (tests check both give the same bytes).
+bool simd_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("FASTDATA_FORCE_SCALAR");
+    return v == nullptr || v[0] == '\0' || v[0] == '0';
+  }();
+  return allowed;
+}
+
 void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,
                      uint8_t* dst, ptrdiff_t dst_stride) {
 #ifdef FASTDATA_X86
   // The SIMD loops read whole groups of 4 taps: beyond 4 groups they would outrun the padding.
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  static const bool sse41 = __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
+  static const bool avx2 = simd_allowed() && __builtin_cpu_supports("avx2");
+  static const bool sse41 = simd_allowed() && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
   if (fx.groups <= 4 && avx2) return horizontal_pass_avx2(src, src_stride, x_origin, rows, fx, dst, dst_stride);
   if (fx.groups <= 4 && sse41) return horizontal_pass_sse41(src, src_stride, x_origin, rows, fx, dst, dst_stride);
 #endif
@@ -217,7 +230,7 @@ void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int
 void vertical_pass(const uint8_t* src, ptrdiff_t src_stride, int y_origin, int width, const AxisFilter& fy,
                    uint8_t* dst, ptrdiff_t dst_stride) {
 #ifdef FASTDATA_X86
-  static const bool simd = __builtin_cpu_supports("avx2");
+  static const bool simd = simd_allowed() && __builtin_cpu_supports("avx2");
   if (simd) return vertical_pass_avx2(src, src_stride, y_origin, width, fy, dst, dst_stride);
 #endif
   vertical_pass_scalar(src, src_stride, y_origin, width, fy, dst, dst_stride);
