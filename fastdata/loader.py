@@ -1,0 +1,418 @@
+"""Loader: the DataLoader-compatible iterator.
+
+One producer thread per loader runs the pipeline ahead of the training loop:
+
+    sampler indices -> source.fetch -> Engine.run (native threads, GIL released) into a
+    pinned uint8 slot -> [CUDA] H2D copy + normalize on a side stream, event recorded
+    -> queue -> next(): the consumer's stream waits on the event (no host sync)
+
+Memory is planned once: ``prefetch`` pinned slots [B, H, W, 3] are allocated at start and
+reused. On CUDA a slot is rewritten only after its copy event has completed; the producer
+thread (not the training thread) waits for that.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads
+from .errors import BatchDecodeError, DecodeError
+from .sampler import ShardedOrder
+from .sources.base import Source
+from .stats import LoaderStats, StatsCounter
+from .tracing import stage
+from .transforms import RandomResizedCrop, Transform
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+# How many following indices a failed sample may be replaced by before giving up.
+_MAX_REPLACEMENT_TRIES = 16
+_STATE_VERSION = 1
+
+
+class _Names:
+    """Lazy ``source.name`` per row: only failed rows ever need a name."""
+
+    def __init__(self, source: Source, indices: np.ndarray):
+        self._source, self._indices = source, indices
+
+    def __getitem__(self, row: int) -> str:
+        return self._source.name(int(self._indices[row]))
+
+
+class _Normalizer:
+    """uint8 NHWC -> ``dtype`` NCHW, (x / 255 - mean) / std computed in float32.
+
+    With ``channels_last`` the result keeps NHWC memory (a free view of the slot layout).
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype, channels_last: bool,
+                 device: torch.device):
+        mean_t = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        std_t = torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        if mean_t.numel() != 3 or std_t.numel() != 3 or bool((std_t <= 0).any()):
+            raise ValueError("mean and std need 3 values each, std > 0")
+        self.scale = 1.0 / (255.0 * std_t)
+        self.bias = -mean_t / std_t
+        self.dtype = dtype
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def __call__(self, nhwc: torch.Tensor) -> torch.Tensor:
+        x = nhwc.permute(0, 3, 1, 2).float()  # channels_last memory, like the slot
+        x.mul_(self.scale).add_(self.bias)
+        return x.to(dtype=self.dtype, memory_format=self.memory_format)
+
+
+class Loader:
+    """Batches of decoded, cropped, normalized images and their labels.
+
+    Args:
+        source: a ``fastdata.Source`` (ImageFolder, FileList, BytesSource, LMDBSource, RAMCache).
+        batch_size: samples per batch (per rank).
+        transform: ``RandomResizedCrop`` (training) or ``CenterCrop`` (evaluation).
+        shuffle, seed, drop_last: epoch order; epoch e's order and crops depend only on
+            (seed, e). Without ``set_epoch`` each new iteration moves to the next epoch.
+        threads: native decode threads (default: the cores this process may use).
+        prefetch: batches prepared ahead (pinned slots in the ring).
+        device: "cuda" (default when available) or "cpu".
+        dtype: ``torch.uint8`` gives raw NHWC images; a float dtype gives normalized NCHW
+            images (``channels_last`` memory unless ``channels_last=False``).
+        on_error: "raise" (DecodeError naming the file) or "skip" (replace the sample by the
+            next one that decodes, count it in ``stats()``, warn once per file).
+        strict: treat libjpeg's corrupt-data warnings as errors.
+        rank, world_size: shard of this process; default from ``torch.distributed`` when it
+            is initialized, else a single process.
+        num_workers, pin_memory: accepted for DataLoader compatibility (num_workers is an
+            alias of threads; slots are pinned whenever CUDA is available).
+
+    Outputs on CUDA belong to the stream that was current when ``next()`` returned them.
+    CPU outputs are fresh tensors (never a view of a ring slot), so a kept batch is never
+    overwritten; that costs one copy per batch.
+    """
+
+    def __init__(self, source: Source, batch_size: int = 256, transform: Optional[Transform] = None, *,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = True, threads: Optional[int] = None,
+                 prefetch: int = 3, device: Optional[str] = None, dtype: torch.dtype = torch.float32,
+                 channels_last: bool = True, mean: Sequence[float] = IMAGENET_MEAN,
+                 std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, roi: bool = True, num_workers: Optional[int] = None,
+                 pin_memory: bool = True):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        if threads is None:
+            threads = num_workers if num_workers else default_threads()
+        self.source = source
+        self.transform = transform if transform is not None else RandomResizedCrop(224)
+        self.batch_size = int(batch_size)
+        self.prefetch = int(prefetch)
+        self.on_error = on_error
+        self.strict = bool(strict)
+        self.max_pixels = int(max_pixels)
+        self.roi = bool(roi)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device='cuda' but torch.cuda.is_available() is False")
+        if self.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+        if dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"dtype must be uint8, float32, float16 or bfloat16, got {dtype}")
+        self.dtype = dtype
+        if rank is None or world_size is None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                rank = dist.get_rank() if rank is None else rank
+                world_size = dist.get_world_size() if world_size is None else world_size
+            else:
+                rank, world_size = rank or 0, world_size or 1
+        self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                                  rank=rank, world_size=world_size)
+        self._labels = np.ascontiguousarray(source.labels, dtype=np.int64)
+        self._normalize = (None if dtype == torch.uint8 else
+                           _Normalizer(mean, std, dtype, channels_last, self.device))
+        self._engine = Engine(int(threads))
+        self._stats = StatsCounter(self._engine.threads, self.prefetch, self.batch_size)
+        h, w = self.transform.output_size
+        pin = torch.cuda.is_available()
+        # The ring: allocated once, reused for every batch of every epoch.
+        self._slots = [torch.empty((self.batch_size, h, w, 3), dtype=torch.uint8, pin_memory=pin)
+                       for _ in range(self.prefetch)]
+        self._label_slots = [torch.empty(self.batch_size, dtype=torch.int64, pin_memory=pin)
+                             for _ in range(self.prefetch)]
+        self._copy_done: List[Optional[Any]] = [None] * self.prefetch  # CUDA events per slot
+        self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._next_epoch = 0
+        self._resume_batch = 0
+        self._current: Optional["weakref.ref[_EpochIterator]"] = None
+        self._warned: set = set()
+        self._closed = False
+
+    # ---- DataLoader-like surface ----
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return self.order.num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s order and crops for the next iteration."""
+        if epoch < 0:
+            raise ValueError("epoch must be non-negative")
+        self._next_epoch = int(epoch)
+        self._resume_batch = 0
+
+    def __iter__(self) -> "_EpochIterator":
+        if self._closed:
+            raise RuntimeError("Loader is closed")
+        self._stop_current()
+        epoch, start = self._next_epoch, self._resume_batch
+        self._next_epoch, self._resume_batch = epoch + 1, 0
+        it = _EpochIterator(self, epoch, start)
+        self._current = weakref.ref(it)
+        return it
+
+    def stats(self) -> LoaderStats:
+        return self._stats.snapshot()
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader stands: resuming from it yields exactly the remaining batches."""
+        cur = self._current() if self._current is not None else None
+        if cur is not None and not cur.finished:
+            epoch, batch = cur.epoch, cur.consumed
+        else:
+            epoch, batch = self._next_epoch, self._resume_batch
+        o = self.order
+        return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": o.seed, "shuffle": o.shuffle,
+                "num_samples": o.num_samples, "batch_size": o.batch_size, "drop_last": o.drop_last,
+                "rank": o.rank, "world_size": o.world_size}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported Loader state version {state.get('version')!r}")
+        o = self.order
+        for key in ("seed", "shuffle", "num_samples", "batch_size", "drop_last", "world_size"):
+            if state[key] != getattr(o, key):
+                raise ValueError(f"state was saved with {key}={state[key]!r}, this loader has {getattr(o, key)!r}")
+        if not 0 <= state["batch"] <= o.num_batches:
+            raise ValueError(f"state batch {state['batch']} outside 0..{o.num_batches}")
+        self._stop_current()
+        self._next_epoch, self._resume_batch = int(state["epoch"]), int(state["batch"])
+
+    def close(self) -> None:
+        """Stop the producer and join the native threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_current()
+        self._engine.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: modules may already be gone
+            pass
+
+    def _stop_current(self) -> None:
+        cur = self._current() if self._current is not None else None
+        if cur is not None:
+            cur.close()
+        self._current = None
+
+    # ---- producer side (runs on the epoch's background thread) ----
+    def _decode_batch(self, slot: int, indices: np.ndarray, epoch: int) -> List[DecodeError]:
+        """Fill ring slot ``slot`` with ``indices``' images and labels; returns replaced failures."""
+        n = len(indices)
+        out = self._slots[slot].numpy()[:n]
+        labels = self._label_slots[slot].numpy()[:n]
+        t0 = time.perf_counter()
+        with stage("fastdata.fetch"):
+            items = self.source.fetch(indices)
+        self._stats.add(fetch_seconds=time.perf_counter() - t0)
+        with stage("fastdata.decode"):
+            report = self._engine.run(items, self.transform, out, seed=self.order.seed, epoch=epoch,
+                                      indices=indices, strict=self.strict, max_pixels=self.max_pixels,
+                                      names=_Names(self.source, indices), roi=self.roi)
+        labels[:] = self._labels[indices]
+        self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
+                        warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
+        if report.failures and self.on_error == "raise":
+            raise report.failures[0] if len(report.failures) == 1 else BatchDecodeError(report.failures)
+        for row in report.failed_rows:
+            self._replace(out, labels, row, int(indices[row]), epoch)
+        return report.failures
+
+    def _replace(self, out: np.ndarray, labels: np.ndarray, row: int, index: int, epoch: int) -> None:
+        """on_error="skip": decode the next sample after ``index`` that works into ``row``."""
+        n = len(self.source)
+        for k in range(1, _MAX_REPLACEMENT_TRIES + 1):
+            j = (index + k) % n
+            report = self._engine.run(self.source.fetch([j]), self.transform, out[row:row + 1],
+                                      seed=self.order.seed, epoch=epoch, indices=[j], strict=self.strict,
+                                      max_pixels=self.max_pixels, names=[self.source.name(j)], roi=self.roi)
+            self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
+                            warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
+            if not report.failures:
+                labels[row] = self._labels[j]
+                return
+        raise DecodeError(f"{_MAX_REPLACEMENT_TRIES} samples in a row after it failed to decode too; "
+                          "the dataset looks broken", index=index, name=self.source.name(index))
+
+    def _publish(self, slot: int, n: int) -> Tuple[torch.Tensor, torch.Tensor, Any]:
+        """Turn a filled slot into the outputs; on CUDA, enqueue the copy on the side stream."""
+        images, labels = self._slots[slot][:n], self._label_slots[slot][:n]
+        if self.device.type == "cpu":
+            if self._normalize is None:
+                return images.clone(memory_format=torch.contiguous_format), labels.clone(), None
+            return self._normalize(images), labels.clone(), None
+        stream = self._copy_stream
+        start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream), stage("fastdata.h2d"):
+            start.record(stream)
+            gpu_images = images.to(self.device, non_blocking=True)
+            gpu_labels = labels.to(self.device, non_blocking=True)
+            if self._normalize is not None:
+                gpu_images = self._normalize(gpu_images)
+            done.record(stream)
+        self._copy_done[slot] = (start, done)
+        return gpu_images, gpu_labels, done
+
+    def _wait_slot_free(self, slot: int) -> None:
+        """A slot is rewritten only after the copy that read it has finished."""
+        pending = self._copy_done[slot]
+        if pending is not None:
+            start, done = pending
+            done.synchronize()
+            self._stats.add(h2d_seconds=start.elapsed_time(done) / 1000.0)
+            self._copy_done[slot] = None
+
+    def _warn_skipped(self, failures: List[DecodeError]) -> None:
+        for f in failures:
+            key = f.name or f.index
+            if key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(f"fastdata: replaced an undecodable sample ({f}); counted in Loader.stats().failures",
+                              RuntimeWarning, stacklevel=3)
+
+
+_DONE = object()
+
+
+class _EpochIterator:
+    """One pass over an epoch's batches, produced ahead on a background thread."""
+
+    def __init__(self, loader: Loader, epoch: int, start: int):
+        self.epoch = epoch
+        self.consumed = start
+        self.finished = False
+        self._loader = loader
+        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=loader.prefetch)
+        self._stop = threading.Event()
+        self._total = loader.order.num_batches
+        batches = list(loader.order.batches(epoch, start))
+        self._thread = threading.Thread(target=_produce, name=f"fastdata-loader-e{epoch}",
+                                        args=(loader, epoch, start, batches, self._queue, self._stop), daemon=True)
+        loader._stats.start_clock()
+        self._thread.start()
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __len__(self) -> int:
+        return self._total - self.consumed
+
+    def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        if self.finished:
+            raise StopIteration
+        loader = self._loader
+        t0 = time.perf_counter()
+        with stage("fastdata.wait"):
+            while True:
+                try:
+                    item = self._queue.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if not self._thread.is_alive():
+                        self.finished = True
+                        raise RuntimeError("fastdata loader thread stopped without a result") from None
+        waited = time.perf_counter() - t0
+        if item is _DONE:
+            self.finished = True
+            self._thread.join()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.finished = True
+            self._thread.join()
+            raise item
+        images, labels, event, failures = item
+        if event is not None:
+            current = torch.cuda.current_stream(loader.device)
+            current.wait_event(event)
+            # The tensors were allocated on the copy stream; tell the allocator they are used here.
+            images.record_stream(current)
+            labels.record_stream(current)
+        self.consumed += 1
+        loader._stats.add(wait_seconds=waited, batches=1, images=len(labels))
+        if failures:
+            loader._warn_skipped(failures)
+        return images, labels
+
+    def close(self) -> None:
+        """Stop producing; join the thread. Safe to call twice."""
+        self._stop.set()
+        while self._thread.is_alive():
+            try:  # unblock a producer waiting to put
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread.join()
+        self.finished = True
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _put(q: "queue.Queue[Any]", item: Any, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _produce(loader: Loader, epoch: int, start: int, batches: List[np.ndarray], q: "queue.Queue[Any]",
+             stop: threading.Event) -> None:
+    """The producer thread: holds no reference to the iterator, so dropping it stops us."""
+    try:
+        for b, indices in enumerate(batches, start):
+            if stop.is_set():
+                return
+            slot = b % loader.prefetch
+            loader._wait_slot_free(slot)
+            failures = loader._decode_batch(slot, indices, epoch)
+            images, labels, event = loader._publish(slot, len(indices))
+            if not _put(q, (images, labels, event, failures), stop):
+                return
+        _put(q, _DONE, stop)
+    except BaseException as e:  # handed to the consumer, raised there
+        _put(q, e, stop)

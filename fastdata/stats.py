@@ -1,0 +1,58 @@
+"""What a Loader measured: throughput, how long the consumer waited, and per-stage time."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """Cumulative since the loader was created (``*_seconds`` are sums; stage times are
+    native thread time summed over threads, so they can exceed wall time)."""
+
+    batches: int
+    images: int
+    wall_seconds: float        # since the first batch was asked for
+    images_per_s: float        # images / wall_seconds
+    wait_seconds: float        # the consumer blocked in next() waiting for a batch
+    fetch_seconds: float       # source lookups (paths, LMDB reads, RAM slices), producer thread
+    read_seconds: float        # file reads by native threads
+    decode_seconds: float      # decode + crop/resize/flip by native threads
+    h2d_seconds: float         # host-to-device copy + GPU normalize (CUDA event time)
+    failures: int              # samples that failed to decode (replaced when on_error="skip")
+    warnings: int              # libjpeg corrupt-data warnings (decoded anyway; strict=False)
+    fallbacks: int             # non-JPEG samples decoded through Pillow
+    threads: int
+    prefetch: int
+    batch_size: int
+
+
+class StatsCounter:
+    """Thread-safe accumulation behind ``Loader.stats()``."""
+
+    _FIELDS = ("batches", "images", "wait_seconds", "fetch_seconds", "read_seconds", "decode_seconds",
+               "h2d_seconds", "failures", "warnings", "fallbacks")
+
+    def __init__(self, threads: int, prefetch: int, batch_size: int):
+        self._lock = threading.Lock()
+        self._values = {k: 0 for k in self._FIELDS}
+        self._t0 = None
+        self._fixed = dict(threads=threads, prefetch=prefetch, batch_size=batch_size)
+
+    def start_clock(self) -> None:
+        with self._lock:
+            if self._t0 is None:
+                self._t0 = time.perf_counter()
+
+    def add(self, **deltas: float) -> None:
+        with self._lock:
+            for k, v in deltas.items():
+                self._values[k] += v
+
+    def snapshot(self) -> LoaderStats:
+        with self._lock:
+            v = dict(self._values)
+            wall = 0.0 if self._t0 is None else time.perf_counter() - self._t0
+        return LoaderStats(wall_seconds=wall, images_per_s=v["images"] / wall if wall > 0 else 0.0,
+                           **v, **self._fixed)
