@@ -41,8 +41,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fastdata import bench_contenders as bc
 from fastdata import bench_report, demo
+from fastdata.sources.folder import read_file_list, scan_image_folder
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 DEFAULT_SECONDS = 20.0
 MAX_WINDOWS = 5
 
@@ -88,39 +88,16 @@ class Progress:
 
 
 def scan_folder(root: Path) -> Tuple[List[str], List[int], List[str]]:
-    """torchvision ImageFolder semantics: sorted class dirs -> labels 0..C-1, sorted files."""
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-    if not classes:
-        raise ValueError(f"{root}: no class folders (expected ROOT/<class>/<image>)")
-    paths, labels = [], []
-    for label, cls in enumerate(classes):
-        for dirpath, _, files in sorted(os.walk(root / cls, followlinks=True)):
-            for f in sorted(files):
-                if f.lower().endswith(IMAGE_EXTENSIONS):
-                    paths.append(os.path.join(dirpath, f))
-                    labels.append(label)
-    if not paths:
-        raise ValueError(f"{root}: no images with extensions {', '.join(IMAGE_EXTENSIONS)}")
-    return paths, labels, classes
+    """torchvision ImageFolder semantics (fastdata.sources.folder): paths, labels, classes."""
+    classes, samples = scan_image_folder(str(root))
+    return [p for p, _ in samples], [lab for _, lab in samples], classes
 
 
 def read_list_file(path: Path) -> Tuple[List[str], List[int], List[str]]:
-    """``path,label`` lines (relative paths are relative to the list file; # comments)."""
-    paths, labels = [], []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            name, sep, label = line.rpartition(",")
-            if not sep or not label.strip().lstrip("-").isdigit():
-                raise ValueError(f"{path}:{lineno}: expected 'path,label', got {line!r}")
-            p = Path(name.strip())
-            paths.append(str(p if p.is_absolute() else path.parent / p))
-            labels.append(int(label))
-    if not paths:
-        raise ValueError(f"{path}: empty list file")
-    return paths, labels, [str(k) for k in sorted(set(labels))]
+    """``path,label`` lines (fastdata.sources.folder.read_file_list): paths, labels, classes."""
+    items = read_file_list(str(path))
+    labels = [lab for _, lab in items]
+    return [p for p, _ in items], labels, [str(k) for k in range(max(labels) + 1)]
 
 
 def make_job(data: Optional[Path], args: argparse.Namespace, progress: Progress) -> Tuple[bc.Job, Dict[str, Any]]:

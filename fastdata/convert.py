@@ -30,9 +30,8 @@ import numpy as np
 
 from . import __version__
 from . import cache_format as cf
+from .sources.folder import read_file_list, scan_image_folder
 
-# torchvision.datasets.folder.IMG_EXTENSIONS, compared lower-case like torchvision does.
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 DEFAULT_QUALITY = 90
 DEFAULT_BATCH = 512  # records per write transaction (also capped by DEFAULT_BATCH_BYTES)
 DEFAULT_BATCH_BYTES = 64 << 20
@@ -65,48 +64,23 @@ class Plan:
 
 
 def scan_folder(root: str) -> Plan:
-    """ImageFolder order: sorted class dirs -> 0..C-1, sorted os.walk, sorted file names."""
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
-    if not classes:
-        raise ConvertError(f"{root}: no class folders found")
-    items: List[Tuple[str, int]] = []
-    empty = []
-    for label, cls in enumerate(classes):
-        before = len(items)
-        for dirpath, _, fnames in sorted(os.walk(os.path.join(root, cls), followlinks=True)):
-            for fname in sorted(fnames):
-                if fname.lower().endswith(IMG_EXTENSIONS):
-                    items.append((os.path.relpath(os.path.join(dirpath, fname), root), label))
-        if len(items) == before:
-            empty.append(cls)
-    if empty:
-        raise ConvertError(f"{root}: no image files (extensions {', '.join(IMG_EXTENSIONS)}) in class folder(s) {empty}")
+    """ImageFolder order (fastdata.sources.folder.scan_image_folder), paths relative to root."""
+    try:
+        classes, samples = scan_image_folder(root)
+    except FileNotFoundError as e:
+        raise ConvertError(str(e)) from None
+    items = [(os.path.relpath(path, root), label) for path, label in samples]
     return Plan(root=os.path.abspath(root), kind="folder", classes=classes, items=items)
 
 
 def read_list(list_path: str) -> Plan:
-    """``path,label`` per line (label: int >= 0); relative paths are relative to the list's folder.
-
-    Blank lines and lines starting with ``#`` are ignored. Classes are ``"0".."max"``.
-    """
+    """A ``path,label`` list file (fastdata.sources.folder.read_file_list); classes "0".."max"."""
     root = os.path.dirname(os.path.abspath(list_path))
-    items: List[Tuple[str, int]] = []
-    with open(list_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            path, sep, label = line.rpartition(",")
-            try:
-                value = int(label)
-            except ValueError:
-                value = -1
-            if not sep or not path or value < 0:
-                raise ConvertError(f"{list_path}:{lineno}: expected 'path,label' with an integer label >= 0, got {line!r}")
-            items.append((os.path.normpath(os.path.join(root, path)) if not os.path.isabs(path) else path, value))
-    if not items:
-        raise ConvertError(f"{list_path}: no entries")
-    items = [(os.path.relpath(p, root), lab) for p, lab in items]
+    try:
+        entries = read_file_list(list_path)
+    except ValueError as e:
+        raise ConvertError(str(e)) from None
+    items = [(os.path.relpath(p, root), lab) for p, lab in entries]
     classes = [str(k) for k in range(max(lab for _, lab in items) + 1)]
     return Plan(root=root, kind="list", classes=classes, items=items)
 
