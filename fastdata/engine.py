@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -34,6 +34,13 @@ def default_threads() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def scale_bias_for(mean: Sequence[float], std: Sequence[float]) -> Tuple[List[float], List[float]]:
+    """(x / 255 - mean) / std as x * scale + bias, per channel."""
+    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+        raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
+    return [1.0 / (255.0 * s) for s in std], [-m / s for m, s in zip(mean, std)]
 
 
 def native_spec(transform: Transform, roi: bool = True) -> tuple:
@@ -74,12 +81,14 @@ class CropPlan:
     not_jpeg_rows: List[int] = field(default_factory=list)
 
 
-def check_out(out: np.ndarray, n: int, hw: tuple) -> None:
-    """Raise unless ``out`` is a writable C-contiguous uint8 array of shape [n, h, w, 3]."""
+def check_out(out: np.ndarray, n: int, hw: tuple, normalized: bool = False) -> None:
+    """Raise unless ``out`` is a writable C-contiguous array of shape [n, h, w, 3]: uint8,
+    or float32 when ``normalized``."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array (use tensor.numpy() for torch), got {type(out).__name__}")
-    if out.dtype != np.uint8:
-        raise TypeError(f"out must have dtype uint8, got {out.dtype}")
+    want = np.float32 if normalized else np.uint8
+    if out.dtype != want:
+        raise TypeError(f"out must have dtype {np.dtype(want).name}, got {out.dtype}")
     if out.shape != (n, hw[0], hw[1], 3):
         raise ValueError(f"out must have shape {(n, hw[0], hw[1], 3)}, got {out.shape}")
     if not out.flags.c_contiguous:
@@ -111,8 +120,11 @@ class Engine:
     def run(self, items: Sequence[Item], transform: Transform, out: np.ndarray, *, seed: int = 0,
             epoch: int = 0, indices: Optional[Sequence[int]] = None, strict: bool = False,
             max_pixels: int = DEFAULT_MAX_PIXELS, names: Optional[Sequence[str]] = None,
-            roi: bool = True) -> BatchReport:
+            roi: bool = True, normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None) -> BatchReport:
         """Decode + transform ``items[i]`` into ``out[i]`` (uint8 [N, H, W, 3]).
+
+        With ``normalize=(mean, std)``, ``out`` is float32 [N, H, W, 3] and receives
+        (x / 255 - mean) / std per channel, computed by the native threads.
 
         ``items`` are file paths (``str``, read by native threads) or encoded buffers.
         Sample i's crop and flip come from (seed, epoch, indices[i]) (default indices: 0..N-1).
@@ -122,7 +134,8 @@ class Engine:
         """
         spec = native_spec(transform, roi)
         n = len(items)
-        check_out(out, n, transform.output_size)
+        check_out(out, n, transform.output_size, normalized=normalize is not None)
+        scale_bias = None if normalize is None else scale_bias_for(*normalize)
         index_arr = None
         if indices is not None:
             index_arr = np.ascontiguousarray(indices, dtype=np.int64)
@@ -136,7 +149,8 @@ class Engine:
             native = self._native
             if native is None:
                 raise RuntimeError("Engine is closed")
-            raw, warnings, read_s, decode_s = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels)
+            raw, warnings, read_s, decode_s = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels,
+                                                         scale_bias)
             report = BatchReport(read_seconds=read_s, decode_seconds=decode_s, warnings=warnings)
             for row, status, message in raw:
                 index = int(index_arr[row]) if index_arr is not None else row
@@ -145,7 +159,7 @@ class Engine:
                 if status == _NOT_JPEG:
                     try:
                         pixels = decode_with_pillow(item, max_pixels)
-                        native.transform_pixels(pixels, spec, out[row], seed, epoch, index)
+                        native.transform_pixels(pixels, spec, out, row, seed, epoch, index, scale_bias)
                         report.fallbacks += 1
                         continue
                     except DecodeError as e:

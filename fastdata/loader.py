@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads
+from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads, scale_bias_for
 from .errors import BatchDecodeError, DecodeError
 from .sampler import ShardedOrder
 from .sources.base import Source
@@ -94,8 +94,8 @@ class Loader:
             alias of threads; slots are pinned whenever CUDA is available).
 
     Outputs on CUDA belong to the stream that was current when ``next()`` returned them.
-    CPU outputs are fresh tensors (never a view of a ring slot), so a kept batch is never
-    overwritten; that costs one copy per batch.
+    CPU outputs are fresh tensors that the native threads write directly (normalized there
+    for float dtypes), so a kept batch is never overwritten.
     """
 
     def __init__(self, source: Source, batch_size: int = 256, transform: Optional[Transform] = None, *,
@@ -140,19 +140,26 @@ class Loader:
         self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                                   rank=rank, world_size=world_size)
         self._labels = np.ascontiguousarray(source.labels, dtype=np.int64)
-        self._normalize = (None if dtype == torch.uint8 else
-                           _Normalizer(mean, std, dtype, channels_last, self.device))
+        self._channels_last = bool(channels_last)
+        self._memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        cuda = self.device.type == "cuda"
+        # Normalization runs on the GPU for CUDA outputs, in the native threads for CPU ones.
+        self._normalize = (_Normalizer(mean, std, dtype, channels_last, self.device)
+                           if cuda and dtype != torch.uint8 else None)
+        self._cpu_norm = None if cuda or dtype == torch.uint8 else (tuple(mean), tuple(std))
+        if self._cpu_norm is not None:
+            scale_bias_for(*self._cpu_norm)  # validates mean/std now, not on the producer thread
         self._engine = Engine(int(threads))
         self._stats = StatsCounter(self._engine.threads, self.prefetch, self.batch_size)
         h, w = self.transform.output_size
-        pin = torch.cuda.is_available()
-        # The ring: allocated once, reused for every batch of every epoch.
-        self._slots = [torch.empty((self.batch_size, h, w, 3), dtype=torch.uint8, pin_memory=pin)
-                       for _ in range(self.prefetch)]
-        self._label_slots = [torch.empty(self.batch_size, dtype=torch.int64, pin_memory=pin)
-                             for _ in range(self.prefetch)]
-        self._copy_done: List[Optional[Any]] = [None] * self.prefetch  # CUDA events per slot
-        self._copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        # The CUDA ring: pinned slots allocated once, reused for every batch of every epoch.
+        n_slots = self.prefetch if cuda else 0
+        self._slots = [torch.empty((self.batch_size, h, w, 3), dtype=torch.uint8, pin_memory=True)
+                       for _ in range(n_slots)]
+        self._label_slots = [torch.empty(self.batch_size, dtype=torch.int64, pin_memory=True)
+                             for _ in range(n_slots)]
+        self._copy_done: List[Optional[Any]] = [None] * n_slots  # (start, done) CUDA events per slot
+        self._copy_stream = torch.cuda.Stream(self.device) if cuda else None
         self._next_epoch = 0
         self._resume_batch = 0
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
@@ -235,11 +242,9 @@ class Loader:
         self._current = None
 
     # ---- producer side (runs on the epoch's background thread) ----
-    def _decode_batch(self, slot: int, indices: np.ndarray, epoch: int) -> List[DecodeError]:
-        """Fill ring slot ``slot`` with ``indices``' images and labels; returns replaced failures."""
-        n = len(indices)
-        out = self._slots[slot].numpy()[:n]
-        labels = self._label_slots[slot].numpy()[:n]
+    def _fill(self, out: np.ndarray, labels: np.ndarray, indices: np.ndarray, epoch: int) -> List[DecodeError]:
+        """Decode ``indices`` into ``out`` (uint8 NHWC, or float32 NHWC normalized by the
+        native threads) and their labels; returns the failures that were replaced."""
         t0 = time.perf_counter()
         with stage("fastdata.fetch"):
             items = self.source.fetch(indices)
@@ -247,7 +252,7 @@ class Loader:
         with stage("fastdata.decode"):
             report = self._engine.run(items, self.transform, out, seed=self.order.seed, epoch=epoch,
                                       indices=indices, strict=self.strict, max_pixels=self.max_pixels,
-                                      names=_Names(self.source, indices), roi=self.roi)
+                                      names=_Names(self.source, indices), roi=self.roi, normalize=self._cpu_norm)
         labels[:] = self._labels[indices]
         self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
                         warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
@@ -264,7 +269,8 @@ class Loader:
             j = (index + k) % n
             report = self._engine.run(self.source.fetch([j]), self.transform, out[row:row + 1],
                                       seed=self.order.seed, epoch=epoch, indices=[j], strict=self.strict,
-                                      max_pixels=self.max_pixels, names=[self.source.name(j)], roi=self.roi)
+                                      max_pixels=self.max_pixels, names=[self.source.name(j)], roi=self.roi,
+                                      normalize=self._cpu_norm)
             self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
                             warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
             if not report.failures:
@@ -273,13 +279,28 @@ class Loader:
         raise DecodeError(f"{_MAX_REPLACEMENT_TRIES} samples in a row after it failed to decode too; "
                           "the dataset looks broken", index=index, name=self.source.name(index))
 
-    def _publish(self, slot: int, n: int) -> Tuple[torch.Tensor, torch.Tensor, Any]:
-        """Turn a filled slot into the outputs; on CUDA, enqueue the copy on the side stream."""
-        images, labels = self._slots[slot][:n], self._label_slots[slot][:n]
+    def _produce_batch(self, b: int, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
+                                                                              List[DecodeError]]:
+        """Batch ``b`` as the consumer will receive it (images, labels, CUDA event, failures)."""
+        n = len(indices)
+        h, w = self.transform.output_size
         if self.device.type == "cpu":
-            if self._normalize is None:
-                return images.clone(memory_format=torch.contiguous_format), labels.clone(), None
-            return self._normalize(images), labels.clone(), None
+            # The engine writes the returned tensor itself (normalized by the native threads for
+            # float dtypes): one allocation per batch, which is the batch the user keeps.
+            out = torch.empty((n, h, w, 3), dtype=torch.uint8 if self._cpu_norm is None else torch.float32)
+            labels = torch.empty(n, dtype=torch.int64)
+            failures = self._fill(out.numpy(), labels.numpy(), indices, epoch)
+            if self._cpu_norm is None:
+                return out, labels, None, failures
+            images = out.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
+            if self.dtype != torch.float32 or not self._channels_last:
+                images = images.to(dtype=self.dtype, memory_format=self._memory_format)
+            return images, labels, None, failures
+        # CUDA: decode into the pinned slot, then copy + normalize on the side stream.
+        slot = b % self.prefetch
+        self._wait_slot_free(slot)
+        failures = self._fill(self._slots[slot].numpy()[:n], self._label_slots[slot].numpy()[:n], indices, epoch)
+        images, labels = self._slots[slot][:n], self._label_slots[slot][:n]
         stream = self._copy_stream
         start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(stream), stage("fastdata.h2d"):
@@ -290,7 +311,7 @@ class Loader:
                 gpu_images = self._normalize(gpu_images)
             done.record(stream)
         self._copy_done[slot] = (start, done)
-        return gpu_images, gpu_labels, done
+        return gpu_images, gpu_labels, done, failures
 
     def _wait_slot_free(self, slot: int) -> None:
         """A slot is rewritten only after the copy that read it has finished."""
@@ -407,11 +428,7 @@ def _produce(loader: Loader, epoch: int, start: int, batches: List[np.ndarray], 
         for b, indices in enumerate(batches, start):
             if stop.is_set():
                 return
-            slot = b % loader.prefetch
-            loader._wait_slot_free(slot)
-            failures = loader._decode_batch(slot, indices, epoch)
-            images, labels, event = loader._publish(slot, len(indices))
-            if not _put(q, (images, labels, event, failures), stop):
+            if not _put(q, loader._produce_batch(b, indices, epoch), stop):
                 return
         _put(q, _DONE, stop)
     except BaseException as e:  # handed to the consumer, raised there

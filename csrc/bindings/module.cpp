@@ -229,27 +229,49 @@ py::tuple engine_plan(Engine& engine, const py::sequence& items, const py::tuple
   return py::make_tuple(boxes, meta, failures);
 }
 
+// out: uint8 or float32 [N, H, W, 3] with contiguous rows; float32 needs (scale, bias).
+BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpec& spec,
+                         const py::object& scale_bias, py::buffer_info* info) {
+  py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
+  *info = out_buf.request(true);
+  const bool f32 = info->format == py::format_descriptor<float>::format();
+  const py::ssize_t item = f32 ? 4 : 1;
+  if (!(f32 || (info->itemsize == 1 && info->format == py::format_descriptor<uint8_t>::format())) ||
+      info->ndim != 4 || info->shape[0] != static_cast<py::ssize_t>(n) || info->shape[1] != spec.out_h ||
+      info->shape[2] != spec.out_w || info->shape[3] != 3 || info->strides[3] != item ||
+      info->strides[2] != 3 * item || info->strides[1] != 3 * item * spec.out_w) {
+    throw py::value_error("out must be a writable uint8 or float32 array of shape [N, H, W, 3] with contiguous rows");
+  }
+  BatchOutput out;
+  out.row_stride = info->strides[0];
+  if (f32) {
+    if (scale_bias.is_none()) throw py::value_error("a float32 out needs per-channel (scale, bias)");
+    auto sb = scale_bias.cast<std::pair<std::vector<float>, std::vector<float>>>();
+    if (sb.first.size() != 3 || sb.second.size() != 3) throw py::value_error("scale and bias need 3 values each");
+    out.f32 = static_cast<float*>(info->ptr);
+    for (int c = 0; c < 3; ++c) out.scale[c] = sb.first[c], out.bias[c] = sb.second[c];
+  } else {
+    out.u8 = static_cast<uint8_t*>(info->ptr);
+  }
+  return out;
+}
+
 py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple& spec_t, const py::object& out_obj,
-                     uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels) {
+                     uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels,
+                     const py::object& scale_bias) {
   const TransformSpec spec = spec_from_tuple(spec_t);
   BufferViews views;
   const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
   const size_t n = inputs.size();
-  // out: uint8 [N, H, W, 3], rows may be strided, each row contiguous.
-  py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
-  py::buffer_info out = out_buf.request(true);
-  if (out.itemsize != 1 || out.ndim != 4 || out.shape[0] != static_cast<py::ssize_t>(n) ||
-      out.shape[1] != spec.out_h || out.shape[2] != spec.out_w || out.shape[3] != 3 || out.strides[3] != 1 ||
-      out.strides[2] != 3 || out.strides[1] != 3 * spec.out_w) {
-    throw py::value_error("out must be a writable uint8 array of shape [N, H, W, 3] with contiguous rows");
-  }
+  py::buffer_info info;
+  const BatchOutput out = batch_output(out_obj, n, spec, scale_bias, &info);
   const std::vector<int64_t> indices = indices_from(indices_obj, n);
   std::vector<SampleResult> results;
   BatchTimes times;
   {
     py::gil_scoped_release nogil;
-    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels,
-               static_cast<uint8_t*>(out.ptr), out.strides[0], &results, &times);
+    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels, out,
+               &results, &times);
   }
   py::list failures;
   int warnings = 0;
@@ -263,21 +285,21 @@ py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple&
 }
 
 void engine_transform_pixels(Engine& engine, py::array_t<uint8_t, py::array::c_style> rgb, const py::tuple& spec_t,
-                             const py::object& out_obj, uint64_t seed, uint64_t epoch, uint64_t index) {
+                             const py::object& out_obj, size_t row, uint64_t seed, uint64_t epoch, uint64_t index,
+                             const py::object& scale_bias) {
   const TransformSpec spec = spec_from_tuple(spec_t);
   if (rgb.ndim() != 3 || rgb.shape(2) != 3 || rgb.shape(0) < 1 || rgb.shape(1) < 1) {
     throw py::value_error("pixels must be a uint8 array of shape [H, W, 3]");
   }
-  py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
-  py::buffer_info out = out_buf.request(true);
-  if (out.itemsize != 1 || out.size != static_cast<py::ssize_t>(spec.out_h) * spec.out_w * 3) {
-    throw py::value_error("out row must be a writable uint8 buffer of H*W*3 bytes");
-  }
+  py::buffer_info info;
+  const py::ssize_t rows = py::reinterpret_borrow<py::buffer>(out_obj).request().shape.at(0);
+  if (row >= static_cast<size_t>(rows)) throw py::index_error("row outside out");
+  const BatchOutput out = batch_output(out_obj, static_cast<size_t>(rows), spec, scale_bias, &info);
   const int h = static_cast<int>(rgb.shape(0)), w = static_cast<int>(rgb.shape(1));
   const uint8_t* src = rgb.data();
   py::gil_scoped_release nogil;
-  engine.transform_pixels_into(src, h, w, static_cast<ptrdiff_t>(w) * 3, spec, SampleKey{seed, epoch, index},
-                               static_cast<uint8_t*>(out.ptr));
+  engine.transform_pixels_into(src, h, w, static_cast<ptrdiff_t>(w) * 3, spec, SampleKey{seed, epoch, index}, out,
+                               row);
 }
 
 }  // namespace
@@ -310,11 +332,11 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<int>(), py::arg("threads"))
       .def_property_readonly("threads", &Engine::threads)
       .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
-           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"))
+           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("scale_bias") = py::none())
       .def("plan", &engine_plan, py::arg("items"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
            py::arg("indices"), py::arg("max_pixels"),
            "Source boxes without decoding: (boxes f64 [N,4] x0,y0,x1,y1 oriented; meta i32 [N,4] flip,h,w,orientation; "
            "failures [(row, status, message)])")
       .def("transform_pixels", &engine_transform_pixels, py::arg("pixels"), py::arg("spec"), py::arg("out"),
-           py::arg("seed"), py::arg("epoch"), py::arg("index"));
+           py::arg("row"), py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("scale_bias") = py::none());
 }

@@ -16,6 +16,21 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// u8 -> float32 with per-channel scale and bias; the loop vectorizes.
+void normalize_row(const uint8_t* u8, float* f32, size_t pixels, const float scale[3], const float bias[3]) {
+  for (size_t p = 0; p < pixels; ++p) {
+    f32[3 * p] = u8[3 * p] * scale[0] + bias[0];
+    f32[3 * p + 1] = u8[3 * p + 1] * scale[1] + bias[1];
+    f32[3 * p + 2] = u8[3 * p + 2] * scale[2] + bias[2];
+  }
+}
+
+void zero_row(const BatchOutput& out, size_t i, size_t pixels) {
+  char* row = reinterpret_cast<char*>(out.f32 ? static_cast<void*>(out.f32) : static_cast<void*>(out.u8)) +
+              static_cast<ptrdiff_t>(i) * out.row_stride;
+  std::memset(row, 0, pixels * 3 * (out.f32 ? sizeof(float) : 1));
+}
+
 }  // namespace
 
 bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* error) {
@@ -54,14 +69,13 @@ Engine::Engine(int threads) : pool_(new ThreadPool(threads < 1 ? 1 : threads)) {
 }
 
 void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
-                 const int64_t* indices, bool strict, int64_t max_pixels, uint8_t* out, ptrdiff_t row_stride,
+                 const int64_t* indices, bool strict, int64_t max_pixels, const BatchOutput& out,
                  std::vector<SampleResult>* results, BatchTimes* times) {
   results->assign(inputs.size(), SampleResult());
   std::vector<double> read_s(pool_->size(), 0.0), decode_s(pool_->size(), 0.0);
-  const size_t row_bytes = static_cast<size_t>(spec.out_h) * spec.out_w * 3;
+  const size_t pixels = static_cast<size_t>(spec.out_h) * spec.out_w;
   pool_->parallel_for(inputs.size(), [&](size_t i, int worker) {
     SampleResult& res = (*results)[i];
-    uint8_t* row = out + static_cast<ptrdiff_t>(i) * row_stride;
     try {
       const SampleInput& in = inputs[i];
       const uint8_t* data = in.data;
@@ -75,7 +89,7 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
         if (!ok) {
           res.status = SampleStatus::kReadError;
           res.message = error;
-          std::memset(row, 0, row_bytes);
+          zero_row(out, i, pixels);
           return;
         }
         data = buf.data();
@@ -88,20 +102,30 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
       }
       const double t0 = now_seconds();
       const SampleKey key{seed, epoch, indices ? static_cast<uint64_t>(indices[i]) : static_cast<uint64_t>(i)};
-      res.warnings = transform_jpeg(data, size, spec, key, strict, max_pixels, row, scratch_[worker].get());
+      SampleScratch* s = scratch_[worker].get();
+      if (out.f32) {  // resize into scratch while it is in cache, then normalize into the row
+        s->row_u8.resize(pixels * 3);
+        res.warnings = transform_jpeg(data, size, spec, key, strict, max_pixels, s->row_u8.data(), s);
+        normalize_row(s->row_u8.data(),
+                      reinterpret_cast<float*>(reinterpret_cast<char*>(out.f32) + static_cast<ptrdiff_t>(i) * out.row_stride),
+                      pixels, out.scale, out.bias);
+      } else {
+        res.warnings = transform_jpeg(data, size, spec, key, strict, max_pixels,
+                                      out.u8 + static_cast<ptrdiff_t>(i) * out.row_stride, s);
+      }
       decode_s[worker] += now_seconds() - t0;
     } catch (const DecodeError& e) {
       res.status = SampleStatus::kDecodeError;
       res.message = e.what();
-      std::memset(row, 0, row_bytes);
+      zero_row(out, i, pixels);
     } catch (const std::bad_alloc&) {
       res.status = SampleStatus::kInternal;
       res.message = "out of memory";
-      std::memset(row, 0, row_bytes);
+      zero_row(out, i, pixels);
     } catch (const std::exception& e) {
       res.status = SampleStatus::kInternal;
       res.message = std::string("internal error: ") + e.what();
-      std::memset(row, 0, row_bytes);
+      zero_row(out, i, pixels);
     }
   });
   for (int w = 0; w < pool_->size(); ++w) {
@@ -160,10 +184,19 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
 }
 
 void Engine::transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
-                                   const SampleKey& key, uint8_t* out) {
+                                   const SampleKey& key, const BatchOutput& out, size_t row) {
   // Rare path (non-JPEG samples): fresh scratch, so it never races a running batch.
   SampleScratch scratch;
-  transform_pixels(rgb, h, w, stride, spec, key, out, &scratch);
+  const size_t pixels = static_cast<size_t>(spec.out_h) * spec.out_w;
+  if (out.f32) {
+    scratch.row_u8.resize(pixels * 3);
+    transform_pixels(rgb, h, w, stride, spec, key, scratch.row_u8.data(), &scratch);
+    normalize_row(scratch.row_u8.data(),
+                  reinterpret_cast<float*>(reinterpret_cast<char*>(out.f32) + static_cast<ptrdiff_t>(row) * out.row_stride),
+                  pixels, out.scale, out.bias);
+  } else {
+    transform_pixels(rgb, h, w, stride, spec, key, out.u8 + static_cast<ptrdiff_t>(row) * out.row_stride, &scratch);
+  }
 }
 
 }  // namespace fastdata

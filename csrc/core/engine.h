@@ -34,6 +34,16 @@ struct SampleResult {
   int warnings = 0;
 };
 
+// Where a batch's rows go: uint8 RGB, or float32 RGB normalized per channel as
+// u8 * scale[c] + bias[c] (the CPU output path; on GPUs normalization runs there).
+struct BatchOutput {
+  uint8_t* u8 = nullptr;
+  float* f32 = nullptr;
+  ptrdiff_t row_stride = 0;  // bytes between rows
+  float scale[3] = {1, 1, 1};
+  float bias[3] = {0, 0, 0};
+};
+
 struct BatchTimes {
   double read_seconds = 0;    // summed over threads
   double decode_seconds = 0;  // decode + crop + resize, summed over threads
@@ -44,10 +54,10 @@ class Engine {
   explicit Engine(int threads);
   int threads() const { return pool_->size(); }
 
-  // Row i goes to out + i * row_stride (spec.out_h * spec.out_w * 3 bytes). Never throws
-  // for bad data: every sample's outcome is in results[i]. Call without the GIL.
+  // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels). Never throws for
+  // bad data: every sample's outcome is in results[i]. Call without the GIL.
   void run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
-           const int64_t* indices, bool strict, int64_t max_pixels, uint8_t* out, ptrdiff_t row_stride,
+           const int64_t* indices, bool strict, int64_t max_pixels, const BatchOutput& out,
            std::vector<SampleResult>* results, BatchTimes* times);
 
   // Where each sample's output comes from, without decoding pixels (for GPU decoders):
@@ -64,7 +74,7 @@ class Engine {
 
   // The fallback's second half: crop/resize/flip of pixels decoded elsewhere.
   void transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
-                             const SampleKey& key, uint8_t* out);
+                             const SampleKey& key, const BatchOutput& out, size_t row);
 
  private:
   std::unique_ptr<ThreadPool> pool_;

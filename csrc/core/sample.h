@@ -17,6 +17,7 @@ struct SampleScratch {
   ResizeScratch resize;
   AxisFilter fx, fy;
   std::vector<uint8_t> oriented;  // crop region after EXIF orientation (orientations 2..8 only)
+  std::vector<uint8_t> row_u8;    // one uint8 output row, when the batch output is float
 };
 
 struct SampleKey {

@@ -63,13 +63,13 @@ def data(tmp_path_factory) -> Path:
     return root
 
 
-COMMON = ["--arch", "small_resnet", "--batch-size", "8", "--image-size", "32", "--steps", "12",
+COMMON = ["--arch", "small_resnet", "--batch-size", "8", "--image-size", "32", "--steps", "24",
           "--log-every", "4", "--warmup-steps", "2", "--val-fraction", "0.25", "--device", "cpu"]
 
 
 def _check_run(summary: dict, loader: str) -> None:
     assert summary["input"] == loader
-    assert summary["steps"] == 12
+    assert summary["steps"] == 24
     assert math.isfinite(summary["final_loss"])
     assert summary["val_images"] == 20  # 25% of 80, all held-out images evaluated
     assert summary["top1"] >= 0.9, summary  # colour decides the class: chance would be ~0.5
@@ -97,7 +97,7 @@ def test_fastdata_pipeline_trains(data):
 def test_synthetic_and_table(data, tmp_path, capsys):
     results = tmp_path / "runs.jsonl"
     s = train.main(["--synthetic", "--num-classes", "5", "--results", str(results), *COMMON])
-    assert s["input"] == "synthetic" and s["steps"] == 12 and "top1" not in s
+    assert s["input"] == "synthetic" and s["steps"] == 24 and "top1" not in s
     train.main([str(data), "--loader", "dataloader", "--workers", "0", "--no-eval", "--results", str(results), *COMMON])
     capsys.readouterr()
     train.main(["--table", str(results)])
