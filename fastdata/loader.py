@@ -12,6 +12,7 @@ thread (not the training thread) waits for that.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -90,6 +91,9 @@ class Loader:
         strict: treat libjpeg's corrupt-data warnings as errors.
         rank, world_size: shard of this process; default from ``torch.distributed`` when it
             is initialized, else a single process.
+        backend: "native" (libjpeg-turbo threads), "nvjpeg" (torchvision's GPU decoder) or
+            "dali" (NVIDIA DALI, optional extra); same order, crops, labels and outputs.
+            ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``).
         num_workers, pin_memory: accepted for DataLoader compatibility (num_workers is an
             alias of threads; slots are pinned whenever CUDA is available).
 
@@ -104,7 +108,8 @@ class Loader:
                  channels_last: bool = True, mean: Sequence[float] = IMAGENET_MEAN,
                  std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, roi: bool = True, num_workers: Optional[int] = None,
+                 world_size: Optional[int] = None, roi: bool = True, backend: str = "native",
+                 backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
                  pin_memory: bool = True):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -150,6 +155,14 @@ class Loader:
         if self._cpu_norm is not None:
             scale_bias_for(*self._cpu_norm)  # validates mean/std now, not on the producer thread
         self._engine = Engine(int(threads))
+        self._backend = None  # a GPU decoding backend (fastdata.backends), or the native path below
+        if backend != "native":
+            if not cuda and backend == "nvjpeg":
+                raise ValueError("backend='nvjpeg' decodes on the GPU: it needs device='cuda'")
+            from .backends import make_backend
+            self._backend = make_backend(backend, self.transform, device=self.device, dtype=dtype, mean=mean, std=std,
+                                         channels_last=channels_last, seed=self.order.seed, strict=self.strict,
+                                         max_pixels=self.max_pixels, threads=int(threads), **(backend_options or {}))
         self._stats = StatsCounter(self._engine.threads, self.prefetch, self.batch_size)
         h, w = self.transform.output_size
         # The CUDA ring: pinned slots allocated once, reused for every batch of every epoch.
@@ -221,6 +234,8 @@ class Loader:
             return
         self._closed = True
         self._stop_current()
+        if self._backend is not None:
+            self._backend.close()
         self._engine.close()
 
     def __enter__(self) -> "Loader":
@@ -282,6 +297,8 @@ class Loader:
     def _produce_batch(self, b: int, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
                                                                               List[DecodeError]]:
         """Batch ``b`` as the consumer will receive it (images, labels, CUDA event, failures)."""
+        if self._backend is not None:
+            return self._backend_batch(indices, epoch)
         n = len(indices)
         h, w = self.transform.output_size
         if self.device.type == "cpu":
@@ -312,6 +329,44 @@ class Loader:
             done.record(stream)
         self._copy_done[slot] = (start, done)
         return gpu_images, gpu_labels, done, failures
+
+    def _backend_batch(self, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
+                                                                        List[DecodeError]]:
+        """A batch from a GPU backend, with the same error policy as the native path."""
+        be = self._backend
+        t0 = time.perf_counter()
+        with stage("fastdata.fetch"):
+            items = self.source.fetch(indices)
+        self._stats.add(fetch_seconds=time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        with stage("fastdata.decode"):
+            images, failures, rows = be.run(items, indices, epoch)
+        self._stats.add(decode_seconds=time.perf_counter() - t0, failures=len(failures))
+        failures = [DecodeError(f.reason, index=f.index, name=f.name or self.source.name(int(f.index)))
+                    for f in failures]
+        if failures and self.on_error == "raise":
+            raise failures[0] if len(failures) == 1 else BatchDecodeError(failures)
+        labels = self._labels[indices].copy()
+        for row in rows:  # on_error="skip": the next sample that decodes, as on the native path
+            index = int(indices[row])
+            for k in range(1, _MAX_REPLACEMENT_TRIES + 1):
+                j = (index + k) % len(self.source)
+                one, bad, _ = be.run(self.source.fetch([j]), np.array([j]), epoch)
+                if not bad:
+                    with torch.cuda.stream(be.stream) if be.stream is not None else contextlib.nullcontext():
+                        images[row] = one[0]
+                    labels[row] = self._labels[j]
+                    break
+            else:
+                raise DecodeError(f"{_MAX_REPLACEMENT_TRIES} samples in a row after it failed to decode too",
+                                  index=index, name=self.source.name(index))
+        event = None
+        with torch.cuda.stream(be.stream) if be.stream is not None else contextlib.nullcontext():
+            gpu_labels = torch.from_numpy(labels).to(self.device, non_blocking=False)
+            if be.stream is not None:
+                event = torch.cuda.Event()
+                event.record(be.stream)
+        return images, gpu_labels, event, failures
 
     def _wait_slot_free(self, slot: int) -> None:
         """A slot is rewritten only after the copy that read it has finished."""

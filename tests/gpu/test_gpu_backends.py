@@ -1,0 +1,116 @@
+"""On a CUDA machine: the nvjpeg and DALI (mixed) backends against the native path.
+
+Run: python -m pytest tests/gpu/test_gpu_backends.py -q -m gpu
+(DALI cases are skipped unless nvidia-dali-cuda130 is installed.)
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+
+import fastdata
+from fastdata.backends import make_backend
+from fastdata.backends.gpu_resize import ImageLayout, resample_batch
+from fastdata.demo import photo_like_jpeg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from test_backend_routing import make_folder, psnr  # noqa: E402  (the folder of hard cases)
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+GPU_BACKENDS = ["nvjpeg", pytest.param("dali", marks=pytest.mark.skipif(not HAVE_DALI, reason="DALI not installed"))]
+
+
+def _consume(backend, out: torch.Tensor) -> torch.Tensor:
+    # What the Loader does on the consumer side: wait for the backend's stream, then use.
+    torch.cuda.current_stream().wait_stream(backend.stream)
+    out.record_stream(torch.cuda.current_stream())
+    return out
+
+
+@pytest.mark.parametrize("name", GPU_BACKENDS)
+@pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(96), fastdata.CenterCrop(80)])
+def test_gpu_backend_matches_native_on_hard_folder(tmp_path, name, transform):
+    paths = make_folder(tmp_path)  # plain, CMYK, progressive, gray, PNG, EXIF 6/7, truncated, garbage, missing
+    indices = np.arange(300, 300 + len(paths))
+    with make_backend(name, transform, device="cuda", dtype=None, seed=7, threads=4) as gpu, \
+            make_backend("native", transform, device="cpu", dtype=None, seed=7, threads=4) as native:
+        for epoch in (0, 1):
+            a, fa, ra = gpu.run(paths, indices, epoch)
+            a = _consume(gpu, a).cpu()
+            b, fb, rb = native.run(paths, indices, epoch)
+            assert a.shape == b.shape and a.dtype == torch.uint8
+            assert ra == rb and [(e.index, e.name) for e in fa] == [(e.index, e.name) for e in fb]
+            for row in range(len(paths) - 2):
+                assert psnr(a[row], b[row]) >= 30, (name, paths[row], psnr(a[row], b[row]))
+            sims = torch.tensor([[psnr(a[i], b[j]) for j in range(6)] for i in range(6)])
+            assert (sims.argmax(1) == torch.arange(6)).all()
+        assert gpu.stats["gpu_decoded"] >= 2 * 8  # most of the folder really went through the GPU
+
+
+@pytest.mark.parametrize("name", GPU_BACKENDS)
+def test_gpu_backend_normalized_fp16_channels_last(tmp_path, name):
+    paths = make_folder(tmp_path)[:8]
+    transform = fastdata.RandomResizedCrop(64)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    with make_backend(name, transform, device="cuda", dtype=None, seed=1, threads=4) as raw:
+        u8, _, _ = raw.run(paths, np.arange(8), 0)
+        u8 = _consume(raw, u8)
+    with make_backend(name, transform, device="cuda", dtype=torch.float16, mean=mean, std=std, seed=1,
+                      threads=4) as be:
+        y, failures, _ = be.run(paths, np.arange(8), 0)
+        y = _consume(be, y)
+    assert not failures and y.shape == (8, 3, 64, 64) and y.dtype == torch.float16 and y.is_cuda
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    m = torch.tensor(mean, device="cuda", dtype=torch.float64)
+    s = torch.tensor(std, device="cuda", dtype=torch.float64)
+    ref = ((u8.double() / 255 - m) / s).permute(0, 3, 1, 2)
+    torch.testing.assert_close(y.double(), ref, atol=5e-3, rtol=0)
+
+
+@pytest.mark.parametrize("name", GPU_BACKENDS)
+def test_gpu_crops_follow_exif_orientation(name):
+    base = Image.open(io.BytesIO(photo_like_jpeg(2, 0, 150, 100)))
+    datas, refs = [], []
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        buf = io.BytesIO()
+        base.save(buf, "JPEG", quality=95, exif=exif.tobytes())
+        datas.append(buf.getvalue())
+        refs.append(ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue()))).convert("RGB"))
+    transform = fastdata.RandomResizedCrop(48, scale=(0.3, 0.6))
+    with fastdata.Engine(1) as engine:
+        plan = engine.plan(datas, transform, seed=3, indices=np.arange(8))
+    with make_backend(name, transform, device="cuda", dtype=None, seed=3, threads=2) as be:
+        out, failures, _ = be.run(datas, np.arange(8), 0)
+        out = _consume(be, out).cpu()
+    assert not failures
+    for i, ref in enumerate(refs):
+        expect = ref.crop(tuple(int(v) for v in plan.boxes[i])).resize((48, 48), Image.BILINEAR)
+        if plan.flips[i]:
+            expect = expect.transpose(Image.FLIP_LEFT_RIGHT)
+        assert psnr(out[i], torch.from_numpy(np.array(expect))) >= 35, (name, i + 1)
+
+
+def test_resampler_on_cuda_equals_cpu():
+    images = [np.asarray(Image.open(io.BytesIO(photo_like_jpeg(1, i, 160 + 20 * i, 120))).convert("RGB"))
+              for i in range(4)]
+    flat = torch.cat([torch.from_numpy(a.copy()).reshape(-1) for a in images])
+    layout = ImageLayout.packed([a.shape[:2] for a in images], chw=False)
+    boxes = np.array([[3, 4, 150, 110], [0, 0, 180, 120], [20, 10, 90, 70], [5, 5, 200, 119]], float)
+    flips = np.array([True, False, True, False])
+    orient = np.array([1, 2, 3, 4])  # orientations that keep the stored width, so every box fits
+    cpu = resample_batch(flat, layout, boxes, flips, orient, (64, 72), True)
+    gpu = resample_batch(flat.cuda(), layout, boxes, flips, orient, (64, 72), True)
+    assert (gpu.cpu() - cpu).abs().max() <= 1  # fused multiply-add order may differ by one level

@@ -1,0 +1,151 @@
+"""Backend plumbing on CPU: routing to the native fallback, failures, assembly, dtypes.
+
+The nvJPEG backend runs here with torchvision's CPU JPEG decoder standing in for nvJPEG
+(``_allow_cpu``), so the code around the GPU decoder — plan, routing, fallback, resampling,
+assembly — is checked against the native backend without a GPU.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastdata
+from fastdata.backends import BACKENDS, make_backend
+from fastdata.backends.common import ends_with_eoi, frame_info
+from fastdata.backends.nvjpeg import NvjpegBackend
+from fastdata.demo import photo_like_jpeg
+
+pytest.importorskip("torchvision")
+from torchvision.io.image import ImageReadMode  # noqa: E402
+
+
+class CpuStandIn(NvjpegBackend):
+    """nvJPEG's role played by torchvision's CPU decoder; it rejects progressive files as nvJPEG may."""
+
+    _allow_cpu = True
+
+    def __init__(self, transform, **config):
+        super().__init__(transform, **config)
+        self.seen = []
+
+        def decode(tensors, device):
+            out = []
+            for t in tensors:
+                info = frame_info(t.numpy())
+                self.seen.append(info)
+                if info is not None and info.progressive:
+                    raise RuntimeError("progressive not supported (stand-in)")
+                out.append(torch.ops.image.decode_jpeg(t, ImageReadMode.RGB.value, False))
+            return out
+
+        self._decode_jpegs = decode
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = float(((a.double() - b.double()) ** 2).mean())
+    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+
+
+def make_folder(root: Path) -> list:
+    """Files whose content encodes their index (photo-like, per-index tint), plus hard cases."""
+    paths = []
+    for i in range(6):
+        p = root / f"{i:02d}_plain.jpg"
+        p.write_bytes(photo_like_jpeg(11, i, 180 + 7 * i, 140))
+        paths.append(str(p))
+    base = Image.open(io.BytesIO(photo_like_jpeg(11, 99, 160, 120)))
+    cases = {
+        "cmyk.jpg": lambda f: base.convert("CMYK").save(f, "JPEG", quality=92),
+        "progressive.jpg": lambda f: base.save(f, "JPEG", quality=92, progressive=True),
+        "gray.jpg": lambda f: base.convert("L").save(f, "JPEG", quality=92),
+        "png.png": lambda f: base.save(f, "PNG"),
+        "exif6.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=_exif(6)),
+        "exif7.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=_exif(7)),
+    }
+    for name, save in cases.items():
+        p = root / name
+        with open(p, "wb") as f:
+            save(f)
+        paths.append(str(p))
+    good = Path(paths[0]).read_bytes()
+    (root / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (root / "garbage.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg at all")
+    paths += [str(root / "truncated.jpg"), str(root / "garbage.jpg"), str(root / "missing.jpg")]
+    return paths
+
+
+def _exif(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+@pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(64), fastdata.CenterCrop(64)])
+def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform):
+    paths = make_folder(tmp_path)
+    indices = np.arange(1000, 1000 + len(paths))
+    cfg = dict(device="cpu", dtype=None, seed=4, threads=2)
+    with CpuStandIn(transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
+        a, fa, ra = gpu.run(paths, indices, 3)
+        b, fb, rb = native.run(paths, indices, 3)
+        stats = dict(gpu.stats)
+    assert a.shape == b.shape == (len(paths), 64, 64, 3) and a.dtype == torch.uint8
+    # Same failures, same rows, named by path and dataset index.
+    assert ra == rb == [len(paths) - 2, len(paths) - 1]
+    assert [(e.index, e.name) for e in fa] == [(e.index, e.name) for e in fb]
+    assert fa[0].name.endswith("garbage.jpg") and "missing.jpg" in fa[1].name and fa[1].index == indices[-1]
+    assert (a[ra] == 0).all()
+    for row in range(len(paths) - 2):
+        assert psnr(a[row], b[row]) >= 30, (paths[row], psnr(a[row], b[row]))
+    # Row order: each row is closest to its own native row.
+    sims = torch.tensor([[psnr(a[i], b[j]) for j in range(6)] for i in range(6)])
+    assert (sims.argmax(1) == torch.arange(6)).all()
+    # CMYK and PNG never reach the GPU decoder; the progressive file was rejected and fell back.
+    assert stats["gpu_rejected"] >= 1 and stats["native_fallbacks"] >= 3
+    assert not any(info is not None and info.components == 4 for info in gpu.seen)
+
+
+def test_normalized_output_and_layout(tmp_path):
+    paths = make_folder(tmp_path)[:7]
+    t = fastdata.RandomResizedCrop((48, 40))
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    with CpuStandIn(t, device="cpu", dtype=None, seed=1, threads=2) as raw:
+        u8, _, _ = raw.run(paths, np.arange(7), 0)
+    for dtype, cl in [(torch.float16, True), (torch.float32, False), (torch.bfloat16, True)]:
+        with CpuStandIn(t, device="cpu", dtype=dtype, mean=mean, std=std, channels_last=cl, seed=1, threads=2) as be:
+            y, failures, rows = be.run(paths, np.arange(7), 0)
+        assert not failures and not rows
+        assert y.shape == (7, 3, 48, 40) and y.dtype == dtype
+        assert y.is_contiguous(memory_format=torch.channels_last) if cl else y.is_contiguous()
+        ref = (u8.double() / 255 - torch.tensor(mean, dtype=torch.float64)) / torch.tensor(std, dtype=torch.float64)
+        tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+        torch.testing.assert_close(y.double(), ref.permute(0, 3, 1, 2), atol=tol, rtol=0)
+
+
+def test_strict_routes_truncated_to_native_and_reports_it(tmp_path):
+    paths = make_folder(tmp_path)
+    trunc = paths.index(str(tmp_path / "truncated.jpg"))
+    with CpuStandIn(fastdata.RandomResizedCrop(32), device="cpu", dtype=None, strict=True, threads=2) as be:
+        _, failures, rows = be.run(paths, np.arange(len(paths)), 0)
+    assert trunc in rows and any(e.name.endswith("truncated.jpg") for e in failures)
+
+
+def test_header_helpers():
+    jpeg = photo_like_jpeg(0, 0, 40, 30)
+    info = frame_info(jpeg)
+    assert info is not None and (info.precision, info.components, info.progressive) == (8, 3, False)
+    assert frame_info(b"\x89PNG\r\n") is None and frame_info(b"") is None
+    assert ends_with_eoi(jpeg) and ends_with_eoi(jpeg + b"\x00\x00") and not ends_with_eoi(jpeg[:-10])
+
+
+def test_make_backend_rejects_unknown_names_and_cpu_nvjpeg():
+    assert BACKENDS == ("native", "nvjpeg", "dali")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        make_backend("opencv", fastdata.RandomResizedCrop(8))
+    with pytest.raises(ValueError, match="CUDA device"):
+        make_backend("nvjpeg", fastdata.RandomResizedCrop(8), device="cpu")
