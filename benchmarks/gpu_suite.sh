@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The commands behind the README's GPU-machine tables (one H200, 16 cores), in stages so
+# that each fits one 10-minute call. Results go to $OUT (default ./gpu_results).
+#   bash benchmarks/gpu_suite.sh setup   # build fastdata in place; install carried wheels
+#   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
+#   bash benchmarks/gpu_suite.sh bench   # fastdata-bench and bench_loader to CUDA
+#   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
+set -uo pipefail
+OUT=${OUT:-gpu_results}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+stage=${1:?stage: setup|tests|bench|train}
+case "$stage" in
+  setup)
+    # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
+    wheels=$(ls .whl/*.whl /tmp/dali/wheels/*.whl 2>/dev/null)
+    [ -n "$wheels" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels
+    python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3
+    python3 -c "import fastdata, torch; print('fastdata', fastdata.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
+    ;;
+  tests)
+    python3 -m pytest tests/gpu -q -m "gpu and not slow" -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+    python3 benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json "$OUT/bench_decode_16c.json" 2>&1 \
+      | tee "$OUT/bench_decode_16c.log" | tail -32
+    python3 benchmarks/bench_gpu_decode.py --count 4096 --batch 256 --threads 16 --json "$OUT/bench_gpu_decode.json" 2>&1 \
+      | tee "$OUT/bench_gpu_decode.log" | tail -20
+    ;;
+  bench)
+    fastdata-bench --device cuda --seconds 60 --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.log" | tail -20
+    python3 benchmarks/bench_loader.py --device cuda --json "$OUT/bench_loader_cuda.json" 2>&1 \
+      | tee "$OUT/bench_loader_cuda.log" | tail -20
+    ;;
+  train)
+    python3 -m fastdata.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null
+    rm -f "$OUT/runs.jsonl"
+    for arch in resnet50 resnet18; do
+      python3 examples/train.py --synthetic --arch $arch --batch-size 256 --steps 120 --warmup-steps 30 \
+        --log-every 30 --results "$OUT/runs.jsonl" 2>&1 | tail -2
+      for loader in dataloader fastdata; do
+        python3 examples/train.py /tmp/demo10k --arch $arch --loader $loader --batch-size 256 --steps 120 \
+          --warmup-steps 30 --log-every 30 --no-eval --results "$OUT/runs.jsonl" 2>&1 | tail -2
+      done
+    done
+    python3 examples/train.py --table "$OUT/runs.jsonl" | tee "$OUT/train_table.md"
+    ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+esac
