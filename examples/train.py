@@ -22,6 +22,7 @@ and data-wait fraction after ``--warmup-steps``, plus top-1 accuracy on the held
 from __future__ import annotations
 
 import argparse
+import warnings
 import contextlib
 import json
 import math
@@ -401,6 +402,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total_steps - warm))))
     scaler = torch.amp.GradScaler(device.type) if amp == torch.float16 else None
+    if scaler is not None:
+        # GradScaler skips the optimizer step while it calibrates its scale; the scheduler
+        # then warns about the order, which is expected here (checking would sync every step).
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
     criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
 
     log(f"{args.arch} | input {'synthetic' if args.synthetic else args.loader} | batch {args.batch_size} x {world} | "

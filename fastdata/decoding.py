@@ -8,7 +8,7 @@ from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union, overlo
 import numpy as np
 
 from . import _C
-from .engine import DEFAULT_MAX_PIXELS, Engine, Item, default_threads
+from .engine import DEFAULT_MAX_PIXELS, Engine, Item, default_threads, native_spec
 from .errors import BatchDecodeError, DecodeError
 from .pillow_fallback import decode_with_pillow
 from .transforms import Transform
@@ -111,6 +111,7 @@ def decode_batch(datas, transform, out=None, *, seed=0, epoch=0, indices=None, t
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    native_spec(transform)  # TypeError for anything but a fastdata transform, before using it
     h, w = transform.output_size
     if out is None:
         out = np.empty((len(datas), h, w, 3), dtype=np.uint8)

@@ -45,13 +45,14 @@ def scale_bias_for(mean: Sequence[float], std: Sequence[float]) -> Tuple[List[fl
 
 def native_spec(transform: Transform, roi: bool = True) -> tuple:
     """The tuple fastdata._C expects (kind, h, w, scale, ratio, hflip, resize, roi)."""
+    if not isinstance(transform, (RandomResizedCrop, CenterCrop)):
+        raise TypeError("transform must be fastdata.RandomResizedCrop or fastdata.CenterCrop, "
+                        f"got {type(transform).__name__}")
     h, w = transform.output_size
     if isinstance(transform, RandomResizedCrop):
         return (0, h, w, float(transform.scale[0]), float(transform.scale[1]), float(transform.ratio[0]),
                 float(transform.ratio[1]), float(transform.hflip), 0, bool(roi))
-    if isinstance(transform, CenterCrop):
-        return (1, h, w, 0.0, 0.0, 1.0, 1.0, 0.0, transform.resize_to, bool(roi))
-    raise TypeError(f"transform must be fastdata.RandomResizedCrop or fastdata.CenterCrop, got {type(transform).__name__}")
+    return (1, h, w, 0.0, 0.0, 1.0, 1.0, 0.0, transform.resize_to, bool(roi))  # CenterCrop
 
 
 @dataclass

@@ -205,8 +205,14 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
       throw DecodeError("libjpeg returned no rows");
     }
   }
-  // The rows below the region are never entropy-decoded: stop here.
-  jpeg_abort_decompress(&cinfo_);
+  if (y1 == sh) {
+    // Through the end of the image: read on to the EOI marker, so that corrupt data noticed
+    // only there (e.g. "extraneous bytes before marker") still warns, and fails when strict.
+    jpeg_finish_decompress(&cinfo_);
+  } else {
+    // The rows below the region are never entropy-decoded: stop here.
+    jpeg_abort_decompress(&cinfo_);
+  }
   DecodedRegion region;
   region.pixels = base;
   region.stride = stride;
