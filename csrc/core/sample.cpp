@@ -42,6 +42,21 @@ RegionPlan plan_region(const JpegInfo& info, const TransformSpec& spec, const Sa
     }
   }
   const int sw = (info.width + d - 1) / d, sh = (info.height + d - 1) / d;
+  if (d > 1) {
+    // The scaled image has ceil(n / d) pixels, its last one partial. Along an axis that the
+    // orientation mirrors, that partial pixel comes first, which shifts the oriented grid
+    // by ceil(n / d) - n / d scaled pixels.
+    const OrientationMap signs = orientation_map(info.orientation, 1, 1);
+    auto shift_if_mirrored = [d](AxisMap* a, bool mirrored, int n) {
+      if (!mirrored) return;
+      const double off = (n + d - 1) / d - static_cast<double>(n) / d;
+      a->start += off;
+      a->lo += off;
+      a->hi += off;
+    };
+    shift_if_mirrored(&plan.x, signs.ax < 0 || signs.ay < 0, signs.ax != 0 ? info.width : info.height);
+    shift_if_mirrored(&plan.y, signs.bx < 0 || signs.by < 0, signs.bx != 0 ? info.width : info.height);
+  }
   const bool transposed = orientation_transposes(info.orientation);
   const int osw = transposed ? sh : sw, osh = transposed ? sw : sh;
   build_axis_filter(plan.x, osw, plan.flip, &s->fx);

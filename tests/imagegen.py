@@ -1,0 +1,244 @@
+"""In-memory test images: photo-like content and every JPEG variant the engine must handle.
+
+Everything here is deterministic (seeded) and returns encoded ``bytes`` or PIL images, so
+tests need no files on disk. Header surgery (``patch_sof``, ``make_12bit`` ...) walks the
+JPEG marker segments instead of searching for byte patterns, so it never hits entropy data.
+"""
+from __future__ import annotations
+
+import io
+import struct
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+from PIL import Image, ImageOps
+
+# Pillow's `subsampling=` codes
+SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
+
+
+def photo_like(height: int, width: int, index: int = 0, seed: int = 0) -> Image.Image:
+    """RGB image with smooth gradients, edges, mild texture and the index encoded in its corner.
+
+    Red rises left→right and green top→bottom, so any wrong flip/rotation is visible;
+    noise (sigma ~5 levels) gives realistic JPEG bit rates. The top-left strip holds
+    ``index`` as 8 black/white cells (bit 0 first), readable with ``read_index``.
+    """
+    rng = np.random.default_rng(seed * 1_000_003 + index)
+    y = np.linspace(0.0, 1.0, height, dtype=np.float64)[:, None]
+    x = np.linspace(0.0, 1.0, width, dtype=np.float64)[None, :]
+    phase = rng.uniform(0, 2 * np.pi, 3)
+    r = 40 + 170 * x + 20 * np.sin(9 * y + phase[0])
+    g = 40 + 170 * y + 20 * np.sin(7 * x + phase[1])
+    b = 128 + 60 * np.sin(5 * (x + y) + phase[2])
+    img = np.stack(np.broadcast_arrays(r, g, b), axis=-1)
+    # A few hard-edged discs: real photos have edges, which stress upsampling and resizing.
+    for _ in range(4):
+        cy, cx = rng.uniform(0, height), rng.uniform(0, width)
+        rad = rng.uniform(0.05, 0.2) * min(height, width)
+        mask = (np.arange(height)[:, None] - cy) ** 2 + (np.arange(width)[None, :] - cx) ** 2 < rad ** 2
+        img[mask] = rng.uniform(0, 255, 3)
+    img += rng.normal(0.0, 5.0, img.shape)
+    pixels = np.clip(np.rint(img), 0, 255).astype(np.uint8)
+    cell = max(2, min(height, width) // 16)
+    for bit in range(8):
+        if bit * cell + cell > width:
+            break
+        pixels[:cell, bit * cell:(bit + 1) * cell] = 255 if (index >> bit) & 1 else 0
+    return Image.fromarray(pixels, "RGB")
+
+
+def read_index(pixels: np.ndarray) -> int:
+    """Recover the index written by ``photo_like`` from an RGB [H, W, 3] array (unflipped)."""
+    height, width = pixels.shape[:2]
+    cell = max(2, min(height, width) // 16)
+    value = 0
+    for bit in range(8):
+        if bit * cell + cell > width:
+            break
+        c = pixels[cell // 4: cell - cell // 4, bit * cell + cell // 4: (bit + 1) * cell - cell // 4]
+        if c.mean() > 127:
+            value |= 1 << bit
+    return value
+
+
+def encode_jpeg(img: Image.Image, *, quality: int = 90, subsampling: str = "4:2:0", progressive: bool = False,
+                restart_blocks: int = 0, restart_rows: int = 0, orientation: Optional[int] = None,
+                icc_profile: Optional[bytes] = None) -> bytes:
+    """Encode with Pillow (libjpeg-turbo). Grayscale/CMYK images ignore ``subsampling``."""
+    kwargs: dict = {"quality": quality, "progressive": progressive}
+    if img.mode == "RGB":
+        kwargs["subsampling"] = SUBSAMPLING[subsampling]
+    if restart_blocks:
+        kwargs["restart_marker_blocks"] = restart_blocks
+    if restart_rows:
+        kwargs["restart_marker_rows"] = restart_rows
+    if orientation is not None:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        kwargs["exif"] = exif.tobytes()
+    if icc_profile is not None:
+        kwargs["icc_profile"] = icc_profile
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", **kwargs)
+    return buf.getvalue()
+
+
+# Pillow's exif_transpose applies these per orientation; the stored image is the inverse.
+_UNDO_ORIENTATION = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_90, 7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+
+
+def stored_for_orientation(oriented: Image.Image, orientation: int) -> Image.Image:
+    """The pixels to store with EXIF ``orientation`` so that a viewer shows ``oriented``."""
+    if orientation == 1:
+        return oriented.copy()
+    return oriented.transpose(_UNDO_ORIENTATION[orientation])
+
+
+def encode_other(img: Image.Image, fmt: str) -> bytes:
+    """PNG / WEBP (lossless) / GIF / BMP bytes."""
+    buf = io.BytesIO()
+    if fmt == "WEBP":
+        img.save(buf, fmt, lossless=True)
+    else:
+        img.save(buf, fmt)
+    return buf.getvalue()
+
+
+def pillow_rgb(data: bytes) -> np.ndarray:
+    """The oracle: Pillow's decode with EXIF orientation applied, as uint8 RGB [H, W, 3]."""
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+
+
+def pillow_oriented(data: bytes) -> Image.Image:
+    """Like ``pillow_rgb`` but returns the PIL image (for crop/resize references)."""
+    with Image.open(io.BytesIO(data)) as im:
+        out = ImageOps.exif_transpose(im).convert("RGB")
+        out.load()
+        return out
+
+
+def cmyk_jpeg(height: int, width: int, index: int = 0, quality: int = 90) -> bytes:
+    """A CMYK JPEG as Pillow writes it (Adobe APP14, inverted CMYK, transform 0)."""
+    return encode_jpeg(photo_like(height, width, index).convert("CMYK"), quality=quality)
+
+
+def icc_profile_bytes() -> bytes:
+    """A real sRGB ICC profile (via LittleCMS) when available; else a syntactically plausible blob."""
+    try:
+        from PIL import ImageCms
+        return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    except (ImportError, OSError):
+        body = bytes(range(256)) * 4
+        return struct.pack(">I", 128 + len(body)) + b"\0" * 124 + body
+
+
+# ---------------------------------------------------------------- marker surgery
+
+def segments(data: bytes) -> Iterator[Tuple[int, int, int]]:
+    """Yield (marker, offset of the 0xFF byte, segment length incl. the 2 length bytes)
+    for each header segment after SOI, up to and including SOS."""
+    if data[:2] != b"\xff\xd8":
+        raise ValueError("not a JPEG (no SOI)")
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            raise ValueError(f"expected a marker at offset {pos}")
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        length = struct.unpack(">H", data[pos + 2:pos + 4])[0]
+        yield marker, pos, length
+        if marker == 0xDA:  # SOS: entropy data follows
+            return
+        pos += 2 + length
+
+
+def _sof_offset(data: bytes) -> int:
+    for marker, pos, _ in segments(data):
+        if marker in (0xC0, 0xC1, 0xC2):
+            return pos
+    raise ValueError("no SOF0/1/2 segment")
+
+
+def sos_offset(data: bytes) -> int:
+    """Offset of the first byte of entropy-coded data."""
+    for marker, pos, length in segments(data):
+        if marker == 0xDA:
+            return pos + 2 + length
+    raise ValueError("no SOS segment")
+
+
+def patch_sof(data: bytes, *, height: Optional[int] = None, width: Optional[int] = None,
+              precision: Optional[int] = None, marker: Optional[int] = None,
+              sampling: Optional[Tuple[int, int]] = None) -> bytes:
+    """Rewrite SOF fields: dimensions, sample precision, marker (0xC0 baseline, 0xC1 extended),
+    or (component, H<<4|V) sampling factors."""
+    out = bytearray(data)
+    pos = _sof_offset(data)
+    # SOF layout: FF Cx | len(2) | precision(1) | height(2) | width(2) | ncomp(1) | (id, HV, tq)*
+    if marker is not None:
+        out[pos + 1] = marker
+    if precision is not None:
+        out[pos + 4] = precision
+    if height is not None:
+        out[pos + 5:pos + 7] = struct.pack(">H", height)
+    if width is not None:
+        out[pos + 7:pos + 9] = struct.pack(">H", width)
+    if sampling is not None:
+        comp, hv = sampling
+        out[pos + 10 + 3 * comp + 1] = hv
+    return bytes(out)
+
+
+def make_12bit(data: bytes) -> bytes:
+    """A JPEG whose SOF1 header declares 12-bit samples (libjpeg-turbo's 8-bit API must refuse it)."""
+    return patch_sof(data, marker=0xC1, precision=12)
+
+
+def adobe_transform(data: bytes, transform: int) -> bytes:
+    """Set the Adobe APP14 transform flag (0: CMYK/RGB, 1: YCbCr, 2: YCCK)."""
+    for marker, pos, length in segments(data):
+        if marker == 0xEE and data[pos + 4:pos + 9] == b"Adobe":
+            out = bytearray(data)
+            # APP14 'Adobe' body: 'Adobe'(5) version(2) flags0(2) flags1(2) transform(1)
+            out[pos + 4 + 11] = transform
+            return bytes(out)
+    raise ValueError("no Adobe APP14 segment")
+
+
+def corrupt_entropy(data: bytes, seed: int = 0, count: int = 40) -> bytes:
+    """Overwrite ``count`` bytes in the middle of the scan with random non-0xFF values."""
+    rng = np.random.default_rng(seed)
+    start, end = sos_offset(data), len(data) - 2
+    out = bytearray(data)
+    lo = start + (end - start) // 4
+    for pos in rng.integers(lo, end - (end - start) // 4, count):
+        out[int(pos)] = int(rng.integers(0, 255))  # 0..254: never creates a marker
+    return bytes(out)
+
+
+def truncate_scan(data: bytes, fraction: float = 0.5) -> bytes:
+    """Cut the file ``fraction`` of the way through its entropy-coded data (header intact)."""
+    start = sos_offset(data)
+    return data[:start + int((len(data) - start) * fraction)]
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR in dB of two uint8 arrays of the same shape (inf when identical)."""
+    if a.shape != b.shape:
+        raise ValueError(f"shape mismatch {a.shape} vs {b.shape}")
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
+
+
+def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    if a.shape != b.shape:
+        raise ValueError(f"shape mismatch {a.shape} vs {b.shape}")
+    return float(np.mean(np.abs(a.astype(np.int16) - b.astype(np.int16))))
