@@ -1,30 +1,36 @@
 """Loader: the DataLoader-compatible iterator.
 
-One producer thread per loader runs the pipeline ahead of the training loop:
+One producer thread per loader (started on the first iteration, reused for every epoch,
+ended by ``close``) runs the pipeline ahead of the training loop:
 
     sampler indices -> source.fetch -> Engine.run (native threads, GIL released) into a
-    pinned uint8 slot -> [CUDA] H2D copy + normalize on a side stream, event recorded
+    ring slot -> [CUDA] H2D copy + normalize on a side stream, event recorded
     -> queue -> next(): the consumer's stream waits on the event (no host sync)
 
-Memory is planned once: ``prefetch`` pinned slots [B, H, W, 3] are allocated at start and
-reused. On CUDA a slot is rewritten only after its copy event has completed; the producer
-thread (not the training thread) waits for that.
+Memory is planned once (fastdata.pinned_ring): on CUDA ``prefetch`` pinned uint8 slots
+[B, H, W, 3] are allocated at start and each is rewritten only after its copy event has
+completed; the producer thread (not the training thread) waits for that. CPU outputs are
+the slots themselves (no copy): a slot a user still holds is never rewritten.
+The CUDA stream handoff lives in fastdata.cuda.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads, scale_bias_for
+from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
+from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff
 from .errors import BatchDecodeError, DecodeError
+from .pinned_ring import PinnedRing
 from .sampler import ShardedOrder
 from .sources.base import Source
 from .stats import LoaderStats, StatsCounter
@@ -47,29 +53,6 @@ class _Names:
 
     def __getitem__(self, row: int) -> str:
         return self._source.name(int(self._indices[row]))
-
-
-class _Normalizer:
-    """uint8 NHWC -> ``dtype`` NCHW, (x / 255 - mean) / std computed in float32.
-
-    With ``channels_last`` the result keeps NHWC memory (a free view of the slot layout).
-    """
-
-    def __init__(self, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype, channels_last: bool,
-                 device: torch.device):
-        mean_t = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-        std_t = torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-        if mean_t.numel() != 3 or std_t.numel() != 3 or bool((std_t <= 0).any()):
-            raise ValueError("mean and std need 3 values each, std > 0")
-        self.scale = 1.0 / (255.0 * std_t)
-        self.bias = -mean_t / std_t
-        self.dtype = dtype
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-
-    def __call__(self, nhwc: torch.Tensor) -> torch.Tensor:
-        x = nhwc.permute(0, 3, 1, 2).float()  # channels_last memory, like the slot
-        x.mul_(self.scale).add_(self.bias)
-        return x.to(dtype=self.dtype, memory_format=self.memory_format)
 
 
 class Loader:
@@ -98,8 +81,12 @@ class Loader:
             alias of threads; slots are pinned whenever CUDA is available).
 
     Outputs on CUDA belong to the stream that was current when ``next()`` returned them.
-    CPU outputs are fresh tensors that the native threads write directly (normalized there
-    for float dtypes), so a kept batch is never overwritten.
+    CPU outputs are written directly by the native threads (normalized there for float
+    dtypes) into ring slots; a batch the caller keeps is never overwritten (the ring
+    replaces a slot still referenced anywhere). CPU outputs are pinned when CUDA is
+    available and ``pin_memory`` is true (then each batch is a fresh block from torch's
+    caching host allocator, so ``x.cuda(non_blocking=True)`` is safe even if ``x`` is
+    dropped at once).
     """
 
     def __init__(self, source: Source, batch_size: int = 256, transform: Optional[Transform] = None, *,
@@ -117,8 +104,13 @@ class Loader:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         if threads is None:
             threads = num_workers if num_workers else default_threads()
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.source = source
         self.transform = transform if transform is not None else RandomResizedCrop(224)
+        native_spec(self.transform)  # TypeError for a non-transform, before any thread starts
         self.batch_size = int(batch_size)
         self.prefetch = int(prefetch)
         self.on_error = on_error
@@ -127,7 +119,10 @@ class Loader:
         self.roi = bool(roi)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}") from e
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch.cuda.is_available() is False")
         if self.device.type not in ("cuda", "cpu"):
@@ -149,7 +144,7 @@ class Loader:
         self._memory_format = torch.channels_last if channels_last else torch.contiguous_format
         cuda = self.device.type == "cuda"
         # Normalization runs on the GPU for CUDA outputs, in the native threads for CPU ones.
-        self._normalize = (_Normalizer(mean, std, dtype, channels_last, self.device)
+        self._normalize = (GpuNormalizer(mean, std, dtype, channels_last, self.device)
                            if cuda and dtype != torch.uint8 else None)
         self._cpu_norm = None if cuda or dtype == torch.uint8 else (tuple(mean), tuple(std))
         if self._cpu_norm is not None:
@@ -164,18 +159,23 @@ class Loader:
                                          channels_last=channels_last, seed=self.order.seed, strict=self.strict,
                                          max_pixels=self.max_pixels, threads=int(threads), **(backend_options or {}))
         self._stats = StatsCounter(self._engine.threads, self.prefetch, self.batch_size)
-        h, w = self.transform.output_size
-        # The CUDA ring: pinned slots allocated once, reused for every batch of every epoch.
-        n_slots = self.prefetch if cuda else 0
-        self._slots = [torch.empty((self.batch_size, h, w, 3), dtype=torch.uint8, pin_memory=True)
-                       for _ in range(n_slots)]
-        self._label_slots = [torch.empty(self.batch_size, dtype=torch.int64, pin_memory=True)
-                             for _ in range(n_slots)]
-        self._copy_done: List[Optional[Any]] = [None] * n_slots  # (start, done) CUDA events per slot
-        self._copy_stream = torch.cuda.Stream(self.device) if cuda else None
+        # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode
+        # until its copy's event, so ``prefetch`` slots keep ``prefetch`` batches in flight.
+        # CPU: the slots are the outputs; alive at once are the queue (prefetch), the batch
+        # being decoded and the one the training step still holds, hence prefetch + 2.
+        self._ring: Optional[PinnedRing] = None
+        if self._backend is None:
+            self._ring = PinnedRing(self.prefetch if cuda else self.prefetch + 2, self.batch_size,
+                                    self.transform.output_size,
+                                    image_dtype=torch.uint8 if self._cpu_norm is None else torch.float32,
+                                    pin=torch.cuda.is_available() and (cuda or bool(pin_memory)),
+                                    handed_out=not cuda)
+        self._uploader = CudaUploader(self.device, self._normalize) if cuda and self._backend is None else None
+        self._timings: Deque[Tuple[Any, Any]] = collections.deque()  # (start, done) of copies not yet counted
         self._next_epoch = 0
         self._resume_batch = 0
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
+        self._producer = _ProducerThread(f"fastdata-loader-{id(self):x}")
         self._warned: set = set()
         self._closed = False
 
@@ -185,11 +185,16 @@ class Loader:
         return self.order.num_batches
 
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch``'s order and crops for the next iteration."""
+        """Use ``epoch``'s order and crops for the next iteration.
+
+        Setting the epoch a ``load_state_dict`` resumed into keeps the resume point, so the
+        usual ``for epoch in range(start, E): loader.set_epoch(epoch)`` loop resumes exactly.
+        """
         if epoch < 0:
             raise ValueError("epoch must be non-negative")
+        if int(epoch) != self._next_epoch:
+            self._resume_batch = 0
         self._next_epoch = int(epoch)
-        self._resume_batch = 0
 
     def __iter__(self) -> "_EpochIterator":
         if self._closed:
@@ -212,6 +217,8 @@ class Loader:
         else:
             epoch, batch = self._next_epoch, self._resume_batch
         o = self.order
+        if batch >= o.num_batches:  # the epoch is used up: resume at the start of the next
+            epoch, batch = epoch + 1, 0
         return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": o.seed, "shuffle": o.shuffle,
                 "num_samples": o.num_samples, "batch_size": o.batch_size, "drop_last": o.drop_last,
                 "rank": o.rank, "world_size": o.world_size}
@@ -234,8 +241,12 @@ class Loader:
             return
         self._closed = True
         self._stop_current()
+        self._producer.close()
         if self._backend is not None:
             self._backend.close()
+        if self._ring is not None:
+            self._ring.close()
+        self._timings.clear()
         self._engine.close()
 
     def __enter__(self) -> "Loader":
@@ -256,7 +267,7 @@ class Loader:
             cur.close()
         self._current = None
 
-    # ---- producer side (runs on the epoch's background thread) ----
+    # ---- producer side (runs on the loader's background thread) ----
     def _fill(self, out: np.ndarray, labels: np.ndarray, indices: np.ndarray, epoch: int) -> List[DecodeError]:
         """Decode ``indices`` into ``out`` (uint8 NHWC, or float32 NHWC normalized by the
         native threads) and their labels; returns the failures that were replaced."""
@@ -294,41 +305,31 @@ class Loader:
         raise DecodeError(f"{_MAX_REPLACEMENT_TRIES} samples in a row after it failed to decode too; "
                           "the dataset looks broken", index=index, name=self.source.name(index))
 
-    def _produce_batch(self, b: int, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
-                                                                              List[DecodeError]]:
-        """Batch ``b`` as the consumer will receive it (images, labels, CUDA event, failures)."""
+    def _produce_batch(self, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
+                                                                       List[DecodeError]]:
+        """One batch as the consumer will receive it (images, labels, CUDA event, failures)."""
         if self._backend is not None:
             return self._backend_batch(indices, epoch)
         n = len(indices)
-        h, w = self.transform.output_size
-        if self.device.type == "cpu":
-            # The engine writes the returned tensor itself (normalized by the native threads for
-            # float dtypes): one allocation per batch, which is the batch the user keeps.
-            out = torch.empty((n, h, w, 3), dtype=torch.uint8 if self._cpu_norm is None else torch.float32)
-            labels = torch.empty(n, dtype=torch.int64)
-            failures = self._fill(out.numpy(), labels.numpy(), indices, epoch)
-            if self._cpu_norm is None:
-                return out, labels, None, failures
-            images = out.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
-            if self.dtype != torch.float32 or not self._channels_last:
-                images = images.to(dtype=self.dtype, memory_format=self._memory_format)
+        slot = self._ring.acquire()
+        images, labels = slot.images[:n], slot.labels[:n]
+        failures = self._fill(images.numpy(), labels.numpy(), indices, epoch)
+        if self._uploader is None:
+            if self._cpu_norm is not None:
+                images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
+                if self.dtype != torch.float32 or not self._channels_last:
+                    images = images.to(dtype=self.dtype, memory_format=self._memory_format)
             return images, labels, None, failures
-        # CUDA: decode into the pinned slot, then copy + normalize on the side stream.
-        slot = b % self.prefetch
-        self._wait_slot_free(slot)
-        failures = self._fill(self._slots[slot].numpy()[:n], self._label_slots[slot].numpy()[:n], indices, epoch)
-        images, labels = self._slots[slot][:n], self._label_slots[slot][:n]
-        stream = self._copy_stream
-        start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream), stage("fastdata.h2d"):
-            start.record(stream)
-            gpu_images = images.to(self.device, non_blocking=True)
-            gpu_labels = labels.to(self.device, non_blocking=True)
-            if self._normalize is not None:
-                gpu_images = self._normalize(gpu_images)
-            done.record(stream)
-        self._copy_done[slot] = (start, done)
+        gpu_images, gpu_labels, start, done = self._uploader.upload(images, labels)
+        slot.reader = done
+        self._timings.append((start, done))
+        self._count_copy_times()
         return gpu_images, gpu_labels, done, failures
+
+    def _count_copy_times(self) -> None:
+        """Add the GPU time of finished copies to the stats, without waiting for any."""
+        while self._timings and self._timings[0][1].query():
+            self._stats.add(h2d_seconds=copy_seconds(*self._timings.popleft()))
 
     def _backend_batch(self, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
                                                                         List[DecodeError]]:
@@ -368,15 +369,6 @@ class Loader:
                 event.record(be.stream)
         return images, gpu_labels, event, failures
 
-    def _wait_slot_free(self, slot: int) -> None:
-        """A slot is rewritten only after the copy that read it has finished."""
-        pending = self._copy_done[slot]
-        if pending is not None:
-            start, done = pending
-            done.synchronize()
-            self._stats.add(h2d_seconds=start.elapsed_time(done) / 1000.0)
-            self._copy_done[slot] = None
-
     def _warn_skipped(self, failures: List[DecodeError]) -> None:
         for f in failures:
             key = f.name or f.index
@@ -389,22 +381,95 @@ class Loader:
 _DONE = object()
 
 
+class _Job:
+    """One epoch's batches for the producer thread, and how to hand them over."""
+
+    def __init__(self, loader: Loader, epoch: int, batches: List[np.ndarray], maxsize: int):
+        self.produce = loader._produce_batch  # the only reference the thread has to the loader
+        self.epoch = epoch
+        self.batches = batches
+        self.queue: "queue.Queue[Any]" = queue.Queue(maxsize=maxsize)
+        self.stop = threading.Event()
+        self.finished = threading.Event()  # set once the thread no longer touches this epoch
+
+    def run(self) -> None:
+        try:
+            for indices in self.batches:
+                if self.stop.is_set():
+                    return
+                if not self._put(self.produce(indices, self.epoch)):
+                    return
+            self._put(_DONE)
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put(e)
+        finally:
+            self.produce = None  # drop the loader before signalling: a dropped loader can be freed
+            self.finished.set()
+
+    def _put(self, item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+class _ProducerThread:
+    """The loader's one background thread, started on the first iteration and reused for
+    every epoch (no thread churn between epochs). It holds the loader only while it runs
+    a job, so dropping the loader and its iterator lets both be freed, and ``close`` ends it.
+    """
+
+    def __init__(self, name: str):
+        self._jobs: "queue.Queue[Optional[_Job]]" = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name=name, daemon=True)
+        self._started = False
+
+    @staticmethod
+    def _loop(jobs: "queue.Queue[Optional[_Job]]") -> None:
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            job.run()
+            del job
+
+    def submit(self, job: _Job) -> None:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        self._jobs.put(job)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def on_this_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def close(self) -> None:
+        """End the thread after its current job (stop the job first). Idempotent."""
+        if not self._started:
+            return
+        self._jobs.put(None)
+        if not self.on_this_thread():  # the loader may be freed on this thread; it ends by itself
+            self._thread.join()
+
+
 class _EpochIterator:
-    """One pass over an epoch's batches, produced ahead on a background thread."""
+    """One pass over an epoch's batches, produced ahead by the loader's thread."""
 
     def __init__(self, loader: Loader, epoch: int, start: int):
         self.epoch = epoch
         self.consumed = start
         self.finished = False
         self._loader = loader
-        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=loader.prefetch)
-        self._stop = threading.Event()
         self._total = loader.order.num_batches
-        batches = list(loader.order.batches(epoch, start))
-        self._thread = threading.Thread(target=_produce, name=f"fastdata-loader-e{epoch}",
-                                        args=(loader, epoch, start, batches, self._queue, self._stop), daemon=True)
+        self._job = _Job(loader, epoch, list(loader.order.batches(epoch, start)), loader.prefetch)
+        self._producer = loader._producer
         loader._stats.start_clock()
-        self._thread.start()
+        self._producer.submit(self._job)
 
     def __iter__(self) -> "_EpochIterator":
         return self
@@ -420,28 +485,22 @@ class _EpochIterator:
         with stage("fastdata.wait"):
             while True:
                 try:
-                    item = self._queue.get(timeout=1.0)
+                    item = self._job.queue.get(timeout=1.0)
                     break
                 except queue.Empty:
-                    if not self._thread.is_alive():
+                    if not self._producer.is_alive():
                         self.finished = True
                         raise RuntimeError("fastdata loader thread stopped without a result") from None
         waited = time.perf_counter() - t0
         if item is _DONE:
             self.finished = True
-            self._thread.join()
             raise StopIteration
         if isinstance(item, BaseException):
             self.finished = True
-            self._thread.join()
             raise item
         images, labels, event, failures = item
         if event is not None:
-            current = torch.cuda.current_stream(loader.device)
-            current.wait_event(event)
-            # The tensors were allocated on the copy stream; tell the allocator they are used here.
-            images.record_stream(current)
-            labels.record_stream(current)
+            handoff(images, labels, event, loader.device)
         self.consumed += 1
         loader._stats.add(wait_seconds=waited, batches=1, images=len(labels))
         if failures:
@@ -449,42 +508,22 @@ class _EpochIterator:
         return images, labels
 
     def close(self) -> None:
-        """Stop producing; join the thread. Safe to call twice."""
-        self._stop.set()
-        while self._thread.is_alive():
+        """Stop producing this epoch; return once the thread has left it. Safe to call twice."""
+        job = self._job
+        job.stop.set()
+        self.finished = True
+        if self._producer.on_this_thread():
+            return  # dropped by the producer itself (garbage collection there): it is stopping
+        while not job.finished.wait(0.05):
             try:  # unblock a producer waiting to put
-                self._queue.get(timeout=0.05)
+                job.queue.get_nowait()
             except queue.Empty:
                 pass
-        self._thread.join()
-        self.finished = True
+            if not self._producer.is_alive():
+                break
 
     def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
-
-
-def _put(q: "queue.Queue[Any]", item: Any, stop: threading.Event) -> bool:
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def _produce(loader: Loader, epoch: int, start: int, batches: List[np.ndarray], q: "queue.Queue[Any]",
-             stop: threading.Event) -> None:
-    """The producer thread: holds no reference to the iterator, so dropping it stops us."""
-    try:
-        for b, indices in enumerate(batches, start):
-            if stop.is_set():
-                return
-            if not _put(q, loader._produce_batch(b, indices, epoch), stop):
-                return
-        _put(q, _DONE, stop)
-    except BaseException as e:  # handed to the consumer, raised there
-        _put(q, e, stop)

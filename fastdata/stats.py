@@ -27,6 +27,11 @@ class LoaderStats:
     prefetch: int
     batch_size: int
 
+    @property
+    def wait_share(self) -> float:
+        """Share of wall time the training loop spent waiting for batches (0 = never starved)."""
+        return self.wait_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
 
 class StatsCounter:
     """Thread-safe accumulation behind ``Loader.stats()``."""

@@ -59,6 +59,13 @@ def read_file_list(list_path: str) -> List[Tuple[str, int]]:
     return items
 
 
+def _check_labels(labels: Sequence[int]) -> np.ndarray:
+    arr = np.asarray(labels, dtype=np.int64)
+    if arr.ndim != 1 or (len(arr) and arr.min() < 0):
+        raise ValueError("labels must be a 1-D sequence of non-negative integers")
+    return arr
+
+
 class FileList:
     """Images at ``paths`` with integer ``labels``; ``classes`` default to "0".."max"."""
 
@@ -66,9 +73,7 @@ class FileList:
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
         self.paths: List[str] = [os.fspath(p) for p in paths]
-        self._labels = np.asarray(labels, dtype=np.int64)
-        if self._labels.ndim != 1 or (len(self._labels) and self._labels.min() < 0):
-            raise ValueError("labels must be non-negative integers")
+        self._labels = _check_labels(labels)
         n_classes = int(self._labels.max()) + 1 if len(self._labels) else 0
         self.classes: List[str] = list(classes) if classes is not None else [str(k) for k in range(n_classes)]
         if len(self.classes) < n_classes:
@@ -121,7 +126,7 @@ class BytesSource:
         if len(buffers) != len(labels):
             raise ValueError(f"{len(buffers)} buffers but {len(labels)} labels")
         self.buffers = list(buffers)
-        self._labels = np.asarray(labels, dtype=np.int64)
+        self._labels = _check_labels(labels)
         n_classes = int(self._labels.max()) + 1 if len(self._labels) else 0
         self.classes: List[str] = list(classes) if classes is not None else [str(k) for k in range(n_classes)]
 
