@@ -169,7 +169,8 @@ class DataLoaderContender:
             return reason
         flavour = pillow_flavour()
         if self.require_simd and not flavour.startswith("Pillow-SIMD"):
-            return f"Pillow-SIMD not installed ({flavour}); pip install fastdata[simd]"
+            return (f"Pillow-SIMD not installed ({flavour}); it replaces Pillow: "
+                    "pip uninstall -y pillow && CC=\"cc -mavx2\" pip install pillow-simd")
         if not self.require_simd and flavour.startswith("Pillow-SIMD"):
             return ("the installed PIL is Pillow-SIMD (stock Pillow cannot load side by side): "
                     "see the Pillow-SIMD row")
