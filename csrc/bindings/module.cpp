@@ -131,31 +131,34 @@ py::array_t<int64_t> sample_crop_boxes(int height, int width, std::pair<double, 
   return boxes;
 }
 
+std::vector<SampleInput> inputs_from_items(const py::sequence& items, BufferViews* views);
+
+// The benchmark hooks below take encoded buffers only (no file reads in what they time).
+std::vector<SampleInput> buffers_only(const py::list& datas, BufferViews* views) {
+  std::vector<SampleInput> inputs = inputs_from_items(datas, views);
+  for (const auto& in : inputs) {
+    if (!in.path.empty()) throw py::type_error("benchmark hooks take encoded buffers, not paths");
+  }
+  return inputs;
+}
+
 void entropy_floor_py(const py::list& datas, const py::tuple& spec_t, uint64_t seed, uint64_t epoch) {
   const TransformSpec spec = spec_from_tuple(spec_t);
   BufferViews views;
-  std::vector<std::pair<const uint8_t*, size_t>> bufs;
-  for (const auto& item : datas) {
-    const Py_buffer& v = views.add(item);
-    bufs.emplace_back(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len));
-  }
+  const std::vector<SampleInput> inputs = buffers_only(datas, &views);
   py::gil_scoped_release nogil;
-  for (size_t i = 0; i < bufs.size(); ++i) {
-    entropy_floor(bufs[i].first, bufs[i].second, spec, SampleKey{seed, epoch, i}, &thread_scratch());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    entropy_floor(inputs[i].data, inputs[i].size, spec, SampleKey{seed, epoch, i}, &thread_scratch());
   }
 }
 
 void plain_decode_py(const py::list& datas) {
   BufferViews views;
-  std::vector<std::pair<const uint8_t*, size_t>> bufs;
-  for (const auto& item : datas) {
-    const Py_buffer& v = views.add(item);
-    bufs.emplace_back(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len));
-  }
+  const std::vector<SampleInput> inputs = buffers_only(datas, &views);
   py::gil_scoped_release nogil;
   SampleScratch& s = thread_scratch();
-  for (const auto& b : bufs) {
-    const JpegInfo info = s.decoder.read_header(b.first, b.second, false);
+  for (const auto& in : inputs) {
+    const JpegInfo info = s.decoder.read_header(in.data, in.size, false);
     s.decoder.decode_region(1, 0, 0, info.width, info.height);  // into the decoder's reused buffer
   }
 }

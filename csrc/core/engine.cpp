@@ -33,6 +33,26 @@ void zero_row(const BatchOutput& out, size_t i, size_t pixels) {
 
 }  // namespace
 
+bool load_input(const SampleInput& in, std::vector<uint8_t>* file_buffer, const uint8_t** data, size_t* size,
+                SampleResult* res) {
+  *data = in.data;
+  *size = in.size;
+  if (!in.path.empty()) {
+    if (!read_file(in.path, file_buffer, &res->message)) {
+      res->status = SampleStatus::kReadError;
+      return false;
+    }
+    *data = file_buffer->data();
+    *size = file_buffer->size();
+  }
+  if (*size > 0 && !looks_like_jpeg(*data, *size)) {
+    res->status = SampleStatus::kNotJpeg;
+    res->message = "not a JPEG file";
+    return false;
+  }
+  return true;
+}
+
 bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* error) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -77,27 +97,13 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
   pool_->parallel_for(inputs.size(), [&](size_t i, int worker) {
     SampleResult& res = (*results)[i];
     try {
-      const SampleInput& in = inputs[i];
-      const uint8_t* data = in.data;
-      size_t size = in.size;
-      if (!in.path.empty()) {
-        const double t0 = now_seconds();
-        std::vector<uint8_t>& buf = file_buffers_[worker];
-        std::string error;
-        const bool ok = read_file(in.path, &buf, &error);
-        read_s[worker] += now_seconds() - t0;
-        if (!ok) {
-          res.status = SampleStatus::kReadError;
-          res.message = error;
-          zero_row(out, i, pixels);
-          return;
-        }
-        data = buf.data();
-        size = buf.size();
-      }
-      if (size > 0 && !looks_like_jpeg(data, size)) {
-        res.status = SampleStatus::kNotJpeg;
-        res.message = "not a JPEG file";
+      const uint8_t* data;
+      size_t size;
+      const double t_read = now_seconds();
+      const bool loaded = load_input(inputs[i], &file_buffers_[worker], &data, &size, &res);
+      if (!inputs[i].path.empty()) read_s[worker] += now_seconds() - t_read;
+      if (!loaded) {
+        if (res.status == SampleStatus::kReadError) zero_row(out, i, pixels);
         return;
       }
       const double t0 = now_seconds();
@@ -142,23 +148,9 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
   pool_->parallel_for(inputs.size(), [&](size_t i, int worker) {
     SampleResult& res = (*results)[i];
     try {
-      const SampleInput& in = inputs[i];
-      const uint8_t* data = in.data;
-      size_t size = in.size;
-      if (!in.path.empty()) {
-        std::vector<uint8_t>& buf = file_buffers_[worker];
-        if (!read_file(in.path, &buf, &res.message)) {
-          res.status = SampleStatus::kReadError;
-          return;
-        }
-        data = buf.data();
-        size = buf.size();
-      }
-      if (size > 0 && !looks_like_jpeg(data, size)) {
-        res.status = SampleStatus::kNotJpeg;
-        res.message = "not a JPEG file";
-        return;
-      }
+      const uint8_t* data;
+      size_t size;
+      if (!load_input(inputs[i], &file_buffers_[worker], &data, &size, &res)) return;
       const JpegInfo info = scratch_[worker]->decoder.read_header(data, size, false);
       check_pixel_limit(info, max_pixels);
       const int h = info.oriented_height(), w = info.oriented_width();

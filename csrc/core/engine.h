@@ -82,6 +82,11 @@ class Engine {
   std::vector<std::vector<uint8_t>> file_buffers_;
 };
 
+// The encoded bytes of one input: its buffer, or its file read into file_buffer. False (with
+// res->status kReadError or kNotJpeg and a message) when there is nothing to decode here.
+bool load_input(const SampleInput& in, std::vector<uint8_t>* file_buffer, const uint8_t** data, size_t* size,
+                SampleResult* res);
+
 // Reads a whole file into buf; false with a message on failure.
 bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* error);
 
