@@ -89,6 +89,16 @@ def handoff(images: torch.Tensor, labels: torch.Tensor, done: Any, device: torch
     labels.record_stream(current)
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small per-batch host tensor (indices, tables, labels) on ``device``, queued on the
+    current stream without blocking the host: a copy from pageable memory would wait for
+    all work queued on the stream. The pinned staging block comes from torch's caching
+    host allocator, which reuses it only after this copy has finished."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def copy_seconds(start: Any, done: Any) -> float:
     """GPU time between two completed timing events."""
     return start.elapsed_time(done) / 1000.0

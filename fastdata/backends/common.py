@@ -23,7 +23,7 @@ import torch
 from ..engine import DEFAULT_MAX_PIXELS, CropPlan, Engine
 from ..errors import DecodeError
 from ..transforms import CenterCrop, RandomResizedCrop, Transform
-from .gpu_resize import normalize_nhwc
+from ..cuda import GpuNormalizer, to_device
 
 Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
 
@@ -188,6 +188,9 @@ class BatchBackend:
         self.stream: Optional[torch.cuda.Stream] = None
         if self.device.type == "cuda":
             self.stream = torch.cuda.Stream(device=self.device)
+        # Constants on the device once, not per batch (see fastdata.cuda.GpuNormalizer).
+        self._normalizer = (None if self.dtype is None else
+                            GpuNormalizer(self.mean, self.std, self.dtype, True, self.device))
         self._pinned: Optional[torch.Tensor] = None
         self._pinned_free: Optional[torch.cuda.Event] = None
         self.stats = {"batches": 0, "gpu_decoded": 0, "native_fallbacks": 0, "gpu_rejected": 0}
@@ -214,11 +217,7 @@ class BatchBackend:
         (zero uint8 pixels, normalized like the others).
         """
         n = len(items)
-        index_arr = np.ascontiguousarray(indices, dtype=np.int64)
-        if index_arr.shape != (n,):
-            raise ValueError(f"indices must have {n} entries, got shape {index_arr.shape}")
-        if epoch < 0:
-            raise ValueError("epoch must be non-negative")
+        index_arr = self._check_batch(items, indices, epoch)
         if self._pool is None:
             raise RuntimeError(f"{type(self).__name__} is closed")
         datas, names = read_items(items, self._pool)
@@ -266,6 +265,16 @@ class BatchBackend:
         failures = [err for _, err in sorted(failures, key=lambda pair: pair[0])]
         return out, failures, sorted(failed)
 
+    @staticmethod
+    def _check_batch(items: Sequence[Item], indices: Sequence[int], epoch: int) -> np.ndarray:
+        """``indices`` as int64 [len(items)]; raises for a mismatch or a negative epoch."""
+        index_arr = np.ascontiguousarray(indices, dtype=np.int64)
+        if index_arr.shape != (len(items),):
+            raise ValueError(f"indices must have {len(items)} entries, got shape {index_arr.shape}")
+        if epoch < 0:
+            raise ValueError("epoch must be non-negative")
+        return index_arr
+
     def _native(self, datas: Sequence[Item], names: List[Optional[str]], index_arr: np.ndarray,
                 rows: List[int], epoch: int) -> Tuple[torch.Tensor, List[int], List[DecodeError]]:
         """The native engine for ``rows``: uint8 into pinned memory, then to the device."""
@@ -299,7 +308,7 @@ class BatchBackend:
         """uint8/0..255 float NHWC -> the output dtype, still NHWC (contiguous)."""
         if self.dtype is None:
             return x if x.dtype == torch.uint8 else x.round().clamp_(0, 255).to(torch.uint8)
-        return normalize_nhwc(x, self.mean, self.std, self.dtype, channels_last=True).permute(0, 2, 3, 1)
+        return self._normalizer(x).permute(0, 2, 3, 1)  # NCHW view of NHWC memory -> back to NHWC
 
     def _assemble(self, n: int, ok_rows: List[int], gpu_out: Optional[torch.Tensor], cpu_rows: List[int],
                   cpu_out: Optional[torch.Tensor]) -> torch.Tensor:
@@ -314,9 +323,9 @@ class BatchBackend:
             black = self._normalize(torch.zeros((1, 1, 1, 3), dtype=torch.uint8, device=self.device))
             nhwc = black.expand(n, h, w, 3).to(out_dtype).contiguous()
             if ok_rows and gpu_out is not None:
-                nhwc[torch.as_tensor(ok_rows, device=self.device)] = gpu_out
+                nhwc[to_device(torch.tensor(ok_rows), self.device)] = gpu_out
             if cpu_rows and cpu_out is not None:
-                nhwc[torch.as_tensor(cpu_rows, device=self.device)] = self._normalize(cpu_out)
+                nhwc[to_device(torch.tensor(cpu_rows), self.device)] = self._normalize(cpu_out)
         if self.dtype is None:
             return nhwc
         nchw = nhwc.permute(0, 3, 1, 2)

@@ -26,7 +26,9 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-__all__ = ["AxisTables", "axis_tables", "ImageLayout", "resample_batch", "normalize_nhwc", "orientation_maps"]
+from ..cuda import to_device
+
+__all__ = ["AxisTables", "axis_tables", "ImageLayout", "resample_batch", "orientation_maps"]
 
 # Elements of index memory per gather (int64): bounds the working set of one chunk.
 _CHUNK_ELEMENTS = 48 * 1024 * 1024
@@ -175,7 +177,7 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     clip_to_box: the filter reads only inside the box (RandomResizedCrop, like Pillow's
     crop + resize); otherwise the whole image (a fused resize + center crop).
     Returns float32 [B, H, W, 3] on ``flat.device`` with integer values in 0..255 (rounded as
-    Pillow does), ready for ``normalize_nhwc``. Runs on the current CUDA stream.
+    Pillow does), ready for ``fastdata.cuda.GpuNormalizer``. Runs on the current CUDA stream.
     """
     if flat.dtype != torch.uint8 or flat.dim() != 1:
         raise TypeError(f"flat must be a 1-D uint8 tensor, got {flat.dtype} with {flat.dim()} dims")
@@ -229,7 +231,7 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
 def _upload(device: torch.device, dtype: np.dtype, *arrays: np.ndarray) -> List[torch.Tensor]:
     """Several small host tables to the device in one copy; returns views shaped like the inputs."""
     flat = np.concatenate([np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays])
-    dev = torch.from_numpy(flat).to(device)
+    dev = to_device(torch.from_numpy(flat), device)
     views, at = [], 0
     for a in arrays:
         views.append(dev[at:at + a.size].view(a.shape))
@@ -270,23 +272,3 @@ def _resample_chunk(flat: torch.Tensor, sl: slice, rows: np.ndarray, fx: AxisTab
         src = tmp.index_select(0, ridx_t[:, :, t].reshape(-1))
         flat_out.addcmul_(src, wy_t[:, :, t].reshape(-1)[:, None, None])
     out.copy_(_round_u8(out))
-
-
-def normalize_nhwc(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype,
-                   channels_last: bool = True) -> torch.Tensor:
-    """uint8 (or float with values 0..255) [B, H, W, 3] -> ``dtype`` [B, 3, H, W], (x/255 - mean)/std.
-
-    Computed in float32 and cast once. ``channels_last``: the result is the NHWC memory
-    seen as NCHW (no copy); otherwise a contiguous NCHW tensor. Runs on x's device/stream.
-    """
-    if x.dim() != 4 or x.shape[-1] != 3:
-        raise ValueError(f"x must be [B, H, W, 3], got {tuple(x.shape)}")
-    if len(mean) != 3 or len(std) != 3:
-        raise ValueError("mean and std need 3 values (RGB)")
-    if any(s <= 0 for s in std):
-        raise ValueError(f"std must be positive, got {tuple(std)}")
-    scale = torch.tensor([1.0 / (255.0 * s) for s in std], dtype=torch.float32, device=x.device)
-    shift = torch.tensor([-m / s for m, s in zip(mean, std)], dtype=torch.float32, device=x.device)
-    y = torch.addcmul(shift, x.to(torch.float32), scale).to(dtype)
-    y = y.permute(0, 3, 1, 2)
-    return y if channels_last else y.contiguous()

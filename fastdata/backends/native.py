@@ -8,7 +8,6 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import List, Sequence, Tuple
 
-import numpy as np
 import torch
 
 from ..errors import DecodeError
@@ -24,11 +23,7 @@ class NativeBackend(BatchBackend):
             epoch: int) -> Tuple[torch.Tensor, List[DecodeError], List[int]]:
         """Same contract as ``BatchBackend.run``."""
         n = len(items)
-        index_arr = np.ascontiguousarray(indices, dtype=np.int64)
-        if index_arr.shape != (n,):
-            raise ValueError(f"indices must have {n} entries, got shape {index_arr.shape}")
-        if epoch < 0:
-            raise ValueError("epoch must be non-negative")
+        index_arr = self._check_batch(items, indices, epoch)
         names = [it if isinstance(it, str) else None for it in items]
         rows = list(range(n))
         with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():

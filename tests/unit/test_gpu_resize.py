@@ -9,7 +9,8 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.backends.gpu_resize import ImageLayout, normalize_nhwc, resample_batch
+from fastdata.backends.gpu_resize import ImageLayout, resample_batch
+from fastdata.cuda import GpuNormalizer
 from fastdata.demo import photo_like_jpeg
 
 
@@ -105,19 +106,20 @@ def test_matches_native_engine_for_the_same_plan():
     assert plan.flips.any() and not plan.flips.all()  # both branches were exercised
 
 
-def test_normalize_nhwc_against_float_reference():
+def test_gpu_normalizer_against_float_reference():
+    # The one normalizer of GPU outputs (Loader and backends); runs on CPU tensors too.
     x = torch.randint(0, 256, (2, 5, 7, 3), dtype=torch.uint8)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     ref = (x.double() / 255 - torch.tensor(mean, dtype=torch.float64)) / torch.tensor(std, dtype=torch.float64)
     ref = ref.permute(0, 3, 1, 2)
-    y = normalize_nhwc(x, mean, std, torch.float32, channels_last=True)
+    y = GpuNormalizer(mean, std, torch.float32, True, torch.device("cpu"))(x)
     assert y.shape == (2, 3, 5, 7) and y.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(y.double(), ref, atol=1e-5, rtol=0)
-    y16 = normalize_nhwc(x, mean, std, torch.float16, channels_last=False)
+    y16 = GpuNormalizer(mean, std, torch.float16, False, torch.device("cpu"))(x)
     assert y16.dtype == torch.float16 and y16.is_contiguous()
     torch.testing.assert_close(y16.double(), ref, atol=3e-3, rtol=0)
     with pytest.raises(ValueError, match="std"):
-        normalize_nhwc(x, mean, (0.2, 0.0, 0.2), torch.float32)
+        GpuNormalizer(mean, (0.2, 0.0, 0.2), torch.float32, True, torch.device("cpu"))
 
 
 def test_bad_boxes_raise():
