@@ -22,13 +22,13 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
-from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff
+from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff, to_device
 from .errors import BatchDecodeError, DecodeError
 from .pinned_ring import PinnedRing
 from .sampler import ShardedOrder
@@ -268,42 +268,52 @@ class Loader:
         self._current = None
 
     # ---- producer side (runs on the loader's background thread) ----
-    def _fill(self, out: np.ndarray, labels: np.ndarray, indices: np.ndarray, epoch: int) -> List[DecodeError]:
-        """Decode ``indices`` into ``out`` (uint8 NHWC, or float32 NHWC normalized by the
-        native threads) and their labels; returns the failures that were replaced."""
+    def _fetch(self, indices: Sequence[int]) -> list:
         t0 = time.perf_counter()
         with stage("fastdata.fetch"):
             items = self.source.fetch(indices)
         self._stats.add(fetch_seconds=time.perf_counter() - t0)
-        with stage("fastdata.decode"):
-            report = self._engine.run(items, self.transform, out, seed=self.order.seed, epoch=epoch,
-                                      indices=indices, strict=self.strict, max_pixels=self.max_pixels,
-                                      names=_Names(self.source, indices), roi=self.roi, normalize=self._cpu_norm)
-        labels[:] = self._labels[indices]
-        self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
-                        warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
-        if report.failures and self.on_error == "raise":
-            raise report.failures[0] if len(report.failures) == 1 else BatchDecodeError(report.failures)
-        for row in report.failed_rows:
-            self._replace(out, labels, row, int(indices[row]), epoch)
-        return report.failures
+        return items
 
-    def _replace(self, out: np.ndarray, labels: np.ndarray, row: int, index: int, epoch: int) -> None:
-        """on_error="skip": decode the next sample after ``index`` that works into ``row``."""
+    def _check_failures(self, failures: List[DecodeError]) -> None:
+        """on_error="raise": the batch's failures end the epoch, named."""
+        if failures and self.on_error == "raise":
+            raise failures[0] if len(failures) == 1 else BatchDecodeError(failures)
+
+    def _replacement(self, index: int, decode_into_row: Callable[[int], bool]) -> int:
+        """on_error="skip": the next dataset index after ``index`` whose sample decodes
+        (``decode_into_row(j)`` decodes sample j into the failed row, True on success)."""
         n = len(self.source)
         for k in range(1, _MAX_REPLACEMENT_TRIES + 1):
             j = (index + k) % n
-            report = self._engine.run(self.source.fetch([j]), self.transform, out[row:row + 1],
-                                      seed=self.order.seed, epoch=epoch, indices=[j], strict=self.strict,
-                                      max_pixels=self.max_pixels, names=[self.source.name(j)], roi=self.roi,
-                                      normalize=self._cpu_norm)
-            self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
-                            warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
-            if not report.failures:
-                labels[row] = self._labels[j]
-                return
+            if decode_into_row(j):
+                return j
         raise DecodeError(f"{_MAX_REPLACEMENT_TRIES} samples in a row after it failed to decode too; "
                           "the dataset looks broken", index=index, name=self.source.name(index))
+
+    def _engine_run(self, items: list, out: np.ndarray, indices: Sequence[int], epoch: int,
+                    names: Sequence[str]) -> Any:
+        report = self._engine.run(items, self.transform, out, seed=self.order.seed, epoch=epoch, indices=indices,
+                                  strict=self.strict, max_pixels=self.max_pixels, names=names, roi=self.roi,
+                                  normalize=self._cpu_norm)
+        self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
+                        warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
+        return report
+
+    def _fill(self, out: np.ndarray, labels: np.ndarray, indices: np.ndarray, epoch: int) -> List[DecodeError]:
+        """Decode ``indices`` into ``out`` (uint8 NHWC, or float32 NHWC normalized by the
+        native threads) and their labels; returns the failures that were replaced."""
+        items = self._fetch(indices)
+        with stage("fastdata.decode"):
+            report = self._engine_run(items, out, indices, epoch, _Names(self.source, indices))
+        labels[:] = self._labels[indices]
+        self._check_failures(report.failures)
+        for row in report.failed_rows:
+            def decode_into_row(j: int, row: int = row) -> bool:
+                return not self._engine_run(self._fetch([j]), out[row:row + 1], [j], epoch,
+                                            [self.source.name(j)]).failures
+            labels[row] = self._labels[self._replacement(int(indices[row]), decode_into_row)]
+        return report.failures
 
     def _produce_batch(self, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
                                                                        List[DecodeError]]:
@@ -335,35 +345,27 @@ class Loader:
                                                                         List[DecodeError]]:
         """A batch from a GPU backend, with the same error policy as the native path."""
         be = self._backend
-        t0 = time.perf_counter()
-        with stage("fastdata.fetch"):
-            items = self.source.fetch(indices)
-        self._stats.add(fetch_seconds=time.perf_counter() - t0)
+        stream_ctx = (lambda: torch.cuda.stream(be.stream)) if be.stream is not None else contextlib.nullcontext
+        items = self._fetch(indices)
         t0 = time.perf_counter()
         with stage("fastdata.decode"):
             images, failures, rows = be.run(items, indices, epoch)
         self._stats.add(decode_seconds=time.perf_counter() - t0, failures=len(failures))
         failures = [DecodeError(f.reason, index=f.index, name=f.name or self.source.name(int(f.index)))
                     for f in failures]
-        if failures and self.on_error == "raise":
-            raise failures[0] if len(failures) == 1 else BatchDecodeError(failures)
+        self._check_failures(failures)
         labels = self._labels[indices].copy()
-        for row in rows:  # on_error="skip": the next sample that decodes, as on the native path
-            index = int(indices[row])
-            for k in range(1, _MAX_REPLACEMENT_TRIES + 1):
-                j = (index + k) % len(self.source)
-                one, bad, _ = be.run(self.source.fetch([j]), np.array([j]), epoch)
+        for row in rows:
+            def decode_into_row(j: int, row: int = row) -> bool:
+                one, bad, _ = be.run(self._fetch([j]), np.array([j]), epoch)
                 if not bad:
-                    with torch.cuda.stream(be.stream) if be.stream is not None else contextlib.nullcontext():
+                    with stream_ctx():
                         images[row] = one[0]
-                    labels[row] = self._labels[j]
-                    break
-            else:
-                raise DecodeError(f"{_MAX_REPLACEMENT_TRIES} samples in a row after it failed to decode too",
-                                  index=index, name=self.source.name(index))
+                return not bad
+            labels[row] = self._labels[self._replacement(int(indices[row]), decode_into_row)]
         event = None
-        with torch.cuda.stream(be.stream) if be.stream is not None else contextlib.nullcontext():
-            gpu_labels = torch.from_numpy(labels).to(self.device, non_blocking=False)
+        with stream_ctx():
+            gpu_labels = to_device(torch.from_numpy(labels), self.device)
             if be.stream is not None:
                 event = torch.cuda.Event()
                 event.record(be.stream)
