@@ -252,6 +252,17 @@ class _State:
     bytes_in: int = 0
     bytes_out: int = 0
 
+    def add_part(self, part: Dict[str, Any]) -> None:
+        """Account for one committed batch (its progress record): when writing it and on resume."""
+        self.batches += 1
+        self.next_pos = part["end"]
+        self.kept += part["kept"]
+        self.sha256 += part["sha256"]
+        self.reencoded += part["reencoded"]
+        self.skipped += part["skipped"]
+        self.bytes_in += part["bytes_in"]
+        self.bytes_out += part["bytes_out"]
+
 
 def _load_state(txn: Any, dst: str) -> _State:
     st = _State()
@@ -264,14 +275,7 @@ def _load_state(txn: Any, dst: str) -> _State:
         part = cf.loads(value, key.decode(), dst)
         if part["batch"] != st.batches or part["start"] != st.next_pos:
             raise ConvertError(f"{dst}: progress records are not contiguous (batch {st.batches}); remove DST and start again")
-        st.batches += 1
-        st.next_pos = part["end"]
-        st.kept += part["kept"]
-        st.sha256 += part["sha256"]
-        st.reencoded += part["reencoded"]
-        st.skipped += part["skipped"]
-        st.bytes_in += part["bytes_in"]
-        st.bytes_out += part["bytes_out"]
+        st.add_part(part)
     return st
 
 
@@ -439,14 +443,7 @@ def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], qu
             txn.put(cf.part_key(st.batches), cf.dumps(part))
 
         _write(env, fn)
-        st.batches += 1
-        st.next_pos = end
-        st.kept += part["kept"]
-        st.sha256 += part["sha256"]
-        st.reencoded += part["reencoded"]
-        st.skipped += part["skipped"]
-        st.bytes_in += part["bytes_in"]
-        st.bytes_out += part["bytes_out"]
+        st.add_part(part)
         pending, pending_bytes = [], 0
 
     def consume(r: Result) -> None:
