@@ -369,16 +369,17 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     else:
         train_src, val_src = split_sources(args.data, args.val_fraction, args.seed)
         num_classes = len(train_src.classes)
-        train_src, val_src = shard(train_src, rank, world), shard(val_src, rank, world)
         if args.loader == "fastdata":
+            # fastdata.Loader shards by itself (rank and world size from torch.distributed).
             train_pipe = FastdataPipeline(train_src, args, True, device, in_dtype)
             val_pipe = FastdataPipeline(val_src, args, False, device, in_dtype)
         else:
+            train_src, val_src = shard(train_src, rank, world), shard(val_src, rank, world)
             train_pipe = DataLoaderPipeline(train_src, args, True, device)
             val_pipe = DataLoaderPipeline(val_src, args, False, device)
-        steps_per_epoch = len(train_src) // args.batch_size
+        steps_per_epoch = len(train_pipe)
         if steps_per_epoch == 0:
-            raise SystemExit(f"{len(train_src)} training images per rank < batch size {args.batch_size}")
+            raise SystemExit(f"{len(train_src)} training images over {world} rank(s) make no batch of {args.batch_size}")
     # --steps wins over --epochs (benchmarks run a fixed number of steps across epoch boundaries).
     total_steps = args.steps or args.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
@@ -418,6 +419,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     loss_sum = torch.zeros((), device=device)
     loss_n = 0
     step = 0
+    mean_loss = float("nan")  # until the first log interval
     t_start = time.perf_counter()
     for epoch in range(epochs):
         train_pipe.set_epoch(epoch)
@@ -456,7 +458,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "arch": args.arch, "input": "synthetic" if args.synthetic else args.loader, "batch_size": args.batch_size,
         "world_size": world, "amp": amp_name, "channels_last": args.channels_last, "compile": args.compile,
         "workers": args.workers, "image_size": args.image_size, "steps": step, "train_seconds": train_seconds,
-        "final_loss": mean_loss if step else float("nan"),
+        "final_loss": mean_loss,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, **_combine(windows, world),
     }

@@ -127,3 +127,28 @@ def test_split_is_disjoint_seeded_and_labels_follow_folders(data):
 def test_missing_data_is_an_argument_error():
     with pytest.raises(SystemExit):
         train.main(["--loader", "dataloader"])
+
+
+@pytest.mark.parametrize("loader", ["fastdata", "dataloader"])
+def test_ddp_two_processes_train(data, tmp_path, loader):
+    """torchrun with 2 CPU processes (gloo): each rank trains on its shard, the held-out split is
+    covered once over both ranks, and every rank runs the same number of steps."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a free port on loopback for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = tmp_path / "runs.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(port), str(ROOT / "examples" / "train.py"), str(data), "--loader", loader,
+           "--arch", "small_resnet", "--batch-size", "8", "--image-size", "32", "--steps", "6", "--log-every", "3",
+           "--warmup-steps", "1", "--val-fraction", "0.25", "--device", "cpu", "--workers", "1",
+           "--results", str(results)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads(results.read_text().splitlines()[-1])  # written by rank 0
+    assert summary["input"] == loader and summary["world_size"] == 2 and summary["steps"] == 6
+    assert summary["val_images"] == 20  # 25% of 80, split over the two ranks
+    assert math.isfinite(summary["final_loss"])
