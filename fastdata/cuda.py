@@ -41,8 +41,8 @@ class GpuNormalizer:
     def __call__(self, nhwc: torch.Tensor) -> torch.Tensor:
         """uint8 [N, H, W, 3] on the GPU -> ``dtype`` [N, 3, H, W]."""
         x = nhwc.permute(0, 3, 1, 2).float()  # a channels_last view, like the slot
-        x.mul_(self.scale).add_(self.bias)
-        return x.to(dtype=self.dtype, memory_format=self.memory_format)
+        y = torch.addcmul(self.bias, x, self.scale)  # one fused pass: bias + x * scale
+        return y.to(dtype=self.dtype, memory_format=self.memory_format)
 
 
 class CudaUploader:
