@@ -9,6 +9,7 @@ import dataclasses
 import queue
 import threading
 import time
+import types
 from typing import Iterator, List, Tuple
 
 import numpy as np
@@ -79,7 +80,6 @@ def test_slow_loader_is_input_bound_with_true_wait_fraction():
     assert rep.steps == 24
     assert rep.samples == 24 * BATCH
     assert abs(rep.data_wait_fraction - truth) < 0.02, (rep.data_wait_fraction, truth)
-    assert abs(rep.data_wait_fraction - 20 / 22) < 0.05
     expected_ips = BATCH / (np.mean(loader.slept[1:]) + np.mean(took[1:]))
     assert rep.images_per_s == pytest.approx(expected_ips, rel=0.05)
     assert "more" in rep.next_action or "fastdata.Loader" in rep.next_action
@@ -93,7 +93,6 @@ def test_slow_step_is_compute_bound_with_true_wait_fraction():
     truth = sum(loader.slept[1:]) / (sum(loader.slept[1:]) + sum(took[1:]))
     assert rep.verdict == "compute-bound"
     assert abs(rep.data_wait_fraction - truth) < 0.02, (rep.data_wait_fraction, truth)
-    assert abs(rep.data_wait_fraction - 1 / 41) < 0.03
     assert rep.step_ms_p50 == pytest.approx(1e3 * float(np.median(took[1:])), rel=0.1)
     assert "model faster" in rep.next_action
 
@@ -272,6 +271,32 @@ def test_stage_is_free_when_nobody_listens_and_recorded_by_the_profiler():
     assert "fastdata.wait" in names
 
 
+class VirtualClock:
+    """Host time that advances only when the test says so: scheduling noise on a loaded CI
+    machine cannot move the result (a real sleep of 5 ms took 18 ms there once)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class VirtualLoader:
+    """Produces a batch ``delay`` virtual seconds after it is asked for (no prefetch)."""
+
+    def __init__(self, clock: VirtualClock, steps: int, delay: float):
+        self.clock, self.steps, self.delay = clock, steps, delay
+
+    def __iter__(self) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        for i in range(self.steps):
+            self.clock.sleep(self.delay)
+            yield np.full((BATCH, 3), i, np.float32), np.arange(BATCH)
+
+
 class FakeGpu:
     """A stream clock: enqueued work runs after earlier work and not before it was enqueued.
 
@@ -279,11 +304,12 @@ class FakeGpu:
     thing runs in tests/gpu/test_train_example_gpu.py.
     """
 
-    def __init__(self) -> None:
-        self.clock = 0.0  # when the stream becomes free (host perf_counter seconds)
+    def __init__(self, clock: VirtualClock) -> None:
+        self.host = clock
+        self.clock = clock.now()  # when the stream becomes free (host seconds)
 
     def enqueue(self, seconds: float) -> None:
-        self.clock = max(self.clock, time.perf_counter()) + seconds
+        self.clock = max(self.clock, self.host.now()) + seconds
 
     def event_class(self):
         gpu = self
@@ -293,14 +319,14 @@ class FakeGpu:
                 self.t = None
 
             def record(self) -> None:
-                gpu.clock = max(gpu.clock, time.perf_counter())
+                gpu.clock = max(gpu.clock, gpu.host.now())
                 self.t = gpu.clock
 
             def query(self) -> bool:
-                return time.perf_counter() >= self.t
+                return gpu.host.now() >= self.t
 
             def synchronize(self) -> None:
-                time.sleep(max(0.0, self.t - time.perf_counter()))
+                gpu.host.sleep(max(0.0, self.t - gpu.host.now()))
 
             def elapsed_time(self, end) -> float:
                 return 1e3 * (end.t - self.t)
@@ -311,14 +337,19 @@ class FakeGpu:
 @pytest.mark.parametrize("loader_ms,kernel_ms,truth,verdict", [(20, 5, 15 / 20, "input-bound"), (5, 20, 0.0, "compute-bound")])
 def test_cuda_event_timing_sees_through_asynchronous_steps(monkeypatch, loader_ms, kernel_ms, truth, verdict):
     torch = pytest.importorskip("torch")
-    gpu = FakeGpu()
+    import fastdata.stall as stall_module
+
+    clock = VirtualClock()
+    gpu = FakeGpu(clock)
+    monkeypatch.setattr(stall_module, "time", types.SimpleNamespace(perf_counter=clock.now))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "Event", gpu.event_class())
     meter = StallMeter(warmup=2, cuda_timing="events", gpu_util=False)
-    for _ in meter.wrap(SleepyLoader(steps=25, delay=loader_ms / 1e3)):
+    for _ in meter.wrap(VirtualLoader(clock, steps=25, delay=loader_ms / 1e3)):
         gpu.enqueue(kernel_ms / 1e3)  # the step returns at once; the "GPU" works on
     rep = meter.report()
     assert rep.timing == "cuda-events"
     assert rep.host_wait_fraction > 0.9  # host clocks alone would call both loops input-bound
-    assert abs(rep.data_wait_fraction - truth) < 0.05, rep.data_wait_fraction
+    # 23 steps in the window but 22 gaps (the first step has no previous end): 330/445 ms.
+    assert abs(rep.data_wait_fraction - truth) < 0.01, rep.data_wait_fraction
     assert rep.verdict == verdict
