@@ -1,7 +1,7 @@
 """`fastdata-bench`: how much faster is training input with fastdata, and which change buys what.
 
     fastdata-bench [DATA] [--batch-size B] [--seconds 20] [--threads N]
-                   [--compare dataloader,simd,fastdata,lmdb,ram,dali,nvjpeg]
+                   [--compare dataloader,simd,fastdata,lmdb,ram,fastdata-dali,fastdata-nvjpeg,dali,nvjpeg]
                    [--ablation] [--device cpu|cuda] [--dtype float32] [--json out.json] [--plot out.png]
 
 DATA is an ImageFolder tree, a ``path,label`` list file or a fastdata LMDB cache; without

@@ -266,17 +266,23 @@ class FastdataContender:
     decode followed by crop+resize (the ablation's "native decode" step); it needs the
     lead's ``roi`` switch on ``fastdata.Loader``. ``host_normalize=True`` with a CUDA job
     takes uint8 NHWC batches on the host and copies/normalizes them synchronously on the
-    default stream (the ablation's "before CUDA-stream prefetch" steps).
+    default stream (the ablation's "before CUDA-stream prefetch" steps). ``backend``:
+    the Loader's decoding backend ("native", or the GPU decoders "dali" and "nvjpeg").
     """
 
     def __init__(self, source: str = "files", roi: bool = True, host_normalize: bool = False,
-                 threads: Optional[int] = None, label: Optional[str] = None) -> None:
+                 threads: Optional[int] = None, label: Optional[str] = None, backend: str = "native") -> None:
         if source not in ("files", "lmdb", "ram"):
             raise ValueError(f"unknown fastdata source {source!r}")
         self.source, self.roi, self.host_normalize, self.threads = source, roi, host_normalize, threads
+        self.backend = backend
         self.name = {"files": "fastdata", "lmdb": "lmdb", "ram": "ram"}[source]
+        if backend != "native":
+            self.name = f"fastdata-{backend}"
         self.label = label or {"files": "fastdata (files)", "lmdb": "fastdata (LMDB)",
                                "ram": "fastdata (RAM)"}[source]
+        if backend != "native" and label is None:
+            self.label = f"fastdata (files, backend={backend})"
         self.detail: Dict[str, Any] = {}
 
     def unavailable(self, job: Job) -> Optional[str]:
@@ -307,6 +313,13 @@ class FastdataContender:
             if "roi" not in inspect.signature(fastdata.Loader).parameters:
                 return ("the engine exposes no switch for a plain full decode "
                         "(needs fastdata.Loader(..., roi=False))")
+        if self.backend != "native":
+            if not job.device.startswith("cuda"):
+                return f"backend={self.backend} decodes on the GPU (needs --device cuda)"
+            if self.backend == "dali":
+                reason = _missing("nvidia.dali")
+                if reason:
+                    return reason
         if job.device.startswith("cuda"):
             return _cuda_reason(job)
         return None
@@ -334,7 +347,8 @@ class FastdataContender:
         threads = job.workers if self.threads is None else self.threads
         kwargs: Dict[str, Any] = dict(
             batch_size=job.batch_size, transform=fastdata.RandomResizedCrop(job.size), shuffle=True,
-            seed=0, drop_last=True, threads=threads, prefetch=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+            seed=0, drop_last=True, threads=threads, prefetch=3, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+            backend=self.backend)
         if not self.roi:
             kwargs["roi"] = False
         sync_copy = cuda and self.host_normalize
@@ -343,7 +357,7 @@ class FastdataContender:
         else:
             kwargs.update(device=job.device, dtype=job.torch_dtype())
         self.detail = {"threads": threads, "roi": self.roi, "source": type(src).__name__,
-                       "stream_prefetch": cuda and not sync_copy}
+                       "stream_prefetch": cuda and not sync_copy, "backend": self.backend}
         loader = fastdata.Loader(src, **kwargs)
         try:
             if not sync_copy:
@@ -520,6 +534,8 @@ def make_contender(name: str) -> Any:
         "fastdata": lambda: FastdataContender("files"),
         "lmdb": lambda: FastdataContender("lmdb"),
         "ram": lambda: FastdataContender("ram"),
+        "fastdata-dali": lambda: FastdataContender("files", backend="dali"),
+        "fastdata-nvjpeg": lambda: FastdataContender("files", backend="nvjpeg"),
         "dali": DALIContender,
         "nvjpeg": TorchvisionGPUContender,
     }
@@ -530,4 +546,4 @@ def make_contender(name: str) -> Any:
     return c
 
 
-CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "dali", "nvjpeg")
+CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "fastdata-dali", "fastdata-nvjpeg", "dali", "nvjpeg")

@@ -318,8 +318,6 @@ class Loader:
     def _produce_batch(self, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
                                                                        List[DecodeError]]:
         """One batch as the consumer will receive it (images, labels, CUDA event, failures)."""
-        if self._backend is not None:
-            return self._backend_batch(indices, epoch)
         n = len(indices)
         slot = self._ring.acquire()
         images, labels = slot.images[:n], slot.labels[:n]
@@ -341,15 +339,24 @@ class Loader:
         while self._timings and self._timings[0][1].query():
             self._stats.add(h2d_seconds=copy_seconds(*self._timings.popleft()))
 
-    def _backend_batch(self, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
-                                                                        List[DecodeError]]:
-        """A batch from a GPU backend, with the same error policy as the native path."""
-        be = self._backend
-        stream_ctx = (lambda: torch.cuda.stream(be.stream)) if be.stream is not None else contextlib.nullcontext
+    def _backend_submit(self, indices: np.ndarray, epoch: int) -> Tuple[np.ndarray, int, Any]:
+        """Start a batch on the GPU backend (read, plan, queue the decode); see _backend_finish."""
         items = self._fetch(indices)
         t0 = time.perf_counter()
         with stage("fastdata.decode"):
-            images, failures, rows = be.run(items, indices, epoch)
+            pending = self._backend.submit(items, indices, epoch)
+        self._stats.add(decode_seconds=time.perf_counter() - t0)
+        return indices, epoch, pending
+
+    def _backend_finish(self, started: Tuple[np.ndarray, int, Any]) -> Tuple[torch.Tensor, torch.Tensor, Any,
+                                                                                 List[DecodeError]]:
+        """A batch from a GPU backend, with the same error policy as the native path."""
+        indices, epoch, pending = started
+        be = self._backend
+        stream_ctx = (lambda: torch.cuda.stream(be.stream)) if be.stream is not None else contextlib.nullcontext
+        t0 = time.perf_counter()
+        with stage("fastdata.decode"):
+            images, failures, rows = be.collect(pending)
         self._stats.add(decode_seconds=time.perf_counter() - t0, failures=len(failures))
         failures = [DecodeError(f.reason, index=f.index, name=f.name or self.source.name(int(f.index)))
                     for f in failures]
@@ -371,6 +378,9 @@ class Loader:
                 event.record(be.stream)
         return images, gpu_labels, event, failures
 
+    def _backend_discard(self, started: Tuple[np.ndarray, int, Any]) -> None:
+        self._backend.discard(started[2])
+
     def _warn_skipped(self, failures: List[DecodeError]) -> None:
         for f in failures:
             key = f.name or f.index
@@ -384,10 +394,22 @@ _DONE = object()
 
 
 class _Job:
-    """One epoch's batches for the producer thread, and how to hand them over."""
+    """One epoch's batches for the producer thread, and how to hand them over.
+
+    The native path produces each batch in one call. A pipelined GPU backend (DALI) is
+    given ``depth`` batches before the first is collected, so the backend decodes while
+    this thread reads and plans the next ones; batches still in flight when the epoch is
+    left early are discarded, so the backend's queue stays in step for the next epoch.
+    """
 
     def __init__(self, loader: Loader, epoch: int, batches: List[np.ndarray], maxsize: int):
-        self.produce = loader._produce_batch  # the only reference the thread has to the loader
+        # The only references the thread has to the loader (dropped when the job ends).
+        if loader._backend is not None:
+            self.start, self.finish = loader._backend_submit, loader._backend_finish
+            self.discard = loader._backend_discard
+            self.depth = max(1, int(getattr(loader._backend, "pipeline_depth", 1)))
+        else:
+            self.start, self.finish, self.discard, self.depth = loader._produce_batch, None, None, 1
         self.epoch = epoch
         self.batches = batches
         self.queue: "queue.Queue[Any]" = queue.Queue(maxsize=maxsize)
@@ -395,17 +417,29 @@ class _Job:
         self.finished = threading.Event()  # set once the thread no longer touches this epoch
 
     def run(self) -> None:
+        in_flight: Deque[Any] = collections.deque()
         try:
             for indices in self.batches:
                 if self.stop.is_set():
                     return
-                if not self._put(self.produce(indices, self.epoch)):
+                if self.finish is None:
+                    if not self._put(self.start(indices, self.epoch)):
+                        return
+                    continue
+                in_flight.append(self.start(indices, self.epoch))
+                if len(in_flight) >= self.depth and not self._put(self.finish(in_flight.popleft())):
+                    return
+            while in_flight:
+                if self.stop.is_set() or not self._put(self.finish(in_flight.popleft())):
                     return
             self._put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there
             self._put(e)
         finally:
-            self.produce = None  # drop the loader before signalling: a dropped loader can be freed
+            while in_flight:
+                self.discard(in_flight.popleft())
+            # Drop the loader before signalling: a dropped loader can be freed.
+            self.start = self.finish = self.discard = None
             self.finished.set()
 
     def _put(self, item: Any) -> bool:
@@ -416,7 +450,6 @@ class _Job:
             except queue.Full:
                 continue
         return False
-
 
 class _ProducerThread:
     """The loader's one background thread, started on the first iteration and reused for

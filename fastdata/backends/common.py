@@ -4,18 +4,22 @@ A batch goes through ``BatchBackend.run`` in four steps, all on the caller's (pr
 1. items (paths or buffers) become encoded bytes (paths read by a small thread pool);
 2. ``Engine.plan`` gives each sample's crop box and flip from (seed, epoch, index), exactly
    the native engine's, plus header failures;
-3. samples a GPU decoder handles are decoded and resampled by the subclass (``_decode``);
-   the others (non-JPEG, CMYK/YCCK, 12-bit, truncated files in strict mode, and anything
-   the GPU decoder rejects) go through the native engine, are uploaded and normalized the
-   same way, so a batch is never lost;
+3. samples a GPU decoder handles are decoded and resampled by the subclass (``_start`` /
+   ``_finish``); the others (non-JPEG, CMYK/YCCK, 12-bit, truncated files in strict mode,
+   and anything the GPU decoder rejects) go through the native engine, are uploaded and
+   normalized the same way, so a batch is never lost;
 4. rows are assembled into one [B, H, W, 3] tensor and returned as an NCHW view.
+
+``run`` is ``collect(submit(...))``. A backend whose decoder works asynchronously (DALI)
+has ``pipeline_depth`` > 1: the Loader then submits that many batches ahead and collects
+them in order, so steps 1-2 of the next batches overlap the decoder's work on this one.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -152,6 +156,23 @@ def resolve_dtype(dtype: Union[torch.dtype, str, None]) -> Optional[torch.dtype]
     return dtype
 
 
+@dataclass
+class PendingBatch:
+    """A submitted batch: its bytes, plan and routing, and the decoder's handle for its GPU rows."""
+
+    n: int
+    index_arr: np.ndarray
+    datas: List[np.ndarray]
+    names: List[Optional[str]]
+    plan: CropPlan
+    epoch: int
+    gpu_rows: List[int]
+    cpu_rows: List[int]
+    failures: List[Tuple[int, DecodeError]] = field(default_factory=list)  # (row, error)
+    failed: set = field(default_factory=set)
+    handle: Any = None  # what the subclass's _start returned (None when no GPU rows)
+
+
 class BatchBackend:
     """Base of the GPU backends: plan, route, fall back, assemble. Subclasses implement ``_decode``.
 
@@ -161,6 +182,7 @@ class BatchBackend:
     """
 
     name = "base"
+    pipeline_depth = 1  # batches the Loader may submit before collecting the first
 
     def __init__(self, transform: Transform, *, device: Union[str, torch.device] = "cuda",
                  dtype: Union[torch.dtype, str, None] = torch.float16,
@@ -195,16 +217,25 @@ class BatchBackend:
         self._pinned_free: Optional[torch.cuda.Event] = None
         self.stats = {"batches": 0, "gpu_decoded": 0, "native_fallbacks": 0, "gpu_rejected": 0}
 
-    # -- subclass hook ------------------------------------------------------------------
+    # -- subclass hooks -----------------------------------------------------------------
     def _decode(self, datas: List[np.ndarray], plan: CropPlan, rows: List[int],
                 epoch: int) -> Tuple[Optional[torch.Tensor], List[int]]:
         """Decode + crop + resize + flip + normalize ``rows`` of the batch on the device.
 
         Returns ([len(ok rows), H, W, 3] tensor in the output dtype — normalized float, or
         uint8 when ``self.dtype`` is None — for the rows not rejected, in order) and the rows
-        the decoder rejected (they go to the native path).
+        the decoder rejected (they go to the native path). Synchronous backends implement
+        this; asynchronous ones implement ``_start`` and ``_finish`` instead.
         """
         raise NotImplementedError
+
+    def _start(self, datas: List[np.ndarray], plan: CropPlan, rows: List[int], epoch: int) -> Any:
+        """Queue the decode of ``rows``; returns a handle for ``_finish`` (here: the result)."""
+        return self._decode(datas, plan, rows, epoch)
+
+    def _finish(self, handle: Any) -> Tuple[Optional[torch.Tensor], List[int]]:
+        """What ``_decode`` returns, for a handle from ``_start`` (called in submission order)."""
+        return handle
 
     # -- the batch ----------------------------------------------------------------------
     def run(self, items: Sequence[Item], indices: Sequence[int],
@@ -216,6 +247,10 @@ class BatchBackend:
         with .index = dataset index, .name = path) and the failed rows, which hold black
         (zero uint8 pixels, normalized like the others).
         """
+        return self.collect(self.submit(items, indices, epoch))
+
+    def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int) -> PendingBatch:
+        """Read, plan and route a batch, and start decoding its GPU rows (see ``run``)."""
         n = len(items)
         index_arr = self._check_batch(items, indices, epoch)
         if self._pool is None:
@@ -223,47 +258,65 @@ class BatchBackend:
         datas, names = read_items(items, self._pool)
         plan = self.engine.plan(datas, self.transform, seed=self.seed, epoch=epoch, indices=index_arr,
                                 max_pixels=self.max_pixels)
-        failures: List[Tuple[int, DecodeError]] = []  # (row, error), sorted by row at the end
-        failed = set()
+        batch = PendingBatch(n, index_arr, datas, names, plan, epoch, [], [])
         for err, row in zip(plan.failures, plan.failed_rows):
             reason = err.reason if datas[row].size else unreadable_reason(items[row])
-            failures.append((row, DecodeError(reason, index=int(index_arr[row]), name=names[row])))
-            failed.add(row)
+            batch.failures.append((row, DecodeError(reason, index=int(index_arr[row]), name=names[row])))
+            batch.failed.add(row)
         not_jpeg = set(plan.not_jpeg_rows)
-        gpu_rows: List[int] = []
-        cpu_rows: List[int] = []
         for row in range(n):  # cheap header checks (a few us each): route each sample once
-            if row in failed:
+            if row in batch.failed:
                 continue
             info = None if row in not_jpeg else frame_info(datas[row])
             # Files without EOI (truncated) decode natively: libjpeg reports or grey-fills them as
             # `strict` asks, while GPU decoders fail the whole batch or return garbage for them.
             if info is None or not info.baseline_like or not ends_with_eoi(datas[row]):
-                cpu_rows.append(row)
+                batch.cpu_rows.append(row)
             else:
-                gpu_rows.append(row)
+                batch.gpu_rows.append(row)
+        if batch.gpu_rows:
+            with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
+                batch.handle = self._start(datas, plan, batch.gpu_rows, epoch)
+        return batch
+
+    def collect(self, batch: PendingBatch) -> Tuple[torch.Tensor, List[DecodeError], List[int]]:
+        """The finished batch (as ``run`` returns it). Batches are collected in submission order."""
+        n, cpu_rows, failures, failed = batch.n, list(batch.cpu_rows), list(batch.failures), set(batch.failed)
         with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
             gpu_out, rejected = (None, [])
-            if gpu_rows:
-                gpu_out, rejected = self._decode(datas, plan, gpu_rows, epoch)
+            if batch.gpu_rows:
+                gpu_out, rejected = self._finish(batch.handle)
+                batch.handle = None
             self.stats["gpu_rejected"] += len(rejected)
             if rejected:
                 rej = set(rejected)
-                ok_rows = [r for r in gpu_rows if r not in rej]
+                ok_rows = [r for r in batch.gpu_rows if r not in rej]
                 cpu_rows = sorted(cpu_rows + rejected)
             else:
-                ok_rows = gpu_rows
+                ok_rows = batch.gpu_rows
             cpu_out = None
             if cpu_rows:
-                cpu_out, cpu_fail_rows, cpu_failures = self._native(datas, names, index_arr, cpu_rows, epoch)
+                cpu_out, cpu_fail_rows, cpu_failures = self._native(batch.datas, batch.names, batch.index_arr,
+                                                                    cpu_rows, batch.epoch)
                 failures.extend(zip(cpu_fail_rows, cpu_failures))
                 failed.update(cpu_fail_rows)
             self.stats["gpu_decoded"] += len(ok_rows)
             self.stats["native_fallbacks"] += len(cpu_rows)
             self.stats["batches"] += 1
             out = self._assemble(n, ok_rows, gpu_out, cpu_rows, cpu_out)
-        failures = [err for _, err in sorted(failures, key=lambda pair: pair[0])]
-        return out, failures, sorted(failed)
+        return out, [err for _, err in sorted(failures, key=lambda pair: pair[0])], sorted(failed)
+
+    def discard(self, batch: PendingBatch) -> None:
+        """Drop a submitted batch nobody will collect (an epoch left early), keeping the
+        decoder's queue in step. Never raises: the batch's errors no longer matter."""
+        if batch.handle is None:
+            return
+        try:
+            with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
+                self._finish(batch.handle)
+        except Exception:
+            pass
+        batch.handle = None
 
     @staticmethod
     def _check_batch(items: Sequence[Item], indices: Sequence[int], epoch: int) -> np.ndarray:

@@ -10,12 +10,19 @@ sharding and resume stay with the Loader because DALI never chooses a sample.
 DALI applies EXIF orientation (``adjust_orientation=True``) and takes the slice window in
 oriented coordinates — the same coordinates as our plan (checked in the tests).
 
+The pipeline runs asynchronously (DALI's default executor; ``prefetch_queue_depth=1`` so each
+``schedule_run`` runs exactly the batch just fed): ``_start`` feeds a batch and schedules it,
+``_finish`` takes the outputs in the same order, on our CUDA stream without a host
+synchronization. The Loader keeps ``pipeline_depth`` batches in flight, so reading files and
+planning crops for the next batches overlap DALI's decoding of this one.
+
 DALI is optional: ``dali_available()`` says whether ``nvidia.dali`` imports.
 """
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, List, Optional, Tuple
+from collections import deque
+from typing import Any, Deque, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -40,11 +47,12 @@ class DaliBackend(BatchBackend):
     on the hardware engine); device "cpu": DALI's CPU pipeline (``device_id=None``).
     Output as BatchBackend.run. DALI's outputs are copied into torch tensors on
     ``self.stream`` (device to device, no host copy); DALI reuses its buffers afterwards.
+    ``prefetch``: batches in flight in the pipeline (the Loader's submit-ahead depth).
     """
 
     name = "dali"
 
-    def __init__(self, transform, *, hw_decoder_load: float = 0.65, batch_size: int = 0, prefetch: int = 1,
+    def __init__(self, transform, *, hw_decoder_load: float = 0.65, batch_size: int = 0, prefetch: int = 2,
                  **config: Any) -> None:
         super().__init__(transform, **config)
         try:
@@ -57,10 +65,13 @@ class DaliBackend(BatchBackend):
         if not 0.0 <= hw_decoder_load <= 1.0:
             raise ValueError(f"hw_decoder_load must be in [0, 1], got {hw_decoder_load}")
         self._fn, self._types, self._pipeline_def = fn, types, pipeline_def
+        if int(prefetch) < 1:
+            raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         self.hw_decoder_load = float(hw_decoder_load)
-        self.prefetch = int(prefetch)
+        self.pipeline_depth = int(prefetch)
         self._max_batch = int(batch_size)
         self._pipe = None
+        self._inflight: Deque[_Ticket] = deque()  # scheduled on a pipeline, outputs not taken yet
         self._crop_only = isinstance(transform, RandomResizedCrop)
 
     # -- the pipeline -------------------------------------------------------------------
@@ -79,7 +90,7 @@ class DaliBackend(BatchBackend):
 
         @self._pipeline_def(batch_size=max_batch, num_threads=self.threads,
                             device_id=(self.device.index or 0) if gpu else None,
-                            prefetch_queue_depth=self.prefetch, exec_async=False, exec_pipelined=False)
+                            prefetch_queue_depth=1, exec_async=True, exec_pipelined=True)
         def pipeline():
             encoded = fn.external_source(name="encoded", dtype=types.UINT8)
             anchor = fn.external_source(name="anchor", dtype=types.INT32)   # (x, y) of the decoded window
@@ -129,14 +140,15 @@ class DaliBackend(BatchBackend):
         roi_end = np.stack([boxes[:, 3] - y0, boxes[:, 2] - x0], 1).astype(np.float32)
         return anchor, shape, roi_start, roi_end
 
-    def _decode(self, datas: List[np.ndarray], plan: CropPlan, rows: List[int],
-                epoch: int) -> Tuple[Optional[torch.Tensor], List[int]]:
+    def _start(self, datas: List[np.ndarray], plan: CropPlan, rows: List[int], epoch: int) -> "_Ticket":
         n = len(rows)
         if self._pipe is None or n > self._max_batch:
+            self._drain()  # batches in flight on the old pipeline keep their outputs
             self._build(max(n, self._max_batch))
         anchor, shape, roi_start, roi_end = self._windows(plan, rows)
         mirror = plan.flips[np.asarray(rows, np.int64)].astype(np.int32)
         pipe = self._pipe
+        ticket = _Ticket(pipe, list(rows))
         try:
             pipe.feed_input("encoded", [datas[r] for r in rows])
             pipe.feed_input("anchor", list(anchor))
@@ -144,13 +156,51 @@ class DaliBackend(BatchBackend):
             pipe.feed_input("roi_start", list(roi_start))
             pipe.feed_input("roi_end", list(roi_end))
             pipe.feed_input("mirror", [np.array(m, np.int32) for m in mirror])
-            (out,) = pipe.run()
-        except RuntimeError:
-            # DALI fails the whole batch for one bad sample and its pipeline state is then
-            # undefined: rebuild it, and let the native path decode (and name) every sample.
+            pipe.schedule_run()
+        except (RuntimeError, IndexError):
+            self._lose(pipe)
+            ticket.lost = ticket.done = True
+            return ticket
+        self._inflight.append(ticket)
+        return ticket
+
+    def _finish(self, ticket: "_Ticket") -> Tuple[Optional[torch.Tensor], List[int]]:
+        while not ticket.done:
+            if not self._inflight:
+                raise RuntimeError("internal: a DALI batch was collected twice or out of order")
+            self._take_oldest()
+        if ticket.lost:
+            return None, ticket.rows
+        out, ticket.result = ticket.result, None
+        return out, []
+
+    def _take_oldest(self) -> None:
+        """Outputs of the oldest batch in flight, copied into a tensor of our own."""
+        ticket = self._inflight.popleft()
+        try:
+            stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+            (out,) = ticket.pipe.outputs(cuda_stream=stream) if stream is not None else ticket.pipe.outputs()
+            ticket.result = self._to_torch(out, len(ticket.rows))
+        except (RuntimeError, IndexError):
+            # DALI fails the whole batch for one bad sample and its pipeline is then unusable:
+            # this batch and every other one in flight there go to the native path (which
+            # decodes and names each sample), and the next batch builds a new pipeline.
+            ticket.lost = True
+            self._lose(ticket.pipe)
+        ticket.done = True
+
+    def _lose(self, pipe: Any) -> None:
+        """``pipe`` failed: its batches in flight are lost (native fallback); never use it again."""
+        for t in self._inflight:
+            if t.pipe is pipe:
+                t.lost = t.done = True
+        self._inflight = deque(t for t in self._inflight if t.pipe is not pipe)
+        if self._pipe is pipe:
             self._pipe = None
-            return None, list(rows)
-        return self._to_torch(out, n), []
+
+    def _drain(self) -> None:
+        while self._inflight:
+            self._take_oldest()
 
     def _to_torch(self, out: Any, n: int) -> torch.Tensor:
         """DALI TensorList -> torch [n, H, W, 3] in the output dtype (NHWC memory)."""
@@ -176,5 +226,19 @@ class DaliBackend(BatchBackend):
         return dst
 
     def close(self) -> None:
+        self._inflight.clear()
         self._pipe = None
         super().close()
+
+
+class _Ticket:
+    """A batch scheduled on a DALI pipeline: its GPU rows, then its result once taken."""
+
+    __slots__ = ("pipe", "rows", "result", "done", "lost")
+
+    def __init__(self, pipe: Any, rows: List[int]) -> None:
+        self.pipe = pipe
+        self.rows = rows
+        self.result: Optional[torch.Tensor] = None
+        self.done = False
+        self.lost = False  # the pipeline failed: decode these rows natively

@@ -138,3 +138,70 @@ def test_a_failing_dali_batch_falls_back_to_native_and_rebuilds():
         torch.testing.assert_close(a, b, atol=0, rtol=0)  # the whole batch came from the native path
         again, _, _ = dali.run(datas, np.arange(4), 0)  # a fresh pipeline serves the next batch
         torch.testing.assert_close(again, first, atol=0, rtol=0)
+
+
+class _OutputsFailAfter:
+    """A real DALI pipeline whose outputs() fails from the ``ok``-th call on, as DALI does
+    when one sample of a scheduled batch cannot be decoded (the pipeline is then unusable)."""
+
+    def __init__(self, pipe, ok: int):
+        self.pipe, self.ok = pipe, ok
+
+    def feed_input(self, *args, **kwargs):
+        return self.pipe.feed_input(*args, **kwargs)
+
+    def schedule_run(self):
+        return self.pipe.schedule_run()
+
+    def outputs(self, *args, **kwargs):
+        if self.ok == 0:
+            raise RuntimeError("[/dali/...] Critical error in pipeline: decoding failed (injected)")
+        self.ok -= 1
+        return self.pipe.outputs(*args, **kwargs)
+
+
+def _batches(n_batches: int, per: int = 4):
+    datas = [photo_like_jpeg(8, i, 130 + 3 * i, 100) for i in range(n_batches * per)]
+    return [(datas[k * per:(k + 1) * per], np.arange(k * per, (k + 1) * per)) for k in range(n_batches)]
+
+
+@needs_dali
+def test_batches_in_flight_come_back_in_order_and_equal_one_at_a_time():
+    transform = fastdata.RandomResizedCrop(40)
+    cfg = dict(device="cpu", dtype=None, seed=2, threads=2)
+    batches = _batches(4)
+    with make_backend("dali", transform, **cfg) as one_at_a_time:
+        expected = [one_at_a_time.run(d, i, 0)[0] for d, i in batches]
+    with make_backend("dali", transform, **cfg) as dali:
+        assert dali.pipeline_depth == 2
+        pending = [dali.submit(d, i, 0) for d, i in batches[:3]]
+        # A synchronous run() while three batches are in flight (what a skip replacement does)
+        extra, _, _ = dali.run(*batches[3], 0)
+        torch.testing.assert_close(extra, expected[3], atol=0, rtol=0)
+        for p, want in zip(pending, expected):
+            got, failures, rows = dali.collect(p)
+            assert not failures and not rows
+            torch.testing.assert_close(got, want, atol=0, rtol=0)
+        dali.discard(dali.submit(*batches[0], 0))  # an abandoned batch leaves the queue in step
+        again, _, _ = dali.run(*batches[1], 0)
+        torch.testing.assert_close(again, expected[1], atol=0, rtol=0)
+
+
+@needs_dali
+def test_a_pipeline_failing_with_batches_in_flight_loses_none_of_them():
+    transform = fastdata.RandomResizedCrop(40)
+    cfg = dict(device="cpu", dtype=None, seed=2, threads=2)
+    batches = _batches(3)
+    with make_backend("dali", transform, **cfg) as dali, make_backend("native", transform, **cfg) as native:
+        first, _, _ = dali.run(*batches[0], 0)
+        dali._pipe = _OutputsFailAfter(dali._pipe, ok=1)
+        pending = [dali.submit(d, i, 0) for d, i in batches]
+        outs = [dali.collect(p) for p in pending]
+        torch.testing.assert_close(outs[0][0], first, atol=0, rtol=0)  # taken before the failure
+        for (got, failures, rows), (d, i) in zip(outs[1:], batches[1:]):
+            assert not failures and not rows
+            torch.testing.assert_close(got, native.run(d, i, 0)[0], atol=0, rtol=0)  # all rows native
+        assert dali.stats["gpu_rejected"] == 8
+        assert not isinstance(dali._pipe, _OutputsFailAfter)  # the next batch built a new pipeline
+        again, _, _ = dali.run(*batches[0], 0)
+        torch.testing.assert_close(again, first, atol=0, rtol=0)
