@@ -1,4 +1,4 @@
-"""fastdata.Loader vs torch DataLoader(torchvision ImageFolder), side by side in one run.
+"""fastdata.Loader vs torch DataLoader(torchvision ImageFolder) and FFCV, side by side in one run.
 
 Exact commands (the README's loader table comes from them):
 
@@ -16,7 +16,9 @@ horizontal flip, shuffled, ``--batch-size``, the same output dtype and device:
 DataLoader runs ``--workers`` processes (default: usable cores) with pin_memory=True where
 CUDA exists (pinning needs an accelerator) and persistent workers; fastdata runs
 ``--workers`` native threads. Both read one long shuffled epoch (the demo set repeated) so
-that the timed part is steady state, not epoch-boundary drain.
+that the timed part is steady state, not epoch-boundary drain. FFCV (when installed; skipped
+with the reason otherwise) reads its own packed ``.beton`` of the same folder (written once,
+JPEG q90, not timed) with ``--workers`` threads, random order, epochs chained.
 
 Method: ``--rounds`` rounds; in each, every (dtype, loader) pair runs once, interleaved,
 so load from other processes on a shared machine hits both alike. Each run: start-up and
@@ -104,10 +106,83 @@ def fastdata_batches(root: Path, args: argparse.Namespace, dtype: torch.dtype) -
         loader.close()
 
 
+def ffcv_missing() -> Optional[str]:
+    """None when FFCV imports, else why not (FFCV builds from source against OpenCV and
+    libturbojpeg: apt install libopencv-dev libturbojpeg0-dev pkg-config; pip install ffcv numba)."""
+    try:
+        import ffcv.loader  # noqa: F401
+    except Exception as e:
+        return f"ffcv not importable ({type(e).__name__}: {e})"
+    return None
+
+
+def ensure_beton(root: Path, workers: int) -> Path:
+    """FFCV's own packed file of ``root`` (written once, cached beside fastdata's caches).
+
+    Images are stored as JPEG (``write_mode="jpg"``, quality 90, no resizing: FFCV decodes
+    them with libjpeg-turbo, as fastdata decodes the original files); labels as ints.
+    """
+    import hashlib
+
+    from ffcv.fields import IntField, RGBImageField
+    from ffcv.writer import DatasetWriter
+    from torchvision import datasets
+
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+    path = Path.home() / ".cache" / "fastdata" / "ffcv" / f"{root.name}-{digest}.beton"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    writer = DatasetWriter(str(tmp), {"image": RGBImageField(write_mode="jpg", jpeg_quality=90), "label": IntField()},
+                           num_workers=workers)
+    writer.from_indexed_dataset(datasets.ImageFolder(str(root)))
+    os.replace(tmp, path)
+    return path
+
+
+def ffcv_batches(root: Path, args: argparse.Namespace, dtype: torch.dtype) -> Batches:
+    """FFCV's Loader over its .beton: RandomResizedCrop decode + flip (+ normalize), its
+    ``--workers`` threads, random order; uint8 NHWC or normalized NCHW (channels_last view)."""
+    import numpy as np
+    from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+    from ffcv.loader import Loader, OrderOption
+    from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, Squeeze, ToTensor, ToTorchImage
+
+    image: List[Any] = [RandomResizedCropRGBImageDecoder((args.size, args.size)), RandomHorizontalFlip()]
+    if dtype != torch.uint8:
+        np_dtype = {torch.float32: np.float32, torch.float16: np.float16}.get(dtype)
+        if np_dtype is None:
+            raise ValueError(f"FFCV normalizes to float32 or float16, not {dtype}")
+        image.append(NormalizeImage(255 * np.array(fastdata.IMAGENET_MEAN), 255 * np.array(fastdata.IMAGENET_STD),
+                                    np_dtype))
+    image.append(ToTensor())
+    if dtype != torch.uint8:
+        image.append(ToTorchImage(channels_last=True))
+    n = len(fastdata.ImageFolder(root))
+    # One long epoch, as for the other loaders: the set's indices repeated, then shuffled.
+    indices = np.tile(np.arange(n, dtype=np.uint64), max(1, -(-1000 * args.batch_size // n)))
+    loader = Loader(str(ensure_beton(root, args.workers)), batch_size=args.batch_size, num_workers=args.workers,
+                    order=OrderOption.RANDOM, drop_last=True, os_cache=True, seed=0, indices=indices,
+                    pipelines={"image": image, "label": [IntDecoder(), ToTensor(), Squeeze()]})
+    device = torch.device(args.device)
+    it = None
+    try:
+        while True:
+            it = iter(loader)
+            for images, labels in it:
+                yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+    finally:
+        if it is not None:
+            it.close()  # stop FFCV's batch thread now
+
+
 LOADERS: Dict[str, Callable[[Path, argparse.Namespace, torch.dtype], Batches]] = {
     "DataLoader": dataloader_batches,
     "fastdata": fastdata_batches,
+    "FFCV": ffcv_batches,
 }
+OPTIONAL = {"FFCV": ffcv_missing}  # loaders skipped, with the reason, when not installed
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,6 +321,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"data: {root} ({n_images} images)  device: {args.device}  cores: {cores}  "
           f"load average before: {load[0]:.2f}", flush=True)
 
+    skipped = {name: why for name in args.loaders if name in OPTIONAL for why in [OPTIONAL[name]()] if why}
+    for name, why in skipped.items():
+        print(f"  {name}: skipped: {why}", flush=True)
+    args.loaders = [n for n in args.loaders if n not in skipped]
+    if "FFCV" in args.loaders:
+        t0 = time.perf_counter()
+        print(f"  FFCV: packed file {ensure_beton(root, args.workers)} ({time.perf_counter() - t0:.1f} s)", flush=True)
     runs: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
     for rnd in range(args.rounds):
         for dtype_name in args.dtype:
@@ -276,7 +358,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.json is not None:
         report = {"command": command, "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                   "data": {"root": str(root), "images": n_images}, "machine": machine_info(),
-                  "load_average_before": load, "results": results,
+                  "load_average_before": load, "results": results, "skipped": skipped,
                   "runs": {f"{d}/{n}": r for (d, n), r in runs.items()}}
         tmp = args.json.with_suffix(args.json.suffix + ".tmp")
         tmp.write_text(json.dumps(report, indent=1))

@@ -5,12 +5,13 @@
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench and bench_loader to CUDA
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
+#   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage=${1:?stage: setup|tests|bench|train}
+stage=${1:?stage: setup|tests|bench|train|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -23,7 +24,7 @@ case "$stage" in
     python3 -m pytest tests/gpu -q -m "gpu and not slow" -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
     python3 benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json "$OUT/bench_decode_16c.json" 2>&1 \
       | tee "$OUT/bench_decode_16c.log" | tail -32
-    python3 benchmarks/bench_gpu_decode.py --count 4096 --batch 256 --threads 16 --json "$OUT/bench_gpu_decode.json" 2>&1 \
+    python3 benchmarks/bench_gpu_decode.py --count 8192 --seconds 150 --json "$OUT/bench_gpu_decode.json" 2>&1 \
       | tee "$OUT/bench_gpu_decode.log" | tail -20
     ;;
   bench)
@@ -43,6 +44,9 @@ case "$stage" in
       done
     done
     python3 examples/train.py --table "$OUT/runs.jsonl" | tee "$OUT/train_table.md"
+    ;;
+  ddp)
+    python3 -m pytest tests/integration/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
