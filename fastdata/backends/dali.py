@@ -72,6 +72,10 @@ class DaliBackend(BatchBackend):
         self._max_batch = int(batch_size)
         self._pipe = None
         self._inflight: Deque[_Ticket] = deque()  # scheduled on a pipeline, outputs not taken yet
+        # DALI's last outputs stay referenced a little longer: our copy out of them is only
+        # queued on the stream when _take_oldest returns (no host sync), and holding them costs
+        # two batches of device memory, not a synchronization.
+        self._held: Deque[Any] = deque(maxlen=2)
         self._crop_only = isinstance(transform, RandomResizedCrop)
 
     # -- the pipeline -------------------------------------------------------------------
@@ -181,6 +185,7 @@ class DaliBackend(BatchBackend):
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             (out,) = ticket.pipe.outputs(cuda_stream=stream) if stream is not None else ticket.pipe.outputs()
             ticket.result = self._to_torch(out, len(ticket.rows))
+            self._held.append(out)
         except (RuntimeError, IndexError):
             # DALI fails the whole batch for one bad sample and its pipeline is then unusable:
             # this batch and every other one in flight there go to the native path (which
@@ -227,6 +232,7 @@ class DaliBackend(BatchBackend):
 
     def close(self) -> None:
         self._inflight.clear()
+        self._held.clear()
         self._pipe = None
         super().close()
 
