@@ -81,12 +81,35 @@ __attribute__((target("sse4.1,ssse3"))) void horizontal_pass_sse41(const uint8_t
 }
 
 
-// Two output pixels per iteration, one per 128-bit lane; otherwise the SSSE3 loop above.
+// (R, G, B, 0) int32 sums of output pixels k (low lane) and k + 1 (high lane); k even.
+template <int G>
+__attribute__((target("avx2"), always_inline)) inline __m256i horizontal_pair_avx2(
+    const uint8_t* in, int k, const int* first, const int16_t* w16, size_t pair_stride, __m256i shuf01,
+    __m256i shuf23, __m256i half) {
+  const uint8_t* p0 = in + static_cast<ptrdiff_t>(first[k]) * 3;
+  const uint8_t* p1 = in + static_cast<ptrdiff_t>(first[k + 1]) * 3;
+  const int16_t* wp = w16 + static_cast<size_t>(k / 2) * pair_stride;
+  __m256i acc = half;
+  for (int g = 0; g < G; ++g) {
+    const __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 12 * g))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 12 * g)), 1);
+    const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * g));
+    const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * g + 16));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf01), wa));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf23), wb));
+  }
+  return _mm256_srai_epi32(acc, kResizeBits16);
+}
+
+// Two output pixels per 256-bit accumulator, one per 128-bit lane, four pixels per step;
+// otherwise the arithmetic of the SSSE3 loop above. G = tap groups actually used (the
+// widest count[k] / 4, rounded up), a compile-time constant so the loop unrolls.
+template <int G>
 __attribute__((target("avx2"))) void horizontal_pass_avx2(const uint8_t* src, ptrdiff_t src_stride, int x_origin,
                                                           int rows, const AxisFilter& fx, uint8_t* dst,
                                                           ptrdiff_t dst_stride) {
   const int out = static_cast<int>(fx.first.size());
-  const int groups = fx.groups;
   const __m256i shuf01 = _mm256_setr_epi8(0, -128, 3, -128, 1, -128, 4, -128, 2, -128, 5, -128, -128, -128, -128,
                                           -128, 0, -128, 3, -128, 1, -128, 4, -128, 2, -128, 5, -128, -128, -128,
                                           -128, -128);
@@ -94,91 +117,97 @@ __attribute__((target("avx2"))) void horizontal_pass_avx2(const uint8_t* src, pt
                                           -128, 6, -128, 9, -128, 7, -128, 10, -128, 8, -128, 11, -128, -128, -128,
                                           -128, -128);
   const __m256i half = _mm256_set1_epi32(1 << (kResizeBits16 - 1));
-  const __m256i zero = _mm256_setzero_si256();
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // Four pixels as (R G B 0) dwords -> 12 packed bytes.
+  const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -128, -128, -128, -128);
   // Locals, not fx's members: stores to `o` could alias them and force reloads.
   const int16_t* w16 = fx.weights16.data();
   const int* first = fx.first.data();
-  const int* count = fx.count.data();
-  const size_t pair_stride = static_cast<size_t>(groups) * 32;
+  const size_t pair_stride = static_cast<size_t>(fx.groups) * 32;
   for (int y = 0; y < rows; ++y) {
     const uint8_t* in = src + y * src_stride - static_cast<ptrdiff_t>(x_origin) * 3;
     uint8_t* o = dst + y * dst_stride;
-    const int16_t* wp = w16;  // weights of the pair (k, k + 1)
     int k = 0;
-    for (; k + 1 < out; k += 2, wp += pair_stride, o += 6) {
-      const uint8_t* p0 = in + static_cast<ptrdiff_t>(first[k]) * 3;
-      const uint8_t* p1 = in + static_cast<ptrdiff_t>(first[k + 1]) * 3;
-      const int g_end = (std::max(count[k], count[k + 1]) + 3) / 4;
-      __m256i acc = half;
-      for (int g = 0; g < g_end; ++g) {
-        const __m256i v = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 12 * g))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 12 * g)), 1);
-        const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * g));
-        const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * g + 16));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf01), wa));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, shuf23), wb));
-      }
-      acc = _mm256_srai_epi32(acc, kResizeBits16);
-      const __m256i packed = _mm256_packus_epi16(_mm256_packus_epi32(acc, zero), zero);
-      const uint32_t rgb0 = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(packed)));
-      const uint32_t rgb1 = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(packed, 1)));
-      std::memcpy(o, &rgb0, 4);  // byte 4 is overwritten next
-      if (k + 2 < out) {
-        std::memcpy(o + 3, &rgb1, 4);
+    for (; k + 4 <= out; k += 4) {
+      // dwords after the packs: k, k+2, k, k+2 | k+1, k+3, k+1, k+3; the permute orders them.
+      __m256i p = _mm256_packus_epi32(horizontal_pair_avx2<G>(in, k, first, w16, pair_stride, shuf01, shuf23, half),
+                                         horizontal_pair_avx2<G>(in, k + 2, first, w16, pair_stride, shuf01, shuf23, half));
+      p = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p, p), order);
+      const __m128i px = _mm_shuffle_epi8(_mm256_castsi256_si128(p), compact);
+      if (k + 6 <= out) {  // 16 bytes stay in the row; bytes 12-15 are rewritten next
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * k), px);
       } else {
-        std::memcpy(o + 3, &rgb1, 3);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 3 * k), px);
+        const uint32_t tail = static_cast<uint32_t>(_mm_extract_epi32(px, 2));
+        std::memcpy(o + 3 * k + 8, &tail, 4);
       }
     }
-    if (k < out) {  // odd width: the last pixel alone, same arithmetic
+    for (; k < out; ++k) {  // up to 3 pixels: same arithmetic, scalar
       const uint8_t* p = in + static_cast<ptrdiff_t>(first[k]) * 3;
       int32_t acc[3] = {1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1), 1 << (kResizeBits16 - 1)};
-      for (int t = 0; t < count[k]; ++t) {
-        const int32_t wt = w16[w16_offset(k, t / 4, groups) + ((t % 4) / 2) * 16 + (t % 2)];
+      for (int t = 0; t < fx.count[k]; ++t) {
+        const int32_t wt = w16[w16_offset(k, t / 4, fx.groups) + ((t % 4) / 2) * 16 + (t % 2)];
         for (int c = 0; c < 3; ++c) acc[c] += wt * p[3 * t + c];
       }
-      for (int c = 0; c < 3; ++c) o[c] = clip8(acc[c], kResizeBits16);
+      for (int c = 0; c < 3; ++c) o[3 * k + c] = clip8(acc[c], kResizeBits16);
     }
   }
 }
-// ---- vertical pass: out row k = sum_t w[k,t] * in row (first[k] + t), 22-bit like Pillow ----
+// ---- vertical pass: out row k = sum_t w[k,t] * in row (first[k] + t), 14-bit weights ----
+// Rows are taken in pairs: their bytes interleaved and widened to int16 meet the weight
+// pair (w[t], w[t+1]) in one multiply-add, which gives the same exact int32 sums as the
+// scalar loop below.
 __attribute__((target("avx2"))) void vertical_pass_avx2(const uint8_t* src, ptrdiff_t src_stride, int y_origin,
                                                         int width, const AxisFilter& fy, uint8_t* dst,
                                                         ptrdiff_t dst_stride) {
   const int out = static_cast<int>(fy.first.size());
-  const __m256i half = _mm256_set1_epi32(1 << (kResizeBits - 1));
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i half = _mm256_set1_epi32(1 << (kResizeBits16 - 1));
+  const __m256i zero = _mm256_setzero_si256();
+  const int32_t* weights = fy.weights.data();
+  const int* first = fy.first.data();
+  const int* count = fy.count.data();
+  const int taps = fy.taps;
+  // 32 bytes per step; a last partial step is redone at width - 32 (same bytes, no
+  // write past the row). Narrower rows go to the scalar loop.
+  const int simd_width = width >= 32 ? width : 0;
   for (int k = 0; k < out; ++k) {
-    const int32_t* w = fy.weights.data() + static_cast<size_t>(k) * fy.taps;
-    const uint8_t* base = src + static_cast<ptrdiff_t>(fy.first[k] - y_origin) * src_stride;
+    const int32_t* w = weights + static_cast<size_t>(k) * taps;
+    const uint8_t* base = src + static_cast<ptrdiff_t>(first[k] - y_origin) * src_stride;
     uint8_t* o = dst + k * dst_stride;
-    const int n = fy.count[k];
-    int x = 0;
-    for (; x + 32 <= width; x += 32) {  // 32 bytes: four 8-lane accumulators
+    const int n = count[k];
+    for (int x0 = 0; x0 < simd_width; x0 += 32) {
+      const int x = std::min(x0, width - 32);
       __m256i a0 = half, a1 = half, a2 = half, a3 = half;
-      for (int t = 0; t < n; ++t) {
-        const uint8_t* row = base + t * src_stride + x;
-        const __m256i wt = _mm256_set1_epi32(w[t]);
-        const __m256i px = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
-        const __m128i lo = _mm256_castsi256_si128(px), hi = _mm256_extracti128_si256(px, 1);
-        a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(lo), wt));
-        a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), wt));
-        a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(hi), wt));
-        a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), wt));
+      const uint8_t* row = base + x;
+      int t = 0;
+      for (; t < n; t += 2, row += 2 * src_stride) {
+        const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+        __m256i r1 = zero;
+        int32_t pair = w[t] & 0xFFFF;
+        if (t + 1 < n) {
+          r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + src_stride));
+          pair |= static_cast<int32_t>(static_cast<uint32_t>(w[t + 1]) << 16);
+        }
+        const __m256i wp = _mm256_set1_epi32(pair);
+        const __m256i lo = _mm256_unpacklo_epi8(r0, r1), hi = _mm256_unpackhi_epi8(r0, r1);
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, zero), wp));
+        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, zero), wp));
+        a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, zero), wp));
+        a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, zero), wp));
       }
-      a0 = _mm256_srai_epi32(a0, kResizeBits);
-      a1 = _mm256_srai_epi32(a1, kResizeBits);
-      a2 = _mm256_srai_epi32(a2, kResizeBits);
-      a3 = _mm256_srai_epi32(a3, kResizeBits);
-      // packs work within 128-bit halves; the permute restores memory order.
-      const __m256i p01 = _mm256_packus_epi32(a0, a1), p23 = _mm256_packus_epi32(a2, a3);
-      const __m256i bytes = _mm256_packus_epi16(p01, p23);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + x), _mm256_permutevar8x32_epi32(bytes, order));
+      // a0..a3 hold bytes 0-3, 4-7, 8-11, 12-15 of each 128-bit half: the packs put them
+      // back in memory order.
+      a0 = _mm256_srai_epi32(a0, kResizeBits16);
+      a1 = _mm256_srai_epi32(a1, kResizeBits16);
+      a2 = _mm256_srai_epi32(a2, kResizeBits16);
+      a3 = _mm256_srai_epi32(a3, kResizeBits16);
+      const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(a0, a1), _mm256_packus_epi32(a2, a3));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + x), bytes);
     }
-    for (; x < width; ++x) {
-      int32_t acc = 1 << (kResizeBits - 1);
+    for (int x = simd_width; x < width; ++x) {
+      int32_t acc = 1 << (kResizeBits16 - 1);
       for (int t = 0; t < n; ++t) acc += w[t] * base[t * src_stride + x];
-      o[x] = clip8(acc, kResizeBits);
+      o[x] = clip8(acc, kResizeBits16);
     }
   }
 }
@@ -195,13 +224,13 @@ void vertical_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int y_origin
     const int n = fy.count[k];
     for (int x0 = 0; x0 < width; x0 += 1024) {
       const int bw = std::min(1024, width - x0);
-      for (int x = 0; x < bw; ++x) acc[x] = 1 << (kResizeBits - 1);
+      for (int x = 0; x < bw; ++x) acc[x] = 1 << (kResizeBits16 - 1);
       for (int t = 0; t < n; ++t) {
         const uint8_t* row = base + t * src_stride + x0;
         const int32_t wt = w[t];
         for (int x = 0; x < bw; ++x) acc[x] += wt * row[x];
       }
-      for (int x = 0; x < bw; ++x) o[x0 + x] = clip8(acc[x], kResizeBits);
+      for (int x = 0; x < bw; ++x) o[x0 + x] = clip8(acc[x], kResizeBits16);
     }
   }
 }
@@ -221,7 +250,15 @@ void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int
   // The SIMD loops read whole groups of 4 taps: beyond 4 groups they would outrun the padding.
   static const bool avx2 = simd_allowed() && __builtin_cpu_supports("avx2");
   static const bool sse41 = simd_allowed() && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
-  if (fx.groups <= 4 && avx2) return horizontal_pass_avx2(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+  if (fx.groups <= 4 && avx2) {
+    // Only the groups some count[k] reaches: the others hold zero weights.
+    switch ((fx.max_count + 3) / 4) {
+      case 1: return horizontal_pass_avx2<1>(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+      case 2: return horizontal_pass_avx2<2>(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+      case 3: return horizontal_pass_avx2<3>(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+      default: return horizontal_pass_avx2<4>(src, src_stride, x_origin, rows, fx, dst, dst_stride);
+    }
+  }
   if (fx.groups <= 4 && sse41) return horizontal_pass_sse41(src, src_stride, x_origin, rows, fx, dst, dst_stride);
 #endif
   horizontal_pass_scalar(src, src_stride, x_origin, rows, fx, dst, dst_stride);
@@ -255,6 +292,7 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
   f->weights16.assign(static_cast<size_t>((out + 1) / 2) * f->groups * 32, 0);
   f->need_lo = hi;
   f->need_hi = lo;
+  f->max_count = 0;
   double k[64];
   std::vector<double> k_heap;
   double* kk = k;
@@ -292,8 +330,8 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
     int32_t* w = f->weights.data() + static_cast<size_t>(dst) * f->taps;
     for (int x = 0; x < n; ++x) {
       const double v = kk[x] / ww;  // weights are >= 0: round half up
-      w[x] = static_cast<int32_t>(std::trunc(v * (1 << kResizeBits) + 0.5));
       const int16_t v16 = static_cast<int16_t>(std::trunc(v * (1 << kResizeBits16) + 0.5));
+      w[x] = v16;
       int16_t* lane = f->weights16.data() + w16_offset(dst, x / 4, f->groups) + ((x % 4) / 2) * 16 + (x % 2);
       lane[0] = lane[2] = lane[4] = v16;  // R, G, B lanes of this tap
     }
@@ -301,6 +339,7 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
     f->count[dst] = n;
     f->need_lo = std::min(f->need_lo, lo + xmin);
     f->need_hi = std::max(f->need_hi, lo + xmin + n);
+    f->max_count = std::max(f->max_count, n);
   }
 }
 

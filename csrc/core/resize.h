@@ -10,17 +10,19 @@
 namespace fastdata {
 
 // Filter taps for one axis: output k reads `count[k]` source pixels from `first[k]`.
-// Vertical passes use `weights` (Pillow's 22-bit precision, int32). Horizontal passes use
-// `weights16` (14-bit, int16) so that two taps of all three channels go through one
+// Both passes use 14-bit weights (Pillow uses 22): vertical passes read them from `weights`
+// (one int32 per tap; two rows share one int16 multiply-add). Horizontal passes use
+// `weights16` (the same values, int16) so that two taps of all three channels go through one
 // multiply-add: for each group of 4 taps, two 8-lane vectors (w0 w1 w0 w1 w0 w1 0 0) and
 // (w2 w3 w2 w3 w2 w3 0 0), zero past count[k], stored pairwise for output pixels 2q and
 // 2q+1 so that one 256-bit load serves both (see w16_offset).
 struct AxisFilter {
   std::vector<int> first, count;
-  std::vector<int32_t> weights;   // out * taps
+  std::vector<int32_t> weights;   // out * taps, 14-bit
   std::vector<int16_t> weights16;  // ceil(out / 2) * groups * 32
   int taps = 0;
   int groups = 0;                // ceil(taps / 4)
+  int max_count = 0;             // max of count[k]
   int need_lo = 0, need_hi = 0;  // source pixels read, [need_lo, need_hi)
 };
 
@@ -30,7 +32,6 @@ inline size_t w16_offset(int k, int g, int groups) {
   return (static_cast<size_t>(k / 2) * groups + g) * 32 + (k % 2) * 8;
 }
 
-constexpr int kResizeBits = 22;    // Pillow's PRECISION_BITS for 8-bit images
 constexpr int kResizeBits16 = 14;  // int16 weights: 1.0 == 16384 still fits
 // Source buffers must stay readable this many bytes past their last pixel (SIMD loads).
 constexpr size_t kResizePadding = 64;
