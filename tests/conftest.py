@@ -1,6 +1,6 @@
 """Shared test setup: GPU tests skip themselves without CUDA; a few common fixtures.
 
-Test image helpers live in tests/imagegen.py (importable as ``imagegen`` because pytest
+Test images and Pillow oracles live in tests/imagegen.py (importable as ``imagegen`` because pytest
 puts this directory on sys.path for the tests below it).
 """
 from __future__ import annotations

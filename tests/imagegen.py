@@ -1,14 +1,16 @@
-"""In-memory test images: photo-like content and every JPEG variant the engine must handle.
+"""In-memory test images and the Pillow oracles the decode engine is checked against.
 
-Everything here is deterministic (seeded) and returns encoded ``bytes`` or PIL images, so
-tests need no files on disk. Header surgery (``patch_sof``, ``make_12bit`` ...) walks the
-JPEG marker segments instead of searching for byte patterns, so it never hits entropy data.
+Everything here is deterministic (seeded) and returns encoded ``bytes``, PIL images or uint8
+arrays, so tests need no files on disk (except the damaged regression files that
+``write_damaged_assets`` made once). Header surgery (``patch_sof``, ``make_12bit`` ...) walks
+the JPEG marker segments instead of searching for byte patterns, so it never hits entropy data.
 """
 from __future__ import annotations
 
 import io
 import struct
-from typing import Iterator, Optional, Tuple
+from pathlib import Path
+from typing import Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -65,7 +67,9 @@ def read_index(pixels: np.ndarray) -> int:
 def encode_jpeg(img: Image.Image, *, quality: int = 90, subsampling: str = "4:2:0", progressive: bool = False,
                 restart_blocks: int = 0, restart_rows: int = 0, orientation: Optional[int] = None,
                 icc_profile: Optional[bytes] = None) -> bytes:
-    """Encode with Pillow (libjpeg-turbo). Grayscale/CMYK images ignore ``subsampling``."""
+    """Encode ``img`` as stored pixels with Pillow (libjpeg-turbo); ``orientation`` only writes
+    the EXIF tag (see ``encode_oriented`` for "shows ``img`` once oriented").
+    Grayscale/CMYK images ignore ``subsampling``."""
     kwargs: dict = {"quality": quality, "progressive": progressive}
     if img.mode == "RGB":
         kwargs["subsampling"] = SUBSAMPLING[subsampling]
@@ -84,7 +88,13 @@ def encode_jpeg(img: Image.Image, *, quality: int = 90, subsampling: str = "4:2:
     return buf.getvalue()
 
 
-# Pillow's exif_transpose applies these per orientation; the stored image is the inverse.
+# What ImageOps.exif_transpose applies for each orientation, and its inverse (what to store so
+# that a viewer shows the original picture).
+_EXIF_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 _UNDO_ORIENTATION = {
     2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
     5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_90, 7: Image.Transpose.TRANSVERSE,
@@ -96,7 +106,17 @@ def stored_for_orientation(oriented: Image.Image, orientation: int) -> Image.Ima
     """The pixels to store with EXIF ``orientation`` so that a viewer shows ``oriented``."""
     if orientation == 1:
         return oriented.copy()
-    return oriented.transpose(_UNDO_ORIENTATION[orientation])
+    stored = oriented.transpose(_UNDO_ORIENTATION[orientation])
+    # Guard the tables: the round trip must give the picture back.
+    if stored.transpose(_EXIF_TRANSPOSE[orientation]).tobytes() != oriented.tobytes():
+        raise RuntimeError(f"orientation table wrong for {orientation}")
+    return stored
+
+
+def encode_oriented(oriented: Image.Image, orientation: int, **kwargs) -> bytes:
+    """A JPEG with EXIF ``orientation`` whose stored pixels are transposed so that the oriented
+    image (what exif_transpose and the engine return) is ``oriented``. ``kwargs``: encode_jpeg's."""
+    return encode_jpeg(stored_for_orientation(oriented, orientation), orientation=orientation, **kwargs)
 
 
 def encode_other(img: Image.Image, fmt: str) -> bytes:
@@ -109,23 +129,19 @@ def encode_other(img: Image.Image, fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def pillow_rgb(data: bytes) -> np.ndarray:
-    """The oracle: Pillow's decode with EXIF orientation applied, as uint8 RGB [H, W, 3]."""
-    with Image.open(io.BytesIO(data)) as im:
-        return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+def opencv_jpeg(img: Image.Image, subsampling: str, quality: int = 90) -> bytes:
+    """4:1:1 / 4:4:0 (which Pillow cannot write) through OpenCV's libjpeg; needs cv2 >= 4.5.5.
+    The caller skips its test when OpenCV is absent or too old."""
+    import cv2
 
-
-def pillow_oriented(data: bytes) -> Image.Image:
-    """Like ``pillow_rgb`` but returns the PIL image (for crop/resize references)."""
-    with Image.open(io.BytesIO(data)) as im:
-        out = ImageOps.exif_transpose(im).convert("RGB")
-        out.load()
-        return out
-
-
-def cmyk_jpeg(height: int, width: int, index: int = 0, quality: int = 90) -> bytes:
-    """A CMYK JPEG as Pillow writes it (Adobe APP14, inverted CMYK, transform 0)."""
-    return encode_jpeg(photo_like(height, width, index).convert("CMYK"), quality=quality)
+    factors = {"4:1:1": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_411, "4:4:0": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440,
+               "4:2:0": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420}
+    bgr = np.ascontiguousarray(np.asarray(img.convert("RGB"))[:, :, ::-1])
+    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, quality,
+                                         cv2.IMWRITE_JPEG_SAMPLING_FACTOR, factors[subsampling]])
+    if not ok:
+        raise RuntimeError("cv2.imencode failed")
+    return buf.tobytes()
 
 
 def icc_profile_bytes() -> bytes:
@@ -136,6 +152,46 @@ def icc_profile_bytes() -> bytes:
     except (ImportError, OSError):
         body = bytes(range(256)) * 4
         return struct.pack(">I", 128 + len(body)) + b"\0" * 124 + body
+
+
+# ---------------------------------------------------------------- oracles
+
+def pillow_oriented(data: bytes) -> Image.Image:
+    """The oracle: Pillow's decode with EXIF orientation applied, as an RGB PIL image."""
+    with Image.open(io.BytesIO(data)) as im:
+        out = ImageOps.exif_transpose(im).convert("RGB")
+        out.load()
+        return out
+
+
+def pillow_rgb(data: bytes) -> np.ndarray:
+    """``pillow_oriented`` as uint8 RGB [H, W, 3]."""
+    return np.asarray(pillow_oriented(data))
+
+
+def pillow_crop_resize(img: Image.Image, box: Sequence[int], out_hw: Tuple[int, int]) -> np.ndarray:
+    """torchvision-on-PIL RandomResizedCrop of one box (top, left, height, width, flip), as
+    ``fastdata._C.sample_crop_boxes`` returns it: crop, BILINEAR resize (Pillow antialiases
+    when reducing), horizontal flip. uint8 [out_h, out_w, 3]."""
+    top, left, h, w, flip = (int(v) for v in box)
+    out = img.crop((left, top, left + w, top + h)).resize((out_hw[1], out_hw[0]), Image.BILINEAR)
+    arr = np.asarray(out)
+    return np.ascontiguousarray(arr[:, ::-1]) if flip else arr
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR in dB of two uint8 arrays of the same shape (inf when identical)."""
+    if a.shape != b.shape:
+        raise ValueError(f"shape mismatch {a.shape} vs {b.shape}")
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
+
+
+def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean absolute difference of two same-shape uint8 arrays."""
+    if a.shape != b.shape:
+        raise ValueError(f"shape mismatch {a.shape} vs {b.shape}")
+    return float(np.mean(np.abs(a.astype(np.int16) - b.astype(np.int16))))
 
 
 # ---------------------------------------------------------------- marker surgery
@@ -158,6 +214,11 @@ def segments(data: bytes) -> Iterator[Tuple[int, int, int]]:
         if marker == 0xDA:  # SOS: entropy data follows
             return
         pos += 2 + length
+
+
+def has_marker(data: bytes, marker: int) -> bool:
+    """Whether the header (through SOS) has a segment with this marker."""
+    return any(m == marker for m, _, _ in segments(data))
 
 
 def _sof_offset(data: bytes) -> int:
@@ -214,7 +275,7 @@ def adobe_transform(data: bytes, transform: int) -> bytes:
 
 
 def corrupt_entropy(data: bytes, seed: int = 0, count: int = 40) -> bytes:
-    """Overwrite ``count`` bytes in the middle of the scan with random non-0xFF values."""
+    """Overwrite ``count`` bytes in the middle half of the scan with random non-0xFF values."""
     rng = np.random.default_rng(seed)
     start, end = sos_offset(data), len(data) - 2
     out = bytearray(data)
@@ -230,15 +291,30 @@ def truncate_scan(data: bytes, fraction: float = 0.5) -> bytes:
     return data[:start + int((len(data) - start) * fraction)]
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR in dB of two uint8 arrays of the same shape (inf when identical)."""
-    if a.shape != b.shape:
-        raise ValueError(f"shape mismatch {a.shape} vs {b.shape}")
-    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
+# ---------------------------------------------------------------- checked-in damaged files
+
+def damaged_source_jpeg() -> bytes:
+    """The 48x64 baseline 4:2:0 JPEG (quality 85) that tests/assets/damaged/ was cut from."""
+    return encode_jpeg(photo_like(48, 64, index=5), quality=85)
 
 
-def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
-    if a.shape != b.shape:
-        raise ValueError(f"shape mismatch {a.shape} vs {b.shape}")
-    return float(np.mean(np.abs(a.astype(np.int16) - b.astype(np.int16))))
+def damaged_assets() -> dict:
+    """file name -> bytes of tests/assets/damaged/ (its README.txt says what each one is)."""
+    good = damaged_source_jpeg()
+    html = (b"<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head>\n"
+            b"<body><h1>Forbidden</h1><p>You don't have permission to access this resource.</p></body></html>\n")
+    return {
+        "truncated.jpg": truncate_scan(good, 0.5),
+        "random_bytes.jpg": np.random.default_rng(1234).integers(0, 256, 2048, dtype=np.uint8).tobytes(),
+        "html_page.JPEG": html,
+        "corrupt_entropy.jpg": corrupt_entropy(good, seed=7, count=40),
+        "png_named.JPEG": encode_other(photo_like(24, 32, index=9), "PNG"),
+    }
+
+
+def write_damaged_assets(directory: Union[str, Path]) -> None:
+    """Regenerate tests/assets/damaged/ (run by hand; the files are checked in)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in damaged_assets().items():
+        (directory / name).write_bytes(data)

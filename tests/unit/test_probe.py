@@ -1,18 +1,24 @@
-"""fastdata.probe: header fields for every JPEG kind; DecodeError for anything else."""
+"""fastdata.probe: header fields for every JPEG kind; DecodeError for anything else.
+
+Oracle for sizes/orientation: what was encoded, and Pillow's own reading of the header.
+"""
 from __future__ import annotations
+
+import io
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import fastdata
-from imagegen import (adobe_transform, cmyk_jpeg, encode_jpeg, encode_other, make_12bit, patch_sof, photo_like,
+from imagegen import (adobe_transform, encode_jpeg, encode_other, make_12bit, patch_sof, photo_like, sos_offset,
                       truncate_scan)
 
 H, W = 97, 131  # odd sizes: partial MCUs on both edges, and H != W to catch swapped axes
 
 
 @pytest.fixture(scope="module")
-def img():
+def img() -> Image.Image:
     return photo_like(H, W, index=3)
 
 
@@ -37,32 +43,45 @@ def test_rare_subsamplings():
     assert info.subsampling == "4:4:0"
     info = fastdata.probe(patch_sof(encode_jpeg(base, subsampling="4:2:0"), sampling=(0, 0x41)))
     assert info.subsampling == "4:1:1"
+    # Chroma sampled finer than luma has no name: reported as "other".
+    info = fastdata.probe(patch_sof(encode_jpeg(base, subsampling="4:4:4"), sampling=(1, 0x22)))
+    assert info.subsampling == "other"
 
 
 def test_gray(img):
     info = fastdata.probe(encode_jpeg(img.convert("L")))
     assert (info.width, info.height) == (W, H)
-    assert info.color_space == "gray"
-    assert info.subsampling == "gray"
+    assert (info.color_space, info.subsampling, info.components) == ("gray", "gray", 1)
     assert info.progressive is False
 
 
-def test_cmyk_and_ycck():
-    data = cmyk_jpeg(H, W)
+def test_cmyk_and_ycck(img):
+    data = encode_jpeg(img.convert("CMYK"))
     info = fastdata.probe(data)
-    assert info.color_space == "cmyk"
+    assert (info.color_space, info.components) == ("cmyk", 4)
     assert (info.width, info.height) == (W, H)
     assert fastdata.probe(adobe_transform(data, 2)).color_space == "ycck"
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_orientation(img, orientation):
-    info = fastdata.probe(encode_jpeg(img, orientation=orientation))
+    data = encode_jpeg(img, orientation=orientation)  # stored as W x H, tagged
+    info = fastdata.probe(data)
+    with Image.open(io.BytesIO(data)) as im:  # the tag really is in the file
+        assert im.getexif().get(0x0112) == orientation
+        assert im.size == (W, H)
     assert info.orientation == orientation
     assert (info.width, info.height) == (W, H)  # as stored
     # 5..8 transpose the axes
     want = (H, W) if orientation >= 5 else (W, H)
     assert (info.oriented_width, info.oriented_height) == want
+
+
+def test_probe_matches_decode_shape(img):
+    for orientation in (1, 6):
+        data = encode_jpeg(img, orientation=orientation)
+        info = fastdata.probe(data)
+        assert fastdata.decode(data).shape == (info.oriented_height, info.oriented_width, 3)
 
 
 def test_buffer_kinds(img):
@@ -74,9 +93,10 @@ def test_buffer_kinds(img):
 
 
 def test_header_only(img):
-    # The entropy data is not read: a file cut halfway through its scan still probes,
-    # and so does one whose header claims a size far beyond any pixel limit.
+    # The entropy data is not read: a file cut right after SOS or partway through its scan
+    # still probes, and so does one whose header claims a size far beyond any pixel limit.
     data = encode_jpeg(img)
+    assert fastdata.probe(data[:sos_offset(data)]) == fastdata.probe(data)
     assert fastdata.probe(truncate_scan(data, 0.3)) == fastdata.probe(data)
     info = fastdata.probe(patch_sof(data, height=60000, width=60000))
     assert (info.width, info.height) == (60000, 60000)
@@ -89,11 +109,12 @@ def test_non_jpeg_raises(img, fmt):
 
 
 @pytest.mark.parametrize("data", [b"", b"\xff", b"\xff\xd8", b"<!DOCTYPE html><html><body>404</body></html>",
-                                  bytes(range(256)) * 4], ids=["empty", "one_byte", "soi_only", "html", "ramp"])
+                                  bytes(range(256)) * 4, b"\xff\xd8\xff" + bytes(range(256)) * 4],
+                         ids=["empty", "one_byte", "soi_only", "html", "ramp", "soi_then_ramp"])
 def test_garbage_raises(data):
     with pytest.raises(fastdata.DecodeError) as e:
         fastdata.probe(data)
-    assert e.value.reason
+    assert isinstance(e.value, ValueError) and e.value.reason
 
 
 def test_12bit_header_is_reported_or_refused(img):
