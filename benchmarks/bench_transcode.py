@@ -16,8 +16,10 @@ Rows:
   ``--keep-progressive``, ``--seconds`` per measurement (whole shuffled epochs).
 * bytes: the progressive files' size before and after transcoding (convert's summary).
 
-Method: ``--repeats`` rounds, the variants interleaved within a round after one untimed
-warm-up round; median with min..max.
+Method: ``--repeats`` rounds, the variants interleaved within a round (order reversed
+every other round) after one untimed warm-up round; median with min..max. The machine
+is shared, so the load rows also report the per-round ratio transcoded / kept, which
+cancels most of the drift that other processes cause.
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             ms = decode_ms(datas, args.epochs, seed=r)
             if r:
                 dec[k].append(ms)
-        for k, path in dbs.items():
+        for k, path in (list(dbs.items()) if r % 2 else list(dbs.items())[::-1]):
             rate = load_rate(path, args.threads, args.seconds if r else 1.0, seed=r)
             if r:
                 load[k].append(rate)
@@ -112,6 +114,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "files": {k: len(v) for k, v in decode_sets.items()},
         "decode_ms_per_image_1_thread": {k: summarize(v) for k, v in dec.items()},
         "loader_img_per_s": {k: summarize(v) for k, v in load.items()},
+        "loader_ratio_transcoded_over_kept": summarize(
+            [a / b for a, b in zip(load["transcoded (default)"], load["--keep-progressive"])]),
         "transcoded": meta["transcoded"],
         "transcoded_bytes_in": meta["transcoded_bytes_in"], "transcoded_bytes_out": meta["transcoded_bytes_out"],
         "convert_summaries": summaries,
@@ -123,6 +127,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{f'Loader, {args.threads} threads, batch 64 (img/s)':<40}{'median':>9}{'min':>9}{'max':>9}")
     for k, v in res["loader_img_per_s"].items():
         print(f"{k:<40}{v['median']:>9.0f}{v['min']:>9.0f}{v['max']:>9.0f}")
+    ratio = res["loader_ratio_transcoded_over_kept"]
+    print(f"{'ratio transcoded / kept, per round':<40}{ratio['median']:>9.2f}{ratio['min']:>9.2f}{ratio['max']:>9.2f}")
     print(f"transcoded {meta['transcoded']} files: {meta['transcoded_bytes_in'] / 1e6:.2f} MB -> "
           f"{meta['transcoded_bytes_out'] / 1e6:.2f} MB "
           f"({100 * (meta['transcoded_bytes_out'] / meta['transcoded_bytes_in'] - 1):+.1f}%)")
