@@ -12,7 +12,8 @@ Layout (one LMDB environment, a directory holding ``data.mdb``, main database on
 * ``fastdata:labels``: int64 little-endian array [N].
 * ``fastdata:paths``: UTF-8 source paths of the N samples, each terminated by NUL.
 * ``fastdata:sha256``: [N, 32] bytes, SHA-256 of each sample's *source* file bytes.
-* ``fastdata:reencoded``: uint8 array [N], 1 where the stored bytes were re-encoded.
+* ``fastdata:reencoded``: uint8 array [N], how the stored bytes relate to the source file:
+  ``STORED_ORIGINAL`` (0), ``STORED_REENCODED`` (1) or ``STORED_TRANSCODED`` (2).
 * ``fastdata:part:<8 hex digits>``: writer progress, one JSON record per committed batch;
   present only while a conversion is running or was interrupted.
 * ``fastdata:plan``: JSON describing the inputs of an unfinished conversion (for ``--resume``).
@@ -44,6 +45,12 @@ COMPLETE_KEY = b"fastdata:complete"
 PART_PREFIX = b"fastdata:part:"
 
 SHA256_SIZE = 32
+
+# Values of the fastdata:reencoded array. 2 was added within format version 1: readers
+# that treat the array as "stored bytes differ from the source" (non-zero) stay correct.
+STORED_ORIGINAL = 0  # the source file's bytes
+STORED_REENCODED = 1  # decoded, resized and re-encoded (lossy; --max-side, non-JPEG inputs)
+STORED_TRANSCODED = 2  # progressive JPEG rewritten as baseline, same DCT coefficients (lossless)
 _KEY = struct.Struct(">Q")
 
 
@@ -109,6 +116,9 @@ def build_meta(
     bytes_in: int,
     bytes_out: int,
     reencoded: int,
+    transcoded: int,
+    transcoded_bytes_in: int,
+    transcoded_bytes_out: int,
 ) -> Dict[str, Any]:
     """The ``fastdata:meta`` JSON object. No timestamps: a resumed run must equal a clean one."""
     return {
@@ -124,11 +134,14 @@ def build_meta(
         "bytes_in": int(bytes_in),
         "bytes_out": int(bytes_out),
         "reencoded": int(reencoded),
+        "transcoded": int(transcoded),
+        "transcoded_bytes_in": int(transcoded_bytes_in),
+        "transcoded_bytes_out": int(transcoded_bytes_out),
         "arrays": {
             "labels": "fastdata:labels int64 little-endian [count]",
             "paths": "fastdata:paths UTF-8, NUL-terminated [count]",
             "sha256": "fastdata:sha256 bytes [count, 32] of the source files",
-            "reencoded": "fastdata:reencoded uint8 [count]",
+            "reencoded": "fastdata:reencoded uint8 [count]: 0 source bytes, 1 re-encoded, 2 transcoded to baseline",
         },
     }
 

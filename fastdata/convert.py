@@ -3,9 +3,14 @@
 SRC is an ImageFolder tree (torchvision semantics) or a ``path,label`` list file; DST is
 an LMDB directory in the format defined by :mod:`fastdata.cache_format`.
 
+What is stored for each input is decided in one place, :func:`stored_bytes`: the source
+bytes, a lossy re-encode (``--max-side``), or, for progressive JPEGs, a lossless
+transcode to baseline (same DCT coefficients, so identical pixels) that the Loader's
+crop decode can serve without entropy-decoding the whole image.
+
 Threads/processes: the parent process scans SRC, owns the LMDB write transactions and
 writes records strictly in input order; ``--workers`` forked processes read, hash,
-validate (decode once) and optionally shrink each image. Batches of records are committed
+validate (decode once) and shrink or transcode each image as :func:`stored_bytes` decides. Batches of records are committed
 together with a progress record, so a run killed at any moment leaves a cache that
 ``--resume`` continues and that readers refuse until the completion record (written last,
 in the final transaction) exists.
@@ -152,14 +157,14 @@ def _oriented_size(data: bytes) -> Tuple[int, int]:
     return w, h
 
 
-def _validate(data: bytes) -> None:
-    """Decode once; raise on any problem."""
+def _validate(data: bytes) -> Optional[np.ndarray]:
+    """Decode once; raise on any problem. Returns the native decode's pixels (None via Pillow)."""
     if _use_native():
         import fastdata
 
-        fastdata.decode(data, strict=True)
-    else:
-        _pillow_rgb(data, None)
+        return fastdata.decode(data, strict=True)
+    _pillow_rgb(data, None)
+    return None
 
 
 def _shrink(data: bytes, max_side: int, quality: int) -> bytes:
@@ -178,28 +183,74 @@ def _shrink(data: bytes, max_side: int, quality: int) -> bytes:
     return _encode_jpeg(img, quality)
 
 
-# (input position, stored bytes or None, error reason or None, bytes read, sha256, reencoded)
-Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, bool]
+class TranscodeError(ValueError):
+    """A progressive JPEG that decodes could not be rewritten losslessly (reported per file)."""
 
 
-def process_one(pos: int, path: str, max_side: Optional[int], quality: int) -> Result:
-    """Read, hash, validate and (with ``max_side``) shrink one input. Never raises for bad data."""
+def _transcodable(data: bytes) -> bool:
+    """Progressive grayscale/YCbCr/RGB JPEGs: those whose decode pays for entropy-decoding every
+    scan of the whole image. CMYK/YCCK stay as they are (rare, and an Adobe marker would
+    have to be reproduced exactly); without the native extension nothing is transcoded."""
+    if not _use_native() or data[:3] != _JPEG_MAGIC:
+        return False
+    import fastdata
+
+    info = fastdata.probe(data)
+    return info.progressive and info.color_space in ("gray", "ycbcr", "rgb")
+
+
+def _transcode(data: bytes, pixels: Optional[np.ndarray]) -> bytes:
+    """Lossless progressive -> baseline rewrite, checked against the source's decoded pixels.
+
+    The rewrite keeps the DCT coefficients, so any difference would be a bug, not rounding:
+    checking costs one fast (baseline) decode per progressive file, once, at write time.
+    """
+    import fastdata
+    from fastdata import _C
+
+    try:
+        out = _C.transcode_to_baseline(data)
+    except ValueError as exc:  # NativeDecodeError (corrupt data) is a ValueError too
+        raise TranscodeError(f"lossless transcode to baseline failed: {exc}") from None
+    if fastdata.probe(out).progressive:
+        raise TranscodeError("lossless transcode to baseline produced a progressive file")
+    if pixels is None or not np.array_equal(fastdata.decode(out, strict=True), pixels):
+        raise TranscodeError("lossless transcode to baseline changed the decoded pixels (pass --keep-progressive)")
+    return out
+
+
+def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progressive: bool) -> Tuple[bytes, int]:
+    """What the cache stores for one input's bytes, and how it relates to them (cf.STORED_*).
+
+    Raises for data that does not decode (strictly) or cannot be stored as decided.
+    """
+    if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(_oriented_size(data)) <= max_side):
+        return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
+    pixels = _validate(data)
+    if not keep_progressive and _transcodable(data):
+        return _transcode(data, pixels), cf.STORED_TRANSCODED
+    return data, cf.STORED_ORIGINAL
+
+
+# (input position, stored bytes or None, error reason or None, bytes read, sha256, cf.STORED_*)
+Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, int]
+
+
+def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep_progressive: bool = False) -> Result:
+    """Read, hash, validate and store (:func:`stored_bytes`) one input. Never raises for bad data."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as exc:
-        return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", False
+        return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", cf.STORED_ORIGINAL
     digest = hashlib.sha256(data).digest()
     try:
-        if max_side is None:
-            _validate(data)
-            return pos, data, None, len(data), digest, False
-        if data[:3] == _JPEG_MAGIC and max(_oriented_size(data)) <= max_side:
-            _validate(data)
-            return pos, data, None, len(data), digest, False
-        return pos, _shrink(data, max_side, quality), None, len(data), digest, True
+        stored, kind = stored_bytes(data, max_side, quality, keep_progressive)
+        return pos, stored, None, len(data), digest, kind
+    except TranscodeError as exc:
+        return pos, None, str(exc), len(data), digest, cf.STORED_ORIGINAL
     except Exception as exc:  # any decoder failure is this file's problem, reported by name
-        return pos, None, f"invalid image: {_reason(exc)}", len(data), digest, False
+        return pos, None, f"invalid image: {_reason(exc)}", len(data), digest, cf.STORED_ORIGINAL
 
 
 def _reason(exc: Exception) -> str:
@@ -213,12 +264,12 @@ def _reason(exc: Exception) -> str:
 
 
 
-_WORKER_ARGS: Tuple[Optional[int], int] = (None, DEFAULT_QUALITY)
+_WORKER_ARGS: Tuple[Optional[int], int, bool] = (None, DEFAULT_QUALITY, False)
 
 
-def _worker_init(max_side: Optional[int], quality: int) -> None:
+def _worker_init(max_side: Optional[int], quality: int, keep_progressive: bool) -> None:
     global _WORKER_ARGS
-    _WORKER_ARGS = (max_side, quality)
+    _WORKER_ARGS = (max_side, quality, keep_progressive)
 
 
 def _worker_chunk(chunk: Sequence[Tuple[int, str]]) -> List[Result]:
@@ -247,10 +298,12 @@ class _State:
     batches: int = 0
     kept: List[int] = field(default_factory=list)  # input positions written, in index order
     sha256: List[str] = field(default_factory=list)
-    reencoded: List[int] = field(default_factory=list)
+    reencoded: List[int] = field(default_factory=list)  # cf.STORED_* per kept record
     skipped: List[Dict[str, str]] = field(default_factory=list)
     bytes_in: int = 0
     bytes_out: int = 0
+    transcoded_bytes_in: int = 0  # source bytes of the records transcoded to baseline
+    transcoded_bytes_out: int = 0  # and their stored bytes
 
     def add_part(self, part: Dict[str, Any]) -> None:
         """Account for one committed batch (its progress record): when writing it and on resume."""
@@ -262,6 +315,11 @@ class _State:
         self.skipped += part["skipped"]
         self.bytes_in += part["bytes_in"]
         self.bytes_out += part["bytes_out"]
+        self.transcoded_bytes_in += part["transcoded_bytes_in"]
+        self.transcoded_bytes_out += part["transcoded_bytes_out"]
+
+    def count(self, kind: int) -> int:
+        return sum(1 for k in self.reencoded if k == kind)
 
 
 def _load_state(txn: Any, dst: str) -> _State:
@@ -323,11 +381,17 @@ class ConvertSummary:
     seconds: float
     processed: int  # inputs handled by this run
     already_complete: bool = False
+    transcoded: int = 0  # progressive JPEGs stored as lossless baseline (whole cache)
+    transcoded_bytes_in: int = 0  # their source bytes
+    transcoded_bytes_out: int = 0  # their stored bytes
 
     def text(self) -> str:
         lines = [
             f"fastdata-convert: {self.dst}: {self.written} images written, {len(self.skipped)} skipped, "
-            f"{self.reencoded} re-encoded; {self.bytes_in / 1e6:.1f} MB read, {self.bytes_out / 1e6:.1f} MB stored; "
+            f"{self.reencoded} re-encoded, {self.transcoded} progressive transcoded to baseline"
+            + (f" ({self.transcoded_bytes_in / 1e6:.2f} -> {self.transcoded_bytes_out / 1e6:.2f} MB)"
+               if self.transcoded else "") + "; "
+            f"{self.bytes_in / 1e6:.1f} MB read, {self.bytes_out / 1e6:.1f} MB stored; "
             f"{self.seconds:.1f} s ({self.processed / max(self.seconds, 1e-9):.0f} img/s this run)"
         ]
         for s in self.skipped[:20]:
@@ -343,6 +407,7 @@ def convert(
     *,
     max_side: Optional[int] = None,
     quality: int = DEFAULT_QUALITY,
+    keep_progressive: bool = False,
     workers: Optional[int] = None,
     resume: bool = False,
     on_error: str = "raise",
@@ -369,7 +434,8 @@ def convert(
     t0 = time.monotonic()
 
     plan = scan(src)
-    options = {"max_side": max_side, "quality": quality if max_side is not None else None}
+    options = {"max_side": max_side, "quality": quality if max_side is not None else None,
+               "keep_progressive": bool(keep_progressive)}
     fingerprint = plan.fingerprint(options)
 
     exists = os.path.exists(os.path.join(dst, "data.mdb"))
@@ -387,12 +453,14 @@ def convert(
                 if meta["options"] != options or meta["source"].get("fingerprint") != fingerprint:
                     raise ConvertError(f"{dst}: a complete cache from different inputs or options already exists")
                 return ConvertSummary(dst, meta["count"], meta["skipped"], 0, meta["bytes_out"], meta["reencoded"],
-                                      time.monotonic() - t0, 0, already_complete=True)
+                                      time.monotonic() - t0, 0, already_complete=True,
+                                      transcoded=meta["transcoded"], transcoded_bytes_in=meta["transcoded_bytes_in"],
+                                      transcoded_bytes_out=meta["transcoded_bytes_out"])
             if plan_rec is not None:
                 stored = cf.loads(plan_rec, "fastdata:plan", dst)
                 if stored.get("fingerprint") != fingerprint:
                     raise ConvertError(
-                        f"{dst}: SRC or --max-side/--quality differ from the interrupted run; "
+                        f"{dst}: SRC or --max-side/--quality/--keep-progressive differ from the interrupted run; "
                         f"use the same arguments, or remove DST and start again"
                     )
                 state = _load_state(txn, dst)
@@ -404,19 +472,23 @@ def convert(
             _write(env, lambda t: t.put(cf.PLAN_KEY, cf.dumps({"fingerprint": fingerprint, "inputs": len(plan.items),
                                                                 "options": options, "root": plan.root})))
 
-        processed = _run(env, plan, state, dst, max_side, quality, workers, on_error, batch_size, progress)
+        processed = _run(env, plan, state, dst, max_side, quality, keep_progressive, workers, on_error, batch_size,
+                         progress)
         _finalize(env, plan, state, dst, options, fingerprint, on_error)
     finally:
         env.close()
     summary = ConvertSummary(dst, len(state.kept), state.skipped, state.bytes_in, state.bytes_out,
-                             sum(state.reencoded), time.monotonic() - t0, processed)
+                             state.count(cf.STORED_REENCODED), time.monotonic() - t0, processed,
+                             transcoded=state.count(cf.STORED_TRANSCODED),
+                             transcoded_bytes_in=state.transcoded_bytes_in,
+                             transcoded_bytes_out=state.transcoded_bytes_out)
     if verify:
         _verify(dst, max_side, workers)
     return summary
 
 
-def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], quality: int, workers: int,
-         on_error: str, batch_size: int, stream: Optional[TextIO]) -> int:
+def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], quality: int, keep_progressive: bool,
+         workers: int, on_error: str, batch_size: int, stream: Optional[TextIO]) -> int:
     """Process inputs ``st.next_pos..`` in order, committing batches; returns inputs processed."""
     total = len(plan.items)
     todo = [(pos, plan.abspath(pos)) for pos in range(st.next_pos, total)]
@@ -429,10 +501,13 @@ def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], qu
         nonlocal pending, pending_bytes
         first_index = len(st.kept)
         kept = [r for r in pending if r[1] is not None]
+        transcoded = [r for r in kept if r[5] == cf.STORED_TRANSCODED]
         part = {
             "batch": st.batches, "start": st.next_pos, "end": end, "first_index": first_index,
             "kept": [r[0] for r in kept], "sha256": [r[4].hex() for r in kept],
             "reencoded": [int(r[5]) for r in kept],
+            "transcoded_bytes_in": sum(r[3] for r in transcoded),
+            "transcoded_bytes_out": sum(len(r[1]) for r in transcoded),
             "skipped": [{"path": plan.items[r[0]][0], "reason": r[2]} for r in pending if r[1] is None],
             "bytes_in": sum(r[3] for r in pending), "bytes_out": sum(len(r[1]) for r in kept),
         }
@@ -461,13 +536,13 @@ def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], qu
     try:
         if workers <= 1:
             for pos, path in todo:
-                consume(process_one(pos, path, max_side, quality))
+                consume(process_one(pos, path, max_side, quality, keep_progressive))
         else:
             chunk = max(1, min(32, len(todo) // (workers * 8) or 1))
             chunks = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
             # fork: workers need only this module; forking is ~ms where spawn re-imports numpy.
             ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers, initializer=_worker_init, initargs=(max_side, quality)) as pool:
+            with ctx.Pool(workers, initializer=_worker_init, initargs=(max_side, quality, keep_progressive)) as pool:
                 inflight: deque = deque()
                 it = iter(chunks)
                 # bounded look-ahead keeps memory flat while results are consumed in order
@@ -501,7 +576,9 @@ def _finalize(env: Any, plan: Plan, st: _State, dst: str, options: Dict[str, Any
     meta = cf.build_meta(
         fastdata_version=__version__, classes=plan.classes, count=count, options=options,
         source={"kind": plan.kind, "root": plan.root, "inputs": len(plan.items), "fingerprint": fingerprint},
-        skipped=st.skipped, bytes_in=st.bytes_in, bytes_out=st.bytes_out, reencoded=sum(st.reencoded),
+        skipped=st.skipped, bytes_in=st.bytes_in, bytes_out=st.bytes_out, reencoded=st.count(cf.STORED_REENCODED),
+        transcoded=st.count(cf.STORED_TRANSCODED), transcoded_bytes_in=st.transcoded_bytes_in,
+        transcoded_bytes_out=st.transcoded_bytes_out,
     )
     labels = cf.pack_labels([plan.items[p][1] for p in st.kept])
     paths = cf.pack_paths([plan.items[p][0] for p in st.kept])
@@ -540,7 +617,16 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
     for i, data in zip(range(lo, hi), src.fetch(range(lo, hi))):
         data = bytes(data)
         try:
-            if not src.reencoded[i]:
+            if src.transcoded[i]:
+                # the source is not at hand to compare pixels with: check the kind, then decode
+                if _use_native():
+                    import fastdata
+
+                    if fastdata.probe(data).progressive:
+                        problems.append(f"sample {i} ({src.source_path(i)}): transcoded record is still progressive")
+                        continue
+                _validate(data)
+            elif not src.reencoded[i]:
                 if hashlib.sha256(data).digest() != src.sha256(i):
                     problems.append(f"sample {i} ({src.source_path(i)}): stored bytes differ from the source checksum")
                     continue
@@ -582,6 +668,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="shrink images whose longer side exceeds N (re-encoded as baseline 4:2:0 JPEG); "
                         "non-JPEG inputs are re-encoded too")
     p.add_argument("--quality", type=int, default=DEFAULT_QUALITY, metavar="Q", help="JPEG quality for re-encoded images")
+    p.add_argument("--keep-progressive", action="store_true",
+                   help="store progressive JPEGs as they are; by default they are transcoded losslessly to baseline "
+                        "(same DCT coefficients, identical decoded pixels, EXIF/ICC kept) so crops decode only "
+                        "the rows they need")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all usable cores)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted conversion into DST")
     p.add_argument("--on-error", choices=("skip", "raise"), default="raise",
@@ -596,7 +686,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         summary = convert(
-            args.src, args.dst, max_side=args.max_side, quality=args.quality, workers=args.workers,
+            args.src, args.dst, max_side=args.max_side, quality=args.quality,
+            keep_progressive=args.keep_progressive, workers=args.workers,
             resume=args.resume, on_error=args.on_error, verify=args.verify, batch_size=args.batch_size,
             progress=None if args.quiet else sys.stderr,
         )

@@ -71,12 +71,17 @@ const char* libjpeg_version() {
 #endif
 }
 
+jpeg_error_mgr* install_error_manager(JpegDecoder::ErrorManager* err) {
+  jpeg_error_mgr* pub = jpeg_std_error(&err->pub);
+  pub->error_exit = on_error_exit;
+  pub->emit_message = on_emit_message;
+  return pub;
+}
+
 JpegDecoder::JpegDecoder() {
   std::memset(&cinfo_, 0, sizeof(cinfo_));
   std::memset(&err_, 0, sizeof(err_));
-  cinfo_.err = jpeg_std_error(&err_.pub);
-  err_.pub.error_exit = on_error_exit;
-  err_.pub.emit_message = on_emit_message;
+  cinfo_.err = install_error_manager(&err_);
   // jpeg_create_decompress only fails on out-of-memory, through error_exit.
   if (setjmp(err_.jump)) throw std::bad_alloc();
   jpeg_create_decompress(&cinfo_);

@@ -89,6 +89,12 @@ class JpegDecoder {
   std::vector<JSAMPROW> rows_;
 };
 
+// Points `err->pub` at libjpeg's message table with fastdata's handlers (errors longjmp to
+// `err->jump`; warnings are counted and, when `err->strict`, longjmp too) and returns it
+// for `cinfo.err`. Every libjpeg object here (decoder, transcoder) uses it, so none can
+// reach libjpeg's default error_exit, which calls exit().
+jpeg_error_mgr* install_error_manager(JpegDecoder::ErrorManager* err);
+
 // Adobe-inverted or plain CMYK -> RGB, the same arithmetic as Pillow's cmyk2rgb.
 void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int n, bool inverted);
 

@@ -105,7 +105,11 @@ class LMDBSource:
             raise cf.CacheFormatError(f"{self.path}: checksum or reencoded array does not hold {n} entries")
         self._n = n
         self.classes: List[str] = list(self.meta["classes"])
-        self.reencoded = np.frombuffer(reenc, dtype=np.uint8).astype(bool)
+        stored_as = np.frombuffer(reenc, dtype=np.uint8)
+        # reencoded: lossy (decoded and re-encoded); transcoded: lossless progressive -> baseline.
+        # Either way the stored bytes are not the source file's (its sha256 does not match them).
+        self.reencoded = stored_as == cf.STORED_REENCODED
+        self.transcoded = stored_as == cf.STORED_TRANSCODED
         self.total_bytes = int(self.meta["bytes_out"])
         self._paths: Optional[List[str]] = None
         if self._labels.size and (self._labels.min() < 0 or self._labels.max() >= len(self.classes)):

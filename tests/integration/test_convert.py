@@ -16,6 +16,7 @@ import pytest
 from PIL import Image, ImageOps, JpegImagePlugin
 from torchvision.datasets import ImageFolder
 
+import fastdata
 from fastdata import cache_format as cf
 
 lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
@@ -122,8 +123,12 @@ def test_max_side(tmp_path: Path, quality: int) -> None:
     s = LMDBSource(str(tmp_path / "db"))
     out = s.fetch(range(5))
     originals = [p.read_bytes() for p in sorted(src.iterdir())]
-    assert out[1] == originals[1] and out[4] == originals[4]  # fits: kept byte-identical, EXIF and all
+    assert out[4] == originals[4]  # fits: kept byte-identical, EXIF and all
+    # fits but progressive: transcoded losslessly to baseline (same pixels), not re-encoded
+    assert not fastdata.probe(out[1]).progressive
+    np.testing.assert_array_equal(fastdata.decode(out[1]), fastdata.decode(originals[1]))
     np.testing.assert_array_equal(s.reencoded, [True, False, True, True, False])
+    np.testing.assert_array_equal(s.transcoded, [False, True, False, False, False])
     for k, size in [(0, (64, 38)), (2, (64, 43)), (3, (21, 64))]:
         img = Image.open(io.BytesIO(out[k]))
         assert img.format == "JPEG" and img.size == size
@@ -136,7 +141,7 @@ def test_max_side(tmp_path: Path, quality: int) -> None:
         assert img.quantization == ref.quantization  # the requested quality
         diff = np.abs(np.asarray(img.convert("RGB"), np.float64) - np.asarray(ref.convert("RGB"), np.float64))
         assert diff.mean() < 1.0, diff.mean()
-    assert s.meta["options"] == {"max_side": 64, "quality": quality}
+    assert s.meta["options"] == {"max_side": 64, "quality": quality, "keep_progressive": False}
 
 
 def make_damaged(root: Path) -> List[str]:
@@ -236,3 +241,106 @@ def test_map_size_grows(tmp_path: Path) -> None:
 def test_missing_source(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main([str(tmp_path / "nope"), str(tmp_path / "db")]) == 1
     assert "no such folder or list file" in capsys.readouterr().err
+
+
+def make_progressive_folder(root: Path) -> Dict[str, bytes]:
+    """One class of every kind convert must tell apart; returns name -> source bytes."""
+    rng = np.random.default_rng(3)
+    files: Dict[str, bytes] = {}
+
+    def save(name: str, img: Image.Image, **kw) -> None:
+        buf = io.BytesIO()
+        img.save(buf, "PNG" if name.endswith(".png") else "JPEG", **kw)
+        files[name] = buf.getvalue()
+
+    photo = lambda i, w, h: Image.fromarray(  # noqa: E731 - grain, so files have realistic entropy
+        np.clip(np.asarray(image(i, w, h), np.float64) + rng.normal(0, 6, (h, w, 3)), 0, 255).astype(np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    save("p420.jpg", photo(1, 120, 90), progressive=True, quality=90)
+    save("p444.jpg", photo(2, 100, 70), progressive=True, quality=90, subsampling=0)
+    save("pgray.jpg", photo(3, 90, 60).convert("L"), progressive=True, quality=90)
+    save("prot.jpg", photo(4, 110, 80), progressive=True, quality=90, exif=exif.tobytes())
+    save("pcmyk.jpg", photo(5, 60, 40).convert("CMYK"), progressive=True, quality=90)
+    save("base.jpg", photo(6, 80, 60), quality=90)
+    save("zz.png", photo(7, 40, 30))
+    d = root / "a"
+    d.mkdir(parents=True)
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    return files
+
+
+def test_progressive_transcoded_losslessly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    files = make_progressive_folder(tmp_path / "src")
+    assert main([str(tmp_path / "src"), str(tmp_path / "db"), "--workers", "2", "--verify"]) == 0
+    summary = capsys.readouterr().err
+    s = LMDBSource(str(tmp_path / "db"))
+    names = [os.path.basename(s.source_path(i)) for i in range(len(s))]
+    stored = dict(zip(names, (bytes(b) for b in s.fetch(range(len(s))))))
+    transcoded = ["p420.jpg", "p444.jpg", "pgray.jpg", "prot.jpg"]
+    for name in transcoded:
+        assert not fastdata.probe(stored[name]).progressive
+        np.testing.assert_array_equal(fastdata.decode(stored[name]), fastdata.decode(files[name]))
+    assert fastdata.probe(stored["prot.jpg"]).orientation == 6  # EXIF kept: the decode is oriented
+    for name in ("pcmyk.jpg", "base.jpg", "zz.png"):  # CMYK, baseline and non-JPEG: source bytes
+        assert stored[name] == files[name]
+    np.testing.assert_array_equal(s.transcoded, [n in transcoded for n in names])
+    assert not s.reencoded.any()
+    for i, name in enumerate(names):
+        assert s.sha256(i) == hashlib.sha256(files[name]).digest()  # of the source, as documented
+    before, after = sum(len(files[n]) for n in transcoded), sum(len(stored[n]) for n in transcoded)
+    assert (s.meta["transcoded"], s.meta["transcoded_bytes_in"], s.meta["transcoded_bytes_out"]) == (4, before, after)
+    assert s.meta["options"] == {"max_side": None, "quality": None, "keep_progressive": False}
+    assert f"4 progressive transcoded to baseline ({before / 1e6:.2f} -> {after / 1e6:.2f} MB)" in summary
+
+    assert main([str(tmp_path / "src"), str(tmp_path / "keep"), "--keep-progressive", "--quiet", "--verify"]) == 0
+    k = LMDBSource(str(tmp_path / "keep"))
+    assert [bytes(b) for b in k.fetch(range(len(k)))] == [files[os.path.basename(k.source_path(i))]
+                                                         for i in range(len(k))]
+    assert not k.transcoded.any() and k.meta["transcoded"] == 0
+    k.close()
+    # the flag is part of the options: resuming with the other setting is refused
+    with pytest.raises(ConvertError, match="different inputs or options"):
+        convert(str(tmp_path / "src"), str(tmp_path / "keep"), resume=True)
+
+
+def test_damaged_progressive_skipped_or_raised(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    files = make_progressive_folder(tmp_path / "src")
+    good = files["p420.jpg"]
+    (tmp_path / "src" / "a" / "p_trunc.jpg").write_bytes(good[: len(good) * 2 // 3])
+    assert main([str(tmp_path / "src"), str(tmp_path / "skip"), "--on-error", "skip", "--quiet"]) == 0
+    assert "1 skipped" in capsys.readouterr().err
+    s = LMDBSource(str(tmp_path / "skip"))
+    assert [x["path"] for x in s.skipped] == ["a/p_trunc.jpg"]
+    assert "Premature end of JPEG file" in s.skipped[0]["reason"]
+    assert len(s) == len(files) and s.meta["transcoded"] == 4
+
+    assert main([str(tmp_path / "src"), str(tmp_path / "raise"), "--quiet"]) == 1
+    assert str(tmp_path / "src" / "a" / "p_trunc.jpg") in capsys.readouterr().err
+
+
+def test_transcode_failure_follows_on_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file that decodes but cannot be transcoded (here: a simulated libjpeg failure) is
+    # handled by --on-error like any bad file, and the reason says it was the transcode.
+    from fastdata import _C
+    from fastdata import convert as convert_mod
+
+    files = make_progressive_folder(tmp_path / "src")
+
+    class FakeC:
+        NativeDecodeError = _C.NativeDecodeError
+
+        @staticmethod
+        def transcode_to_baseline(data: bytes) -> bytes:
+            if data == files["p444.jpg"]:
+                raise _C.NativeDecodeError("simulated failure")
+            return _C.transcode_to_baseline(data)
+
+    monkeypatch.setattr(fastdata, "_C", FakeC)
+    s = convert(str(tmp_path / "src"), str(tmp_path / "skip"), workers=1, on_error="skip")
+    assert [(x["path"], x["reason"]) for x in s.skipped] == [
+        ("a/p444.jpg", "lossless transcode to baseline failed: simulated failure")]
+    assert s.transcoded == 3
+    with pytest.raises(ConvertError, match=r"p444.jpg: lossless transcode to baseline failed"):
+        convert_mod.convert(str(tmp_path / "src"), str(tmp_path / "raise"), workers=1)

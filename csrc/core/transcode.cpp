@@ -1,0 +1,169 @@
+#include "core/transcode.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "core/decoder.h"
+
+#include <jerror.h>  // ERREXIT1, JERR_OUT_OF_MEMORY (after jpeglib.h, which decoder.h includes)
+
+namespace fastdata {
+namespace {
+
+// Output straight into a std::vector. Not jpeg_mem_dest: after its buffer has grown,
+// an error leaves the current buffer reachable only through libjpeg's private state
+// (leaked) and the caller's pointer dangling (freeing it is a double free).
+struct VectorDestination {
+  jpeg_destination_mgr pub;
+  std::vector<uint8_t>* out;
+};
+
+// Resizes the vector to `new_size` with its first `used` bytes written.
+void grow(j_compress_ptr cinfo, size_t used, size_t new_size) {
+  auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  try {
+    dest->out->resize(new_size);
+  } catch (const std::exception&) {
+    // No C++ exception may cross libjpeg's C frames: report through error_exit (longjmp).
+    ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 1);
+  }
+  dest->pub.next_output_byte = dest->out->data() + used;
+  dest->pub.free_in_buffer = new_size - used;
+}
+
+void init_destination(j_compress_ptr cinfo) {
+  auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  grow(cinfo, 0, std::max<size_t>(dest->out->size(), 16384));
+}
+
+// Called when the buffer is full. The whole buffer counts as written: libjpeg's Huffman
+// encoder keeps its position in local state and leaves pub.free_in_buffer stale here
+// (libjpeg.txt: ignore next_output_byte/free_in_buffer in empty_output_buffer).
+boolean empty_output_buffer(j_compress_ptr cinfo) {
+  auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  grow(cinfo, dest->out->size(), dest->out->size() * 2);
+  return TRUE;
+}
+
+void term_destination(j_compress_ptr cinfo) {
+  auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  dest->out->resize(dest->out->size() - dest->pub.free_in_buffer);
+}
+
+bool is_kept_marker(int marker) { return marker == JPEG_APP0 + 1 || marker == JPEG_APP0 + 2; }
+
+// Both libjpeg objects and everything the error path touches live in one object, so a
+// longjmp back into to_baseline() finds them in memory (no locals modified after setjmp).
+class Transcoder {
+ public:
+  Transcoder() {
+    std::memset(&src_, 0, sizeof(src_));
+    std::memset(&dst_, 0, sizeof(dst_));
+    std::memset(&err_, 0, sizeof(err_));
+    err_.strict = true;  // a warning means corrupt data: never write it out as a clean file
+    // One error manager for both objects: whichever fails jumps to the same place.
+    src_.err = install_error_manager(&err_);
+    dst_.err = &err_.pub;
+    if (setjmp(err_.jump)) {  // creation fails only on out-of-memory
+      destroy();
+      throw std::bad_alloc();
+    }
+    jpeg_create_decompress(&src_);
+    src_created_ = true;
+    jpeg_create_compress(&dst_);
+    dst_created_ = true;
+    jpeg_save_markers(&src_, JPEG_APP0 + 1, 0xFFFF);  // EXIF (orientation), XMP
+    jpeg_save_markers(&src_, JPEG_APP0 + 2, 0xFFFF);  // ICC profile
+    dest_.pub.init_destination = init_destination;
+    dest_.pub.empty_output_buffer = empty_output_buffer;
+    dest_.pub.term_destination = term_destination;
+    dest_.out = &out_;
+  }
+  ~Transcoder() { destroy(); }
+  Transcoder(const Transcoder&) = delete;
+  Transcoder& operator=(const Transcoder&) = delete;
+
+  // No C++ object is constructed between setjmp and the libjpeg calls below, so a
+  // longjmp skips no destructor.
+  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size) {
+    if (size == 0) throw DecodeError("empty input (0 bytes)");
+    if (!looks_like_jpeg(data, size)) throw DecodeError("not a JPEG file (no SOI marker)");
+    // The output is about as large as the input (same coefficients, other Huffman codes).
+    // Start at half of it so the growth path runs on (nearly) every call, tests included:
+    // one extra copy of a few tens of KB is noise next to the transcode itself.
+    out_.resize(size / 2 + 1024);
+    if (setjmp(err_.jump)) fail();
+    jpeg_mem_src(&src_, data, static_cast<unsigned long>(size));
+    if (jpeg_read_header(&src_, TRUE) != JPEG_HEADER_OK) {
+      jpeg_abort_decompress(&src_);
+      throw DecodeError("JPEG file has no image (tables-only datastream)");
+    }
+    const bool supported =
+        (src_.num_components == 1 && src_.jpeg_color_space == JCS_GRAYSCALE) ||
+        (src_.num_components == 3 && (src_.jpeg_color_space == JCS_YCbCr || src_.jpeg_color_space == JCS_RGB));
+    if (!supported) {
+      jpeg_abort_decompress(&src_);
+      throw std::invalid_argument(
+          "transcode_to_baseline: only grayscale and YCbCr/RGB JPEGs are transcoded (CMYK/YCCK or unknown "
+          "colour spaces are not)");
+    }
+    // Entropy-decodes every scan into whole-image coefficient arrays (libjpeg's memory);
+    // with a memory source it cannot suspend, so NULL would be a libjpeg bug.
+    jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&src_);
+    if (coefficients == nullptr) {
+      jpeg_abort_decompress(&src_);
+      throw DecodeError("libjpeg returned no coefficients");
+    }
+    // Quantization tables, sampling factors, component ids, colour space (hence the
+    // JFIF/Adobe marker) and JFIF density. jpeg_set_defaults inside leaves no scan script:
+    // the output is sequential. Restart intervals are not copied (none in the output).
+    jpeg_copy_critical_parameters(&src_, &dst_);
+    dst_.optimize_coding = TRUE;  // per-image Huffman tables: smaller than the standard ones
+    dst_.dest = &dest_.pub;
+    jpeg_write_coefficients(&dst_, coefficients);  // writes SOI and JFIF/Adobe APPn
+    for (jpeg_saved_marker_ptr m = src_.marker_list; m != nullptr; m = m->next) {
+      if (is_kept_marker(m->marker)) jpeg_write_marker(&dst_, m->marker, m->data, m->data_length);
+    }
+    jpeg_finish_compress(&dst_);  // writes all coefficients, EOI; term_destination trims out_
+    // All input was consumed by jpeg_read_coefficients; with a memory source this cannot
+    // suspend, so FALSE would again be a libjpeg bug.
+    if (!jpeg_finish_decompress(&src_)) {
+      jpeg_abort_decompress(&src_);
+      throw DecodeError("libjpeg did not finish reading the input");
+    }
+    if (err_.warnings != 0) throw DecodeError(err_.first_warning);  // unreachable while strict
+    return std::move(out_);
+  }
+
+ private:
+  [[noreturn]] void fail() {
+    jpeg_abort_compress(&dst_);
+    jpeg_abort_decompress(&src_);
+    throw DecodeError(err_.message);
+  }
+  void destroy() {
+    if (dst_created_) jpeg_destroy_compress(&dst_);
+    if (src_created_) jpeg_destroy_decompress(&src_);
+    dst_created_ = src_created_ = false;
+  }
+
+  jpeg_decompress_struct src_;
+  jpeg_compress_struct dst_;
+  JpegDecoder::ErrorManager err_;
+  VectorDestination dest_;
+  std::vector<uint8_t> out_;
+  bool src_created_ = false, dst_created_ = false;
+};
+
+}  // namespace
+
+std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size) {
+  // Creating the two libjpeg objects costs microseconds next to the milliseconds of a
+  // transcode; a fresh pair per call keeps this free of shared state.
+  Transcoder t;
+  return t.to_baseline(data, size);
+}
+
+}  // namespace fastdata

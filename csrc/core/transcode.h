@@ -1,0 +1,24 @@
+// Lossless JPEG -> sequential ("baseline") JPEG, jpegtran-style: the DCT coefficients are
+// copied, only the entropy coding changes, so every decoder produces the same pixels from
+// the output as from the input. Used at cache-write time so progressive files, which
+// libjpeg must entropy-decode in full before any row comes out, take the ROI crop path.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace fastdata {
+
+// Rewrites `data` as one interleaved sequential scan with optimized Huffman tables (SOF1
+// when the tables need it, else SOF0), keeping the APP1 (EXIF, XMP) and APP2 (ICC)
+// markers in their order and dropping other APPn/COM markers; JFIF/Adobe colour-space
+// markers are regenerated from the coefficients' colour space.
+//
+// Throws DecodeError (decoder.h) for corrupt or truncated input: libjpeg's warnings are
+// errors here, as in strict decoding, so damaged data is never rewritten as a clean file.
+// Throws std::invalid_argument for inputs other than 8-bit 1-component (grayscale) or
+// 3-component (YCbCr/RGB) JPEGs: CMYK/YCCK would gain an Adobe marker that changes how
+// decoders invert them. Thread-safe (no shared state).
+std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size);
+
+}  // namespace fastdata
