@@ -14,7 +14,16 @@ from PIL import Image, ImageCms
 
 import fastdata
 from fastdata import _C
-from imagegen_native import corrupt_scan, jpeg, photo, segments, truncate_scan
+from imagegen import corrupt_entropy, encode_jpeg, encode_oriented, photo_like, segments, truncate_scan
+
+
+def photo(height: int, width: int, seed: int = 0) -> np.ndarray:
+    return np.asarray(photo_like(height, width, seed=seed))
+
+
+def jpeg(pixels, **kwargs) -> bytes:
+    """``encode_jpeg`` for an array or an image."""
+    return encode_jpeg(pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels), **kwargs)
 
 H, W = 120, 168  # not multiples of 16: partial MCUs at the right and bottom edges
 
@@ -58,7 +67,7 @@ def test_grayscale_bit_identical(pixels: np.ndarray) -> None:
 
 @pytest.mark.parametrize("orientation", [3, 6, 8])
 def test_exif_orientation_kept(pixels: np.ndarray, orientation: int) -> None:
-    data = jpeg(pixels, progressive=True, orientation=orientation)
+    data = encode_oriented(Image.fromarray(pixels), orientation, progressive=True)
     out = check_lossless(data)  # decode applies EXIF orientation: equal decodes = same orientation
     assert fastdata.probe(out).orientation == orientation
     assert fastdata.decode(out).shape[:2] == (H, W)  # the oriented image (stored transposed for 6, 8)
@@ -90,7 +99,7 @@ def test_restart_markers_and_baseline_input(pixels: np.ndarray) -> None:
 @pytest.mark.parametrize("damage", ["truncated", "corrupt0", "corrupt1", "corrupt2"])
 def test_damaged_input_raises(pixels: np.ndarray, damage: str) -> None:
     good = jpeg(pixels, progressive=True)
-    bad = truncate_scan(good, 0.5) if damage == "truncated" else corrupt_scan(good, seed=int(damage[-1]), count=20)
+    bad = truncate_scan(good, 0.5) if damage == "truncated" else corrupt_entropy(good, seed=int(damage[-1]), count=20)
     with pytest.raises(fastdata.DecodeError):
         fastdata.decode(bad)  # strict decode refuses it ...
     with pytest.raises(_C.NativeDecodeError):
