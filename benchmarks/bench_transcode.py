@@ -83,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     read = lambda kind: [(root / e["path"]).read_bytes() for e in images if e["kind"] == kind]  # noqa: E731
     progressive = read("progressive")
     baseline = read("baseline")
-    transcoded = [_C.transcode_to_baseline(d) for d in progressive]
+    transcoded = [_C.transcode_to_baseline(d, 0) for d in progressive]
     decode_sets = {"progressive (as stored)": progressive, "progressive -> baseline": transcoded,
                    "baseline 4:2:0 (reference)": baseline}
 

@@ -207,28 +207,35 @@ def _transcode(data: bytes, pixels: Optional[np.ndarray]) -> bytes:
     """
     import fastdata
     from fastdata import _C
+    from fastdata.engine import DEFAULT_MAX_PIXELS
 
     try:
-        out = _C.transcode_to_baseline(data)
+        out = _C.transcode_to_baseline(data, DEFAULT_MAX_PIXELS)
     except ValueError as exc:  # NativeDecodeError (corrupt data) is a ValueError too
         raise TranscodeError(f"lossless transcode to baseline failed: {exc}") from None
     if fastdata.probe(out).progressive:
         raise TranscodeError("lossless transcode to baseline produced a progressive file")
     if pixels is None or not np.array_equal(fastdata.decode(out, strict=True), pixels):
-        raise TranscodeError("lossless transcode to baseline changed the decoded pixels (pass --keep-progressive)")
+        raise TranscodeError("lossless transcode to baseline changed the decoded pixels")
     return out
 
 
 def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progressive: bool) -> Tuple[bytes, int]:
     """What the cache stores for one input's bytes, and how it relates to them (cf.STORED_*).
 
-    Raises for data that does not decode (strictly) or cannot be stored as decided.
+    Raises for data that does not decode (strictly) or cannot be re-encoded as ``max_side`` asks.
+    A progressive file that decodes but cannot be transcoded exactly (e.g. one whose decode
+    uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
+    is: the transcode is only a speed-up, and a good image is never dropped for it.
     """
     if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(_oriented_size(data)) <= max_side):
         return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
     pixels = _validate(data)
     if not keep_progressive and _transcodable(data):
-        return _transcode(data, pixels), cf.STORED_TRANSCODED
+        try:
+            return _transcode(data, pixels), cf.STORED_TRANSCODED
+        except TranscodeError:
+            pass
     return data, cf.STORED_ORIGINAL
 
 
@@ -247,8 +254,6 @@ def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep
     try:
         stored, kind = stored_bytes(data, max_side, quality, keep_progressive)
         return pos, stored, None, len(data), digest, kind
-    except TranscodeError as exc:
-        return pos, None, str(exc), len(data), digest, cf.STORED_ORIGINAL
     except Exception as exc:  # any decoder failure is this file's problem, reported by name
         return pos, None, f"invalid image: {_reason(exc)}", len(data), digest, cf.STORED_ORIGINAL
 

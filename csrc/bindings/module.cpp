@@ -96,13 +96,13 @@ py::dict probe(const py::object& data) {
   return d;
 }
 
-py::bytes transcode_to_baseline_py(const py::object& data) {
+py::bytes transcode_to_baseline_py(const py::object& data, int64_t max_pixels) {
   BufferViews views;
   const Py_buffer& v = views.add(data);
   std::vector<uint8_t> out;
   {
     py::gil_scoped_release nogil;
-    out = transcode_to_baseline(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len));
+    out = transcode_to_baseline(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), max_pixels);
   }
   return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
 }
@@ -328,10 +328,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("probe", &probe, py::arg("data"), "Header fields of a JPEG (no pixel decode).");
   m.def("decode_full", &decode_full_py, py::arg("data"), py::arg("strict"), py::arg("max_pixels"),
         "Full decode to uint8 RGB HxWx3 with EXIF orientation; returns (array, warnings).");
-  m.def("transcode_to_baseline", &transcode_to_baseline_py, py::arg("data"),
+  m.def("transcode_to_baseline", &transcode_to_baseline_py, py::arg("data"), py::arg("max_pixels"),
         "Lossless rewrite of a grayscale/YCbCr/RGB JPEG as sequential JPEG (same DCT coefficients, optimized "
-        "Huffman tables, APP1/APP2 kept). NativeDecodeError for corrupt data (warnings included); ValueError for "
-        "CMYK/YCCK.");
+        "Huffman tables, APP1/APP2 kept). NativeDecodeError for corrupt data (warnings included) or above "
+        "max_pixels (> 0); ValueError for CMYK/YCCK.");
   m.def("sample_crop_boxes", &sample_crop_boxes, py::arg("height"), py::arg("width"), py::arg("scale"),
         py::arg("ratio"), py::arg("hflip"), py::arg("seed"), py::arg("epoch"), py::arg("indices"),
         "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");

@@ -1,6 +1,7 @@
 #include "core/transcode.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -23,12 +24,15 @@ struct VectorDestination {
 // Resizes the vector to `new_size` with its first `used` bytes written.
 void grow(j_compress_ptr cinfo, size_t used, size_t new_size) {
   auto* dest = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  bool grown = true;
   try {
     dest->out->resize(new_size);
   } catch (const std::exception&) {
-    // No C++ exception may cross libjpeg's C frames: report through error_exit (longjmp).
-    ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 1);
+    grown = false;
   }
+  // No C++ exception may cross libjpeg's C frames: report through error_exit (longjmp),
+  // and only outside the catch block (a longjmp out of a handler leaks the exception).
+  if (!grown) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 1);
   dest->pub.next_output_byte = dest->out->data() + used;
   dest->pub.free_in_buffer = new_size - used;
 }
@@ -87,7 +91,7 @@ class Transcoder {
 
   // No C++ object is constructed between setjmp and the libjpeg calls below, so a
   // longjmp skips no destructor.
-  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels) {
     if (size == 0) throw DecodeError("empty input (0 bytes)");
     if (!looks_like_jpeg(data, size)) throw DecodeError("not a JPEG file (no SOI marker)");
     // The output is about as large as the input (same coefficients, other Huffman codes).
@@ -99,6 +103,16 @@ class Transcoder {
     if (jpeg_read_header(&src_, TRUE) != JPEG_HEADER_OK) {
       jpeg_abort_decompress(&src_);
       throw DecodeError("JPEG file has no image (tables-only datastream)");
+    }
+    // jpeg_read_coefficients allocates whole-image coefficient arrays: refuse bombs first.
+    const int64_t pixels = static_cast<int64_t>(src_.image_width) * src_.image_height;
+    if (max_pixels > 0 && pixels > max_pixels) {
+      jpeg_abort_decompress(&src_);
+      char msg[200];
+      std::snprintf(msg, sizeof(msg), "image is %ux%u = %lld pixels, above the limit of %lld (decompression bomb guard)",
+                    static_cast<unsigned>(src_.image_width), static_cast<unsigned>(src_.image_height),
+                    static_cast<long long>(pixels), static_cast<long long>(max_pixels));
+      throw DecodeError(msg);
     }
     const bool supported =
         (src_.num_components == 1 && src_.jpeg_color_space == JCS_GRAYSCALE) ||
@@ -159,11 +173,11 @@ class Transcoder {
 
 }  // namespace
 
-std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size) {
+std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size, int64_t max_pixels) {
   // Creating the two libjpeg objects costs microseconds next to the milliseconds of a
   // transcode; a fresh pair per call keeps this free of shared state.
   Transcoder t;
-  return t.to_baseline(data, size);
+  return t.to_baseline(data, size, max_pixels);
 }
 
 }  // namespace fastdata

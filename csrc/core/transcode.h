@@ -18,7 +18,8 @@ namespace fastdata {
 // errors here, as in strict decoding, so damaged data is never rewritten as a clean file.
 // Throws std::invalid_argument for inputs other than 8-bit 1-component (grayscale) or
 // 3-component (YCbCr/RGB) JPEGs: CMYK/YCCK would gain an Adobe marker that changes how
-// decoders invert them. Thread-safe (no shared state).
-std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size);
+// decoders invert them. Throws DecodeError when width x height exceeds `max_pixels` (> 0),
+// before the coefficient arrays are allocated. Thread-safe (no shared state).
+std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size, int64_t max_pixels);
 
 }  // namespace fastdata

@@ -320,11 +320,11 @@ def test_damaged_progressive_skipped_or_raised(tmp_path: Path, capsys: pytest.Ca
     assert str(tmp_path / "src" / "a" / "p_trunc.jpg") in capsys.readouterr().err
 
 
-def test_transcode_failure_follows_on_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A file that decodes but cannot be transcoded (here: a simulated libjpeg failure) is
-    # handled by --on-error like any bad file, and the reason says it was the transcode.
+def test_a_file_that_cannot_be_transcoded_is_stored_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file that decodes but cannot be transcoded (here: a simulated libjpeg failure) is a
+    # good image: it keeps its original bytes, under either --on-error, and is not counted
+    # as transcoded.
     from fastdata import _C
-    from fastdata import convert as convert_mod
 
     files = make_progressive_folder(tmp_path / "src")
 
@@ -332,15 +332,16 @@ def test_transcode_failure_follows_on_error(tmp_path: Path, monkeypatch: pytest.
         NativeDecodeError = _C.NativeDecodeError
 
         @staticmethod
-        def transcode_to_baseline(data: bytes) -> bytes:
+        def transcode_to_baseline(data: bytes, max_pixels: int) -> bytes:
             if data == files["p444.jpg"]:
                 raise _C.NativeDecodeError("simulated failure")
-            return _C.transcode_to_baseline(data)
+            return _C.transcode_to_baseline(data, max_pixels)
 
     monkeypatch.setattr(fastdata, "_C", FakeC)
-    s = convert(str(tmp_path / "src"), str(tmp_path / "skip"), workers=1, on_error="skip")
-    assert [(x["path"], x["reason"]) for x in s.skipped] == [
-        ("a/p444.jpg", "lossless transcode to baseline failed: simulated failure")]
-    assert s.transcoded == 3
-    with pytest.raises(ConvertError, match=r"p444.jpg: lossless transcode to baseline failed"):
-        convert_mod.convert(str(tmp_path / "src"), str(tmp_path / "raise"), workers=1)
+    for on_error in ("skip", "raise"):
+        s = convert(str(tmp_path / "src"), str(tmp_path / on_error), workers=1, on_error=on_error)
+        assert not s.skipped and s.transcoded == 3
+        src = fastdata.LMDBSource(str(tmp_path / on_error))
+        stored = {Path(src.source_path(i)).name: (bytes(src.fetch([i])[0]), int(src.transcoded[i]))
+                  for i in range(len(src))}
+        assert stored["p444.jpg"] == (files["p444.jpg"], 0)

@@ -44,7 +44,7 @@ def check_lossless(data: bytes) -> bytes:
     """Transcode; the result is sequential and decodes to exactly the original's pixels."""
     before = fastdata.probe(data)
     assert before.progressive
-    out = _C.transcode_to_baseline(data)
+    out = _C.transcode_to_baseline(data, 0)
     after = fastdata.probe(out)
     assert not after.progressive and sof(out) in (SOF0, SOF1)
     assert sum(1 for m, _, _ in segments(out) if m == 0xDA) == 1  # one interleaved scan
@@ -92,7 +92,7 @@ def test_icc_kept_other_markers_dropped(pixels: np.ndarray) -> None:
 def test_restart_markers_and_baseline_input(pixels: np.ndarray) -> None:
     check_lossless(jpeg(pixels, progressive=True, restart_blocks=4))
     base = jpeg(pixels)  # a baseline input is rewritten too (the caller decides whether to ask)
-    out = _C.transcode_to_baseline(base)
+    out = _C.transcode_to_baseline(base, 0)
     np.testing.assert_array_equal(fastdata.decode(out), fastdata.decode(base))
 
 
@@ -103,28 +103,28 @@ def test_damaged_input_raises(pixels: np.ndarray, damage: str) -> None:
     with pytest.raises(fastdata.DecodeError):
         fastdata.decode(bad)  # strict decode refuses it ...
     with pytest.raises(_C.NativeDecodeError):
-        _C.transcode_to_baseline(bad)  # ... and so does the transcode: never a clean-looking copy
+        _C.transcode_to_baseline(bad, 0)  # ... and so does the transcode: never a clean-looking copy
 
 
 def test_damaged_assets_and_non_jpeg(damaged_dir: Path) -> None:
     for name in ("truncated.jpg", "corrupt_entropy.jpg", "random_bytes.jpg", "html_page.JPEG", "png_named.JPEG"):
         with pytest.raises(_C.NativeDecodeError):
-            _C.transcode_to_baseline((damaged_dir / name).read_bytes())
+            _C.transcode_to_baseline((damaged_dir / name).read_bytes(), 0)
     with pytest.raises(_C.NativeDecodeError, match="empty"):
-        _C.transcode_to_baseline(b"")
+        _C.transcode_to_baseline(b"", 0)
 
 
 def test_cmyk_refused(pixels: np.ndarray) -> None:
     cmyk = jpeg(Image.fromarray(pixels).convert("CMYK"), progressive=True)
     with pytest.raises(ValueError, match="CMYK"):
-        _C.transcode_to_baseline(cmyk)
+        _C.transcode_to_baseline(cmyk, 0)
 
 
 def test_accepts_buffers(pixels: np.ndarray) -> None:
     data = jpeg(pixels, progressive=True)
-    ref = _C.transcode_to_baseline(data)
-    assert _C.transcode_to_baseline(memoryview(data)) == ref
-    assert _C.transcode_to_baseline(np.frombuffer(data, np.uint8)) == ref  # deterministic, any buffer
+    ref = _C.transcode_to_baseline(data, 0)
+    assert _C.transcode_to_baseline(memoryview(data), 0) == ref
+    assert _C.transcode_to_baseline(np.frombuffer(data, np.uint8), 0) == ref  # deterministic, any buffer
 
 
 def test_large_output_grows_buffer() -> None:
@@ -136,3 +136,10 @@ def test_large_output_grows_buffer() -> None:
     assert len(data) > 100_000
     out = check_lossless(data)
     assert 0.8 < len(out) / len(data) < 1.25
+
+
+def test_pixel_limit_refused_before_any_coefficient_allocation(pixels: np.ndarray) -> None:
+    data = jpeg(pixels, progressive=True)
+    with pytest.raises(_C.NativeDecodeError, match="above the limit"):
+        _C.transcode_to_baseline(data, H * W - 1)
+    assert _C.transcode_to_baseline(data, H * W) == _C.transcode_to_baseline(data, 0)
