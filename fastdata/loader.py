@@ -393,6 +393,15 @@ class Loader:
 _DONE = object()
 
 
+class _StartFailed:
+    """A batch whose start raised: its error, in the place of the batch."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 class _Job:
     """One epoch's batches for the producer thread, and how to hand them over.
 
@@ -426,21 +435,34 @@ class _Job:
                     if not self._put(self.start(indices, self.epoch)):
                         return
                     continue
-                in_flight.append(self.start(indices, self.epoch))
-                if len(in_flight) >= self.depth and not self._put(self.finish(in_flight.popleft())):
+                try:
+                    in_flight.append(self.start(indices, self.epoch))
+                except Exception as e:  # raised after the batches before it, as the native path does
+                    in_flight.append(_StartFailed(e))
+                    break
+                if len(in_flight) >= self.depth and not self._hand_over(in_flight.popleft()):
                     return
             while in_flight:
-                if self.stop.is_set() or not self._put(self.finish(in_flight.popleft())):
+                if self.stop.is_set() or not self._hand_over(in_flight.popleft()):
                     return
             self._put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there
             self._put(e)
         finally:
             while in_flight:
-                self.discard(in_flight.popleft())
+                started = in_flight.popleft()
+                if not isinstance(started, _StartFailed):
+                    self.discard(started)
             # Drop the loader before signalling: a dropped loader can be freed.
             self.start = self.finish = self.discard = None
             self.finished.set()
+
+    def _hand_over(self, started: Any) -> bool:
+        """Finish a started batch and queue it; False when the epoch ends here."""
+        if isinstance(started, _StartFailed):
+            self._put(started.error)
+            return False
+        return self._put(self.finish(started))
 
     def _put(self, item: Any) -> bool:
         while not self.stop.is_set():

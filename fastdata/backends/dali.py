@@ -46,7 +46,8 @@ class DaliBackend(BatchBackend):
     device "cuda[:i]": mixed (nvJPEG + hardware JPEG decoder, ``hw_decoder_load`` of the work
     on the hardware engine); device "cpu": DALI's CPU pipeline (``device_id=None``).
     Output as BatchBackend.run. DALI's outputs are copied into torch tensors on
-    ``self.stream`` (device to device, no host copy); DALI reuses its buffers afterwards.
+    ``self.stream`` (device to device, no host copy); DALI's outputs, bound to that stream,
+    are released in stream order once the copy is queued.
     ``prefetch``: batches in flight in the pipeline (the Loader's submit-ahead depth).
     """
 
@@ -72,10 +73,6 @@ class DaliBackend(BatchBackend):
         self._max_batch = int(batch_size)
         self._pipe = None
         self._inflight: Deque[_Ticket] = deque()  # scheduled on a pipeline, outputs not taken yet
-        # DALI's last outputs stay referenced a little longer: our copy out of them is only
-        # queued on the stream when _take_oldest returns (no host sync), and holding them costs
-        # two batches of device memory, not a synchronization.
-        self._held: Deque[Any] = deque(maxlen=2)
         self._crop_only = isinstance(transform, RandomResizedCrop)
 
     # -- the pipeline -------------------------------------------------------------------
@@ -94,7 +91,8 @@ class DaliBackend(BatchBackend):
 
         @self._pipeline_def(batch_size=max_batch, num_threads=self.threads,
                             device_id=(self.device.index or 0) if gpu else None,
-                            prefetch_queue_depth=1, exec_async=True, exec_pipelined=True)
+                            prefetch_queue_depth=1, exec_async=True, exec_pipelined=True,
+                            exec_dynamic=True)  # needed by outputs(cuda_stream=...)
         def pipeline():
             encoded = fn.external_source(name="encoded", dtype=types.UINT8)
             anchor = fn.external_source(name="anchor", dtype=types.INT32)   # (x, y) of the decoded window
@@ -161,10 +159,15 @@ class DaliBackend(BatchBackend):
             pipe.feed_input("roi_end", list(roi_end))
             pipe.feed_input("mirror", [np.array(m, np.int32) for m in mirror])
             pipe.schedule_run()
-        except (RuntimeError, IndexError):
+        except (RuntimeError, IndexError):  # what DALI raises for data it cannot take
             self._lose(pipe)
             ticket.lost = ticket.done = True
             return ticket
+        except Exception:
+            # Anything else may have left the inputs half fed (one batch's bytes paired with
+            # another's windows later): never use this pipeline again.
+            self._lose(pipe)
+            raise
         self._inflight.append(ticket)
         return ticket
 
@@ -180,18 +183,22 @@ class DaliBackend(BatchBackend):
 
     def _take_oldest(self) -> None:
         """Outputs of the oldest batch in flight, copied into a tensor of our own."""
-        ticket = self._inflight.popleft()
+        ticket = self._inflight[0]  # dequeued only once its outputs are taken, or its pipeline lost
         try:
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             (out,) = ticket.pipe.outputs(cuda_stream=stream) if stream is not None else ticket.pipe.outputs()
             ticket.result = self._to_torch(out, len(ticket.rows))
-            self._held.append(out)
         except (RuntimeError, IndexError):
-            # DALI fails the whole batch for one bad sample and its pipeline is then unusable:
-            # this batch and every other one in flight there go to the native path (which
-            # decodes and names each sample), and the next batch builds a new pipeline.
+            # DALI fails the whole batch for one bad sample: this batch and every other one in
+            # flight on that pipeline go to the native path (which decodes and names each
+            # sample), and the next batch builds a new pipeline.
             ticket.lost = True
             self._lose(ticket.pipe)
+        except Exception:
+            self._lose(ticket.pipe)
+            raise
+        else:
+            self._inflight.popleft()
         ticket.done = True
 
     def _lose(self, pipe: Any) -> None:
@@ -219,8 +226,9 @@ class DaliBackend(BatchBackend):
         if self.device.type == "cuda":
             from nvidia.dali.plugin.pytorch import feed_ndarray
             dst = torch.empty(shape, dtype=tdtype, device=self.device)
-            # A device-to-device copy on our stream, ordered after DALI's work; DALI reuses
-            # its output buffers on the next run, so tensors handed out must be our own.
+            # A device-to-device copy on our stream, ordered after DALI's work,
+            # so the tensors handed out are plain torch memory
+            # whose lifetime the caching allocator and record_stream manage.
             feed_ndarray(out.as_tensor(), dst, cuda_stream=torch.cuda.current_stream(self.device))
         else:
             dst = torch.from_numpy(np.array(out.as_tensor()))
@@ -232,7 +240,6 @@ class DaliBackend(BatchBackend):
 
     def close(self) -> None:
         self._inflight.clear()
-        self._held.clear()
         self._pipe = None
         super().close()
 

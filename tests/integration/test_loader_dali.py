@@ -121,3 +121,20 @@ def test_normalized_float_output_matches_native(folder):
     assert a.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(la, lb)
     assert float((a - b).abs().mean()) < 0.1  # ~ 6/255 in pixels, over std ~0.225
+
+
+def test_an_error_starting_a_batch_comes_after_the_batches_before_it(folder):
+    class Flaky(fastdata.ImageFolder):
+        def fetch(self, indices):
+            if 12 in [int(i) for i in indices]:  # batch 3 of an unshuffled epoch
+                raise OSError("storage went away (injected)")
+            return super().fetch(indices)
+
+    got = []
+    with fastdata.Loader(Flaky(str(folder)), batch_size=4, transform=fastdata.RandomResizedCrop(48), shuffle=False,
+                         threads=2, device="cpu", dtype=torch.uint8, backend="dali") as ld:
+        with pytest.raises(OSError, match="injected"):
+            for _, labels in ld:
+                got.append(labels.clone())
+    # Batches 0-2 were submitted before batch 3 failed to start: they arrive first, in order.
+    assert [g.tolist() for g in got] == [ld._labels[4 * k:4 * k + 4].tolist() for k in range(3)]
