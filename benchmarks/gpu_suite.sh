@@ -19,9 +19,12 @@ case "$stage" in
     [ -n "$wheels" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels
     python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3
     python3 -c "import fastdata, torch; print('fastdata', fastdata.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
+    lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket)" | tee "$OUT/lscpu.txt"
     ;;
   tests)
-    python3 -m pytest tests/gpu -q -m "gpu and not slow" -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+    # tests/gpu, plus the DALI backend and Loader-DALI suites' CUDA cases (DALI's asynchronous mixed pipeline)
+    python3 -m pytest tests/gpu tests/integration/test_dali_backend.py tests/integration/test_loader_dali.py \
+      -q -m "gpu and not slow" -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
     python3 benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json "$OUT/bench_decode_16c.json" 2>&1 \
       | tee "$OUT/bench_decode_16c.log" | tail -32
     python3 benchmarks/bench_gpu_decode.py --count 8192 --seconds 150 --json "$OUT/bench_gpu_decode.json" 2>&1 \

@@ -160,48 +160,61 @@ class _OutputsFailAfter:
         return self.pipe.outputs(*args, **kwargs)
 
 
+def _ready(t: torch.Tensor) -> torch.Tensor:
+    """A backend's output, usable on the default stream (on CUDA it is made on the backend's stream)."""
+    if t.is_cuda:
+        torch.cuda.synchronize()
+    return t
+
+
+in_flight_devices = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+
+
 def _batches(n_batches: int, per: int = 4):
     datas = [photo_like_jpeg(8, i, 130 + 3 * i, 100) for i in range(n_batches * per)]
     return [(datas[k * per:(k + 1) * per], np.arange(k * per, (k + 1) * per)) for k in range(n_batches)]
 
 
 @needs_dali
-def test_batches_in_flight_come_back_in_order_and_equal_one_at_a_time():
+@in_flight_devices
+def test_batches_in_flight_come_back_in_order_and_equal_one_at_a_time(device):
     transform = fastdata.RandomResizedCrop(40)
-    cfg = dict(device="cpu", dtype=None, seed=2, threads=2)
+    cfg = dict(device=device, dtype=None, seed=2, threads=2)
     batches = _batches(4)
     with make_backend("dali", transform, **cfg) as one_at_a_time:
-        expected = [one_at_a_time.run(d, i, 0)[0] for d, i in batches]
+        expected = [_ready(one_at_a_time.run(d, i, 0)[0]) for d, i in batches]
     with make_backend("dali", transform, **cfg) as dali:
         assert dali.pipeline_depth == 2
         pending = [dali.submit(d, i, 0) for d, i in batches[:3]]
         # A synchronous run() while three batches are in flight (what a skip replacement does)
         extra, _, _ = dali.run(*batches[3], 0)
-        torch.testing.assert_close(extra, expected[3], atol=0, rtol=0)
+        torch.testing.assert_close(_ready(extra), expected[3], atol=0, rtol=0)
         for p, want in zip(pending, expected):
             got, failures, rows = dali.collect(p)
             assert not failures and not rows
-            torch.testing.assert_close(got, want, atol=0, rtol=0)
+            torch.testing.assert_close(_ready(got), want, atol=0, rtol=0)
         dali.discard(dali.submit(*batches[0], 0))  # an abandoned batch leaves the queue in step
         again, _, _ = dali.run(*batches[1], 0)
-        torch.testing.assert_close(again, expected[1], atol=0, rtol=0)
+        torch.testing.assert_close(_ready(again), expected[1], atol=0, rtol=0)
 
 
 @needs_dali
-def test_a_pipeline_failing_with_batches_in_flight_loses_none_of_them():
+@in_flight_devices
+def test_a_pipeline_failing_with_batches_in_flight_loses_none_of_them(device):
     transform = fastdata.RandomResizedCrop(40)
-    cfg = dict(device="cpu", dtype=None, seed=2, threads=2)
+    cfg = dict(device=device, dtype=None, seed=2, threads=2)
     batches = _batches(3)
     with make_backend("dali", transform, **cfg) as dali, make_backend("native", transform, **cfg) as native:
-        first, _, _ = dali.run(*batches[0], 0)
+        first = _ready(dali.run(*batches[0], 0)[0])
         dali._pipe = _OutputsFailAfter(dali._pipe, ok=1)
         pending = [dali.submit(d, i, 0) for d, i in batches]
         outs = [dali.collect(p) for p in pending]
-        torch.testing.assert_close(outs[0][0], first, atol=0, rtol=0)  # taken before the failure
+        torch.testing.assert_close(_ready(outs[0][0]), first, atol=0, rtol=0)  # taken before the failure
         for (got, failures, rows), (d, i) in zip(outs[1:], batches[1:]):
             assert not failures and not rows
-            torch.testing.assert_close(got, native.run(d, i, 0)[0], atol=0, rtol=0)  # all rows native
+            want = _ready(native.run(d, i, 0)[0])
+            torch.testing.assert_close(_ready(got), want, atol=0, rtol=0)  # all rows native
         assert dali.stats["gpu_rejected"] == 8
         assert not isinstance(dali._pipe, _OutputsFailAfter)  # the next batch built a new pipeline
         again, _, _ = dali.run(*batches[0], 0)
-        torch.testing.assert_close(again, first, atol=0, rtol=0)
+        torch.testing.assert_close(_ready(again), first, atol=0, rtol=0)

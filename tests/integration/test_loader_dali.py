@@ -1,4 +1,5 @@
-"""fastdata.Loader with backend="dali", CPU-only (device_id=None), against backend="native".
+"""fastdata.Loader with backend="dali" against backend="native": CPU-only DALI (device_id=None)
+everywhere, and DALI's mixed GPU pipeline too where CUDA is present (``device`` = "cuda", marked gpu).
 
 What the Loader owns must not change with the backend: order and labels for a seed,
 sharding, exact resume, leaving an epoch early, output dtypes and layout. Pixels differ
@@ -22,6 +23,12 @@ pytestmark = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not instal
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request) -> str:
+    """Where both loaders run: the CUDA case drives DALI's asynchronous mixed pipeline."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """3 classes x 9 photo-like JPEGs of varied sizes, each image distinct."""
@@ -34,9 +41,9 @@ def folder(tmp_path_factory) -> Path:
     return root
 
 
-def loader(folder: Path, backend: str, **kw) -> fastdata.Loader:
+def loader(folder: Path, backend: str, device: str = "cpu", **kw) -> fastdata.Loader:
     cfg = dict(batch_size=4, transform=fastdata.RandomResizedCrop(48), shuffle=True, seed=5, threads=2,
-               device="cpu", dtype=torch.uint8, backend=backend)
+               device=device, dtype=torch.uint8, backend=backend)
     cfg.update(kw)
     return fastdata.Loader(fastdata.ImageFolder(str(folder)), **cfg)
 
@@ -51,8 +58,8 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
-def test_same_order_labels_and_crops_as_native(folder):
-    with loader(folder, "dali") as dali, loader(folder, "native") as native:
+def test_same_order_labels_and_crops_as_native(folder, device):
+    with loader(folder, "dali", device) as dali, loader(folder, "native", device) as native:
         assert len(dali) == len(native) == 6
         for e in (0, 1):
             got, want = epoch(dali, e), epoch(native, e)
@@ -65,8 +72,8 @@ def test_same_order_labels_and_crops_as_native(folder):
         assert not torch.equal(torch.cat([y for _, y in epoch(dali, 0)]), torch.cat([y for _, y in epoch(dali, 1)]))
 
 
-def test_resume_mid_epoch_gives_exactly_the_remaining_batches(folder):
-    with loader(folder, "dali") as ld:
+def test_resume_mid_epoch_gives_exactly_the_remaining_batches(folder, device):
+    with loader(folder, "dali", device) as ld:
         full = epoch(ld, 3)
         ld.set_epoch(3)
         it = iter(ld)
@@ -74,7 +81,7 @@ def test_resume_mid_epoch_gives_exactly_the_remaining_batches(folder):
             next(it)
         state = ld.state_dict()
         it.close()
-    with loader(folder, "dali") as resumed:
+    with loader(folder, "dali", device) as resumed:
         resumed.load_state_dict(state)
         rest = [(x.clone(), y.clone()) for x, y in resumed]
     assert len(rest) == 4
@@ -83,11 +90,11 @@ def test_resume_mid_epoch_gives_exactly_the_remaining_batches(folder):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def test_shards_follow_the_native_sampler(folder):
+def test_shards_follow_the_native_sampler(folder, device):
     seen = []
     for rank in (0, 1):
-        with loader(folder, "dali", rank=rank, world_size=2) as dali, \
-                loader(folder, "native", rank=rank, world_size=2) as native:
+        with loader(folder, "dali", device, rank=rank, world_size=2) as dali, \
+                loader(folder, "native", device, rank=rank, world_size=2) as native:
             got, want = epoch(dali, 0), epoch(native, 0)
             assert len(got) == len(want) == len(dali) == 3
             for (a, la), (b, lb) in zip(got, want):
@@ -99,8 +106,8 @@ def test_shards_follow_the_native_sampler(folder):
     assert cross < 30
 
 
-def test_breaking_out_of_an_epoch_leaves_the_next_one_intact(folder):
-    with loader(folder, "dali") as ld, loader(folder, "dali") as fresh:
+def test_breaking_out_of_an_epoch_leaves_the_next_one_intact(folder, device):
+    with loader(folder, "dali", device) as ld, loader(folder, "dali", device) as fresh:
         for e in range(3):
             ld.set_epoch(e)
             for k, _ in enumerate(ld):
@@ -113,9 +120,9 @@ def test_breaking_out_of_an_epoch_leaves_the_next_one_intact(folder):
             torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def test_normalized_float_output_matches_native(folder):
+def test_normalized_float_output_matches_native(folder, device):
     kw = dict(dtype=torch.float32, mean=MEAN, std=STD, channels_last=True)
-    with loader(folder, "dali", **kw) as dali, loader(folder, "native", **kw) as native:
+    with loader(folder, "dali", device, **kw) as dali, loader(folder, "native", device, **kw) as native:
         (a, la), (b, lb) = next(iter(dali)), next(iter(native))
     assert a.shape == b.shape == (4, 3, 48, 48) and a.dtype == b.dtype == torch.float32
     assert a.is_contiguous(memory_format=torch.channels_last)
