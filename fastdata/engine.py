@@ -197,6 +197,14 @@ class Engine:
                 plan.failed_rows.append(row)
         return plan
 
+    def read_files(self, paths: Sequence[str]) -> Tuple[List[np.ndarray], List[Optional[str]]]:
+        """Read whole files on the native threads: a uint8 array per path (empty when it could
+        not be read) and, per path, None or the reason it could not be read."""
+        with self._lock:
+            if self._native is None:
+                raise RuntimeError("Engine is closed")
+            return self._native.read_files([os.fspath(p) for p in paths])
+
     def close(self) -> None:
         """Join the native threads. Idempotent."""
         with self._lock:

@@ -244,6 +244,25 @@ py::tuple engine_plan(Engine& engine, const py::sequence& items, const py::tuple
   return py::make_tuple(boxes, meta, failures);
 }
 
+// Files read on the engine's threads (GIL released), each returned as a uint8 array that
+// owns the bytes read (no copy), or the reason it could not be read.
+py::tuple engine_read_files(Engine& engine, const std::vector<std::string>& paths) {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<std::string> errors;
+  {
+    py::gil_scoped_release nogil;
+    engine.read_files(paths, &bufs, &errors);
+  }
+  py::list arrays, reasons;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    auto* owned = new std::vector<uint8_t>(std::move(bufs[i]));
+    py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
+    arrays.append(py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, owned->data(), free_when_done));
+    reasons.append(errors[i].empty() ? py::object(py::none()) : py::object(py::str(errors[i])));
+  }
+  return py::make_tuple(arrays, reasons);
+}
+
 // out: uint8 or float32 [N, H, W, 3] with contiguous rows; float32 needs (scale, bias).
 BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpec& spec,
                          const py::object& scale_bias, py::buffer_info* info) {
@@ -356,6 +375,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("indices"), py::arg("max_pixels"),
            "Source boxes without decoding: (boxes f64 [N,4] x0,y0,x1,y1 oriented; meta i32 [N,4] flip,h,w,orientation; "
            "failures [(row, status, message)])")
+      .def("read_files", &engine_read_files, py::arg("paths"),
+           "Read files on the pool: ([uint8 array per file], [None or the reason it could not be read])")
       .def("transform_pixels", &engine_transform_pixels, py::arg("pixels"), py::arg("spec"), py::arg("out"),
            py::arg("row"), py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("scale_bias") = py::none());
 }

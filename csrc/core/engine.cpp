@@ -175,6 +175,20 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
   });
 }
 
+void Engine::read_files(const std::vector<std::string>& paths, std::vector<std::vector<uint8_t>>* bufs,
+                        std::vector<std::string>* errors) {
+  bufs->assign(paths.size(), std::vector<uint8_t>());
+  errors->assign(paths.size(), std::string());
+  pool_->parallel_for(paths.size(), [&](size_t i, int) {
+    try {
+      if (!read_file(paths[i], &(*bufs)[i], &(*errors)[i]) && (*errors)[i].empty()) (*errors)[i] = "cannot read file";
+    } catch (const std::exception& e) {  // out of memory for a huge file
+      (*bufs)[i] = std::vector<uint8_t>();
+      (*errors)[i] = std::string("cannot read file: ") + e.what();
+    }
+  });
+}
+
 void Engine::transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
                                    const SampleKey& key, const BatchOutput& out, size_t row) {
   // Rare path (non-JPEG samples): fresh scratch, so it never races a running batch.

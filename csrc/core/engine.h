@@ -72,6 +72,11 @@ class Engine {
             const int64_t* indices, int64_t max_pixels, std::vector<SamplePlan>* plans,
             std::vector<SampleResult>* results);
 
+  // Reads each file into bufs[i] on the pool, for decoders that take encoded bytes (the GPU
+  // backends). errors[i] is empty on success, else the reason. Never throws. Call without the GIL.
+  void read_files(const std::vector<std::string>& paths, std::vector<std::vector<uint8_t>>* bufs,
+                  std::vector<std::string>* errors);
+
   // The fallback's second half: crop/resize/flip of pixels decoded elsewhere.
   void transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
                              const SampleKey& key, const BatchOutput& out, size_t row);

@@ -48,12 +48,13 @@ class DaliBackend(BatchBackend):
     Output as BatchBackend.run. DALI's outputs are copied into torch tensors on
     ``self.stream`` (device to device, no host copy); DALI's outputs, bound to that stream,
     are released in stream order once the copy is queued.
-    ``prefetch``: batches in flight in the pipeline (the Loader's submit-ahead depth).
+    ``prefetch``: batches in flight in the pipeline (the Loader's submit-ahead depth); 4 measured
+    ~24% faster than 2 on the H200 box (backend loop, 256-image batches, 2026-12-01).
     """
 
     name = "dali"
 
-    def __init__(self, transform, *, hw_decoder_load: float = 0.65, batch_size: int = 0, prefetch: int = 2,
+    def __init__(self, transform, *, hw_decoder_load: float = 0.65, batch_size: int = 0, prefetch: int = 4,
                  **config: Any) -> None:
         super().__init__(transform, **config)
         try:
@@ -148,16 +149,19 @@ class DaliBackend(BatchBackend):
             self._drain()  # batches in flight on the old pipeline keep their outputs
             self._build(max(n, self._max_batch))
         anchor, shape, roi_start, roi_end = self._windows(plan, rows)
-        mirror = plan.flips[np.asarray(rows, np.int64)].astype(np.int32)
+        mirror = np.ascontiguousarray(plan.flips[np.asarray(rows, np.int64)], dtype=np.int32)
         pipe = self._pipe
         ticket = _Ticket(pipe, list(rows))
         try:
+            # Fixed-size inputs go in as one dense array each (outer dimension = the batch):
+            # DALI converts a list element by element in Python, which cost ~25 ms per
+            # batch of 256 on the H200 box's producer thread, more than everything else.
             pipe.feed_input("encoded", [datas[r] for r in rows])
-            pipe.feed_input("anchor", list(anchor))
-            pipe.feed_input("shape", list(shape))
-            pipe.feed_input("roi_start", list(roi_start))
-            pipe.feed_input("roi_end", list(roi_end))
-            pipe.feed_input("mirror", [np.array(m, np.int32) for m in mirror])
+            pipe.feed_input("anchor", anchor)
+            pipe.feed_input("shape", shape)
+            pipe.feed_input("roi_start", roi_start)
+            pipe.feed_input("roi_end", roi_end)
+            pipe.feed_input("mirror", mirror)
             pipe.schedule_run()
         except (RuntimeError, IndexError):  # what DALI raises for data it cannot take
             self._lose(pipe)

@@ -184,7 +184,7 @@ def test_batches_in_flight_come_back_in_order_and_equal_one_at_a_time(device):
     with make_backend("dali", transform, **cfg) as one_at_a_time:
         expected = [_ready(one_at_a_time.run(d, i, 0)[0]) for d, i in batches]
     with make_backend("dali", transform, **cfg) as dali:
-        assert dali.pipeline_depth == 2
+        assert dali.pipeline_depth == 4
         pending = [dali.submit(d, i, 0) for d, i in batches[:3]]
         # A synchronous run() while three batches are in flight (what a skip replacement does)
         extra, _, _ = dali.run(*batches[3], 0)
