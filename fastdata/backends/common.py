@@ -1,7 +1,7 @@
 """What every decoding backend shares: reading items, the crop plan, routing, CPU fallback.
 
 A batch goes through ``BatchBackend.run`` in four steps, all on the caller's (producer) thread:
-1. items (paths or buffers) become encoded bytes (paths read by a small thread pool);
+1. items (paths or buffers) become encoded bytes (paths read by the native engine's threads);
 2. ``Engine.plan`` gives each sample's crop box and flip from (seed, epoch, index), exactly
    the native engine's, plus header failures;
 3. samples a GPU decoder handles are decoded and resampled by the subclass (``_start`` /
