@@ -72,6 +72,7 @@ bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* 
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       *error = std::string("read failed: ") + std::strerror(errno);
+      buf->clear();  // no partial bytes for a caller to mistake for the file
       ::close(fd);
       return false;
     }
