@@ -105,7 +105,7 @@ def read_items(items: Sequence[Item], engine: Engine) -> Tuple[List[np.ndarray],
     and why it could not be read (None when it was).
 
     Paths are read by the engine's native threads (GIL released, no Python per file: a
-    Python thread pool cost ~125 us per file here, more than the read); buffers are copied
+    Python thread pool cost ~125 us per file on the 2-core box, more than the read); buffers are copied
     once so the result owns its memory (torch refuses read-only arrays, and LMDB views die
     with their transaction). An unreadable or empty item gives an empty array.
     """
