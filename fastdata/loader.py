@@ -149,7 +149,6 @@ class Loader:
         self._cpu_norm = None if cuda or dtype == torch.uint8 else (tuple(mean), tuple(std))
         if self._cpu_norm is not None:
             scale_bias_for(*self._cpu_norm)  # validates mean/std now, not on the producer thread
-        self._engine = Engine(int(threads))
         self._backend = None  # a GPU decoding backend (fastdata.backends), or the native path below
         if backend != "native":
             if not cuda and backend == "nvjpeg":
@@ -158,6 +157,9 @@ class Loader:
             self._backend = make_backend(backend, self.transform, device=self.device, dtype=dtype, mean=mean, std=std,
                                          channels_last=channels_last, seed=self.order.seed, strict=self.strict,
                                          max_pixels=self.max_pixels, threads=int(threads), **(backend_options or {}))
+        # One pool of native threads per loader: a backend brings its own (it reads, plans and
+        # decodes its CPU fallbacks there), so a second, idle one is not started beside it.
+        self._engine = self._backend.engine if self._backend is not None else Engine(int(threads))
         self._stats = StatsCounter(self._engine.threads, self.prefetch, self.batch_size)
         # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode
         # until its copy's event, so ``prefetch`` slots keep ``prefetch`` batches in flight.
