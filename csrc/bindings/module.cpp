@@ -169,10 +169,17 @@ void plain_decode_py(const py::list& datas) {
   const std::vector<SampleInput> inputs = buffers_only(datas, &views);
   py::gil_scoped_release nogil;
   SampleScratch& s = thread_scratch();
-  for (const auto& in : inputs) {
-    const JpegInfo info = s.decoder.read_header(in.data, in.size, false);
-    s.decoder.decode_region(1, 0, 0, info.width, info.height);  // into the decoder's reused buffer
+  s.decoder.set_fast_huffman(false);  // libjpeg-turbo's own decode, start to end
+  try {
+    for (const auto& in : inputs) {
+      const JpegInfo info = s.decoder.read_header(in.data, in.size, false);
+      s.decoder.decode_region(1, 0, 0, info.width, info.height);  // into the decoder's reused buffer
+    }
+  } catch (...) {
+    s.decoder.set_fast_huffman(true);
+    throw;
   }
+  s.decoder.set_fast_huffman(true);
 }
 
 struct EngineDeleter {
@@ -358,6 +365,15 @@ PYBIND11_MODULE(_C, m) {
         "Benchmark floor: entropy-decode only the rows each sample's crop needs (one thread).");
   m.def("plain_decode", &plain_decode_py, py::arg("datas"),
         "Benchmark baseline: libjpeg-turbo full decode to RGB into one reused buffer (one thread).");
+  m.def("_set_fast_huffman", [](bool enabled) {
+          const bool was = fast_huffman_enabled();
+          set_fast_huffman_enabled(enabled);
+          return was;
+        }, py::arg("enabled"),
+        "Testing/A-B switch: decode baseline JPEGs with fastdata's Huffman decoder (default) or "
+        "libjpeg-turbo's own. Returns the previous setting.");
+  m.def("_fast_huffman_scans", &fast_huffman_scans,
+        "Scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
   m.def("jpeg_info", []() {
     py::dict d;
     d["libjpeg_turbo_version"] = libjpeg_version();

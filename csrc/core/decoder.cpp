@@ -180,6 +180,7 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
     jpeg_abort_decompress(&cinfo_);
     throw DecodeError("unexpected scaled size");
   }
+  if (fast_huffman_) huffman_.install(&cinfo_);
   if (crop_columns) {
     out_w = static_cast<JDIMENSION>(x1 - x0);
     jpeg_crop_scanline(&cinfo_, &out_x0, &out_w);
@@ -237,6 +238,7 @@ void JpegDecoder::skip_rows(int rows) {
       (info_.color_space == ColorSpace::kCMYK || info_.color_space == ColorSpace::kYCCK) ? JCS_CMYK : JCS_RGB;
   if (setjmp(err_.jump)) fail();
   jpeg_start_decompress(&cinfo_);
+  if (fast_huffman_) huffman_.install(&cinfo_);
   // libjpeg-turbo skips to the end of the image without decoding anything, so stop one
   // row short and read that row through a one-pixel-wide crop (one iMCU column of IDCT).
   const int target = std::min<int>(rows, static_cast<int>(cinfo_.output_height));

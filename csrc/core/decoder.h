@@ -11,6 +11,8 @@
 
 #include <jpeglib.h>
 
+#include "core/huffman.h"
+
 namespace fastdata {
 
 // Corrupt or unsupported data. The message is libjpeg's own (or ours for limits).
@@ -67,6 +69,10 @@ class JpegDecoder {
   // floor for any decode that must produce those rows).
   void skip_rows(int rows);
 
+  // Off: libjpeg-turbo's own Huffman decoder even where FastHuffman applies (the
+  // benchmark's "plain libjpeg-turbo" reference).
+  void set_fast_huffman(bool on) { fast_huffman_ = on; }
+
   int warnings() const { return err_.warnings; }
   const char* first_warning() const { return err_.first_warning; }
 
@@ -87,6 +93,8 @@ class JpegDecoder {
   std::vector<uint8_t> region_;
   std::vector<uint8_t> cmyk_row_;
   std::vector<JSAMPROW> rows_;
+  FastHuffman huffman_;
+  bool fast_huffman_ = true;
 };
 
 // Points `err->pub` at libjpeg's message table with fastdata's handlers (errors longjmp to

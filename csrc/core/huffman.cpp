@@ -1,0 +1,334 @@
+#include "core/huffman.h"
+
+#include <atomic>
+#include <cstring>
+
+#include <jerror.h>
+
+namespace fastdata {
+namespace {
+
+constexpr int kLut = FastHuffman::kLutBits;
+
+std::atomic<bool> g_enabled{true};
+std::atomic<uint64_t> g_installs{0};
+
+// libjpeg's entropy-module interface (jpegint.h; the same three fields since libjpeg 6b).
+// Declared here because not every libjpeg-turbo install ships jpegint.h.
+struct EntropyDecoder {
+  void (*start_pass)(j_decompress_ptr cinfo);
+  boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* MCU_data);
+  boolean insufficient_data;
+};
+
+EntropyDecoder* entropy_of(j_decompress_ptr cinfo) { return reinterpret_cast<EntropyDecoder*>(cinfo->entropy); }
+
+// Zigzag position -> natural position, plus 16 entries of 63 so that a corrupt run past the
+// end of the block stays inside it (libjpeg's jpeg_natural_order does the same).
+constexpr uint8_t kNaturalOrder[64 + 16] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13,
+    6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31,
+    39, 46, 53, 60, 61, 54, 47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+
+void warn(j_decompress_ptr cinfo, int code) {  // libjpeg's WARNMS
+  cinfo->err->msg_code = code;
+  (*cinfo->err->emit_message)(reinterpret_cast<j_common_ptr>(cinfo), -1);
+}
+
+inline int extend(int bits, int size) {  // JPEG's sign extension of a size-bit magnitude
+  return bits < (1 << (size - 1)) ? bits - (1 << size) + 1 : bits;
+}
+
+// Appends one byte of entropy-coded data (or zeros once a marker or the end is reached),
+// following libjpeg's jpeg_fill_bit_buffer: 0xFF 0x00 is a data 0xFF, fill bytes 0xFF are
+// skipped, anything else is a marker, left in cinfo->unread_marker.
+void append_byte(FastHuffman& s, j_decompress_ptr cinfo) {
+  uint32_t c = 0;
+  if (!s.at_marker) {
+    const uint8_t* q = s.p;
+    if (q < s.end && *q != 0xFF) {
+      c = *q;
+      s.p = q + 1;
+    } else {
+      while (q < s.end && *q == 0xFF) ++q;
+      if (q >= s.end) {
+        // libjpeg's memory source warns and inserts a fake EOI here.
+        warn(cinfo, JWRN_JPEG_EOF);
+        cinfo->unread_marker = JPEG_EOI;
+        s.p = s.end;
+        s.at_marker = true;
+      } else if (*q == 0) {
+        c = 0xFF;
+        s.p = q + 1;
+      } else {
+        cinfo->unread_marker = *q;
+        s.marker_at = s.p;
+        s.p = q + 1;
+        s.at_marker = true;
+      }
+    }
+  }
+  if (s.at_marker) s.pad_bits += 8;
+  s.acc |= static_cast<uint64_t>(c) << (56 - s.nbits);
+  s.nbits += 8;
+}
+
+// Tops the bit buffer up to at least 57 bits.
+inline void refill(FastHuffman& s, j_decompress_ptr cinfo) {
+  while (s.nbits <= 56) {
+    if (!s.at_marker && s.end - s.p >= 8) {
+      uint64_t w;
+      std::memcpy(&w, s.p, 8);
+      const uint64_t x = ~w;  // a zero byte here is an 0xFF byte in w
+      if (((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) == 0) {
+        // Take the whole bytes that fit. The bits of the partial next byte land below
+        // nbits and are the same bits the next refill will OR in again.
+        const int k = (64 - s.nbits) >> 3;
+        s.acc |= __builtin_bswap64(w) >> s.nbits;
+        s.p += k;
+        s.nbits += 8 * k;
+        return;
+      }
+    }
+    append_byte(s, cinfo);
+  }
+}
+
+inline void consume(FastHuffman& s, int n) {
+  s.acc <<= n;
+  s.nbits -= n;
+}
+
+inline int take(FastHuffman& s, int n) {  // n in 1..16
+  const int v = static_cast<int>(s.acc >> (64 - n));
+  consume(s, n);
+  return v;
+}
+
+// A symbol whose code the table lookup did not resolve (longer than kLut bits, or bad).
+int decode_long(FastHuffman& s, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
+  int l = kLut + 1;
+  int32_t code = static_cast<int32_t>(s.acc >> (64 - l));
+  while (code > t.maxcode[l]) {  // maxcode[17] is a sentinel above every 17-bit code
+    ++l;
+    code = static_cast<int32_t>(s.acc >> (64 - l));
+  }
+  consume(s, l);
+  if (l > 16) {
+    warn(cinfo, JWRN_HUFF_BAD_CODE);
+    return 0;
+  }
+  return t.huffval[(code + t.valoffset[l]) & 0xFF];
+}
+
+inline int decode_symbol(FastHuffman& s, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
+  const int32_t e = t.lut[s.acc >> (64 - kLut)];
+  if (e == 0) return decode_long(s, t, cinfo);
+  consume(s, (e >> 8) & 0x1F);
+  return e & 0xFF;
+}
+
+// Resolves the next symbol and, where the table holds it, its value: returns the table
+// entry with kResolved set (value in the top 16 bits, run in bits 8..11), or the symbol.
+inline int32_t decode_entry(FastHuffman& s, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
+  const int32_t e = t.lut[s.acc >> (64 - kLut)];
+  if (e & FastHuffman::kResolved) {
+    consume(s, e & 0x1F);
+    return e;
+  }
+  if (e == 0) return decode_long(s, t, cinfo);
+  consume(s, (e >> 8) & 0x1F);
+  return e & 0xFF;
+}
+
+// libjpeg's decode_mcu contract: decode one MCU into MCU_data (already zeroed), or just
+// advance past it when MCU_data is null (rows skipped). Needs at most 31 bits per
+// coefficient (a 16-bit code, or 17 for a bad one, plus up to 15 bits of value), so it
+// refills below 32.
+template <bool kStore>
+void decode_blocks(FastHuffman& s, j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+  for (int b = 0; b < cinfo->blocks_in_MCU; ++b) {
+    JCOEF* block = kStore ? MCU_data[b][0] : nullptr;
+    const FastHuffman::Table& dc = *s.dc[b];
+    const FastHuffman::Table& ac = *s.ac[b];
+    if (s.nbits < 32) refill(s, cinfo);
+    int diff;
+    const int32_t f = decode_entry(s, dc, cinfo);
+    if (f & FastHuffman::kResolved) {
+      diff = f >> 16;
+    } else {
+      diff = f ? extend(take(s, f), f) : 0;
+    }
+    const int v = s.last_dc[s.comp[b]] += diff;
+    if (kStore) block[0] = static_cast<JCOEF>(v);
+    for (int k = 1; k < 64; ++k) {
+      if (s.nbits < 32) refill(s, cinfo);
+      const int32_t g = decode_entry(s, ac, cinfo);
+      if (g & FastHuffman::kResolved) {
+        k += (g >> 8) & 0xF;
+        if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(g >> 16);
+        continue;
+      }
+      const int run = g >> 4, size = g & 15;
+      if (size) {
+        k += run;
+        const int value = extend(take(s, size), size);
+        if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(value);
+      } else {
+        if (run != 15) break;  // end of block
+        k += 15;
+      }
+    }
+  }
+}
+
+// After the scan's last MCU: give back the whole bytes read ahead but not used, so that
+// libjpeg's marker reader sees (and warns about) any garbage between the data and the next
+// marker, as it would had it read only what it needed.
+void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
+  const uint8_t* q = s.p;
+  if (s.at_marker) {
+    if (s.marker_at == nullptr) return;  // the data ended without a marker: nothing to give back
+    q = s.marker_at;
+    cinfo->unread_marker = 0;
+    s.at_marker = false;
+  }
+  for (int whole = (s.nbits - s.pad_bits) / 8; whole > 0 && q > s.begin; --whole) {
+    q -= (q - s.begin >= 2 && q[-1] == 0x00 && q[-2] == 0xFF) ? 2 : 1;  // a stuffed 0xFF is two bytes
+  }
+  s.p = q;
+  s.acc = 0;
+  s.nbits = s.pad_bits = 0;
+}
+
+boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+  FastHuffman& s = *static_cast<FastHuffman*>(cinfo->client_data);
+  EntropyDecoder* entropy = entropy_of(cinfo);
+  if (entropy->insufficient_data) {  // past the data: leave the blocks zero
+    if (--s.mcus_left == 0) return_read_ahead(s, cinfo);
+    cinfo->src->next_input_byte = s.p;
+    cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.p);
+    return TRUE;
+  }
+  if (MCU_data) {
+    decode_blocks<true>(s, cinfo, MCU_data);
+  } else {
+    decode_blocks<false>(s, cinfo, MCU_data);
+  }
+  if (s.nbits < s.pad_bits) {  // this MCU read zeros past the end of the data
+    warn(cinfo, JWRN_HIT_MARKER);
+    entropy->insufficient_data = TRUE;
+  }
+  if (--s.mcus_left == 0) return_read_ahead(s, cinfo);
+  cinfo->src->next_input_byte = s.p;
+  cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.p);
+  return TRUE;
+}
+
+// Canonical code assignment as libjpeg's jpeg_make_d_derived_tbl (which has already
+// validated the table by the time we are installed).
+void build_table(const JHUFF_TBL& h, bool is_dc, FastHuffman::Table* t) {
+  int huffsize[257], huffcode[257];
+  int p = 0;
+  for (int l = 1; l <= 16; ++l) {
+    for (int i = 0; i < h.bits[l] && p < 256; ++i) huffsize[p++] = l;
+  }
+  huffsize[p] = 0;
+  const int count = p;
+  int code = 0, si = huffsize[0];
+  p = 0;
+  while (huffsize[p]) {
+    while (huffsize[p] == si) huffcode[p++] = code++;
+    code <<= 1;
+    ++si;
+  }
+  p = 0;
+  for (int l = 1; l <= 16; ++l) {
+    if (h.bits[l]) {
+      t->valoffset[l] = p - huffcode[p];
+      p += h.bits[l];
+      t->maxcode[l] = huffcode[p - 1];
+    } else {
+      t->maxcode[l] = -1;
+    }
+  }
+  t->maxcode[0] = -1;
+  t->valoffset[0] = t->valoffset[17] = 0;
+  t->maxcode[17] = 0xFFFFF;
+  std::memcpy(t->huffval, h.huffval, sizeof(t->huffval));
+  std::memset(t->lut, 0, sizeof(t->lut));
+  for (p = 0; p < count; ++p) {
+    const int len = huffsize[p];
+    if (len > kLut) continue;
+    const int sym = h.huffval[p];
+    const int first = huffcode[p] << (kLut - len), n = 1 << (kLut - len);
+    // Symbol and value together where the code and the value's bits fit in the lookup.
+    const int run = is_dc ? 0 : sym >> 4, size = is_dc ? sym : sym & 15;
+    const bool resolvable = (is_dc || size != 0) && size <= 15 && len + size <= kLut;
+    for (int i = 0; i < n; ++i) {
+      const int idx = first + i;
+      if (resolvable) {
+        const int bits = size ? (idx >> (kLut - len - size)) & ((1 << size) - 1) : 0;
+        const int value = size ? extend(bits, size) : 0;
+        t->lut[idx] = static_cast<int32_t>(static_cast<uint32_t>(value) << 16) | FastHuffman::kResolved | (run << 8) |
+                      (len + size);
+      } else {
+        t->lut[idx] = (len << 8) | sym;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void set_fast_huffman_enabled(bool enabled) { g_enabled.store(enabled); }
+bool fast_huffman_enabled() { return g_enabled.load(); }
+uint64_t fast_huffman_scans() { return g_installs.load(std::memory_order_relaxed); }
+
+const FastHuffman::Table* FastHuffman::table_for(const JHUFF_TBL* src, int kind, int number) {
+  uint8_t key[17 + 256];
+  std::memcpy(key, src->bits, 17);
+  std::memcpy(key + 17, src->huffval, 256);
+  if (!built_[kind][number] || std::memcmp(key, built_from_[kind][number], sizeof(key)) != 0) {
+    build_table(*src, kind == 0, &tables_[kind][number]);
+    std::memcpy(built_from_[kind][number], key, sizeof(key));
+    built_[kind][number] = true;
+  }
+  return &tables_[kind][number];
+}
+
+bool FastHuffman::install(j_decompress_ptr cinfo) {
+  if (!fast_huffman_enabled() || cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->restart_interval != 0 ||
+      jpeg_has_multiple_scans(cinfo) || cinfo->entropy == nullptr || cinfo->src == nullptr ||
+      cinfo->blocks_in_MCU > 10 || cinfo->comps_in_scan > 4 || cinfo->unread_marker != 0) {
+    return false;
+  }
+  for (int b = 0; b < cinfo->blocks_in_MCU; ++b) {
+    const int ci = cinfo->MCU_membership[b];
+    const jpeg_component_info* info = cinfo->cur_comp_info[ci];
+    if (info == nullptr || info->dc_tbl_no < 0 || info->dc_tbl_no > 3 || info->ac_tbl_no < 0 || info->ac_tbl_no > 3) {
+      return false;
+    }
+    const JHUFF_TBL* dct = cinfo->dc_huff_tbl_ptrs[info->dc_tbl_no];
+    const JHUFF_TBL* act = cinfo->ac_huff_tbl_ptrs[info->ac_tbl_no];
+    if (dct == nullptr || act == nullptr) return false;
+    dc[b] = table_for(dct, 0, info->dc_tbl_no);
+    ac[b] = table_for(act, 1, info->ac_tbl_no);
+    comp[b] = ci;
+  }
+  acc = 0;
+  nbits = 0;
+  pad_bits = 0;
+  begin = p = cinfo->src->next_input_byte;
+  end = p + cinfo->src->bytes_in_buffer;
+  at_marker = false;
+  marker_at = nullptr;
+  mcus_left = static_cast<long>(cinfo->MCUs_per_row) * static_cast<long>(cinfo->MCU_rows_in_scan);
+  for (int& v : last_dc) v = 0;
+  cinfo->client_data = this;
+  entropy_of(cinfo)->decode_mcu = decode_mcu;
+  g_installs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace fastdata

@@ -1,0 +1,77 @@
+// A faster Huffman decoder for baseline JPEG, plugged into libjpeg-turbo's pipeline.
+//
+// Why: entropy decoding is ~70% of a RandomResizedCrop decode (ARCHITECTURE.md, measured
+// costs), and libjpeg-turbo's decoder resolves each coefficient in two steps (an 8-bit
+// lookahead for the symbol, then a separate read of its extra bits). This one resolves the
+// common short codes, symbol and value together, in one 10-bit table lookup, and refills
+// its bit buffer 7 bytes at a time when no 0xFF is among them.
+//
+// How: after jpeg_start_decompress, `FastHuffman::install` replaces the decode_mcu hook of
+// libjpeg's entropy module, so IDCT, upsampling, colour conversion, ROI cropping and row
+// skipping stay libjpeg-turbo's. It installs only where it reproduces libjpeg exactly:
+// 8-bit baseline sequential Huffman without restart markers; everything else (progressive,
+// arithmetic, restart intervals) keeps libjpeg's own decoder. Corrupt data behaves as in
+// libjpeg: a bad code warns "bad Huffman code" and reads as symbol 0; running into a marker
+// or the end of data warns and decodes the rest as zeros.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+
+#include <jpeglib.h>
+
+namespace fastdata {
+
+// Process-wide switch (default on), for A/B runs and the tests that compare against
+// libjpeg's own decoder; decodes already started keep the decoder they began with.
+void set_fast_huffman_enabled(bool enabled);
+bool fast_huffman_enabled();
+// Scans decoded by FastHuffman since the process started (tests check where it applies).
+uint64_t fast_huffman_scans();
+
+class FastHuffman {
+ public:
+  static constexpr int kLutBits = 10;  // 10 measured best of 9..12: the tables stay in L1
+  static constexpr int32_t kResolved = 0x8000;
+
+  // Takes over entropy decoding of the scan that jpeg_start_decompress just began, if it
+  // can (see above). Returns whether it did. `cinfo->client_data` is set to this object,
+  // which must outlive the decode.
+  bool install(j_decompress_ptr cinfo);
+
+  struct Table {
+    // By the next kLutBits bits of the stream, one of:
+    //   (value << 16) | kResolved | (run << 8) | bits: symbol and value both resolved here;
+    //   (code length << 8) | symbol: the symbol only (its value bits follow);
+    //   0: a code longer than kLutBits (or none): canonical decoding below.
+    int32_t lut[1 << kLutBits];
+    int32_t maxcode[18];              // canonical decoding of long codes, as libjpeg
+    int32_t valoffset[18];
+    uint8_t huffval[256];
+  };
+
+  // Decoder state between MCUs (public for the decode function's sake).
+  uint64_t acc = 0;   // bit buffer, next bit at the top
+  int nbits = 0;      // valid bits in acc, of which the last `pad_bits` are zeros past a marker
+  int pad_bits = 0;
+  const uint8_t* begin = nullptr;  // the scan's entropy-coded data
+  const uint8_t* p = nullptr;
+  const uint8_t* end = nullptr;
+  bool at_marker = false;             // a marker (or the end of data) stopped the reader
+  const uint8_t* marker_at = nullptr;  // where that marker starts (null at the end of data)
+  long mcus_left = 0;
+  int last_dc[4] = {0, 0, 0, 0};
+  const Table* dc[10] = {};  // per block of the MCU
+  const Table* ac[10] = {};
+  int comp[10] = {};
+
+ private:
+  // Rebuilds a table only when the image's table differs from the one it was built from
+  // (datasets mostly share libjpeg's standard tables).
+  const Table* table_for(const JHUFF_TBL* src, int kind, int number);
+  Table tables_[2][4];  // [dc, ac][table number]
+  uint8_t built_from_[2][4][17 + 256] = {};
+  bool built_[2][4] = {};
+};
+
+}  // namespace fastdata

@@ -1,0 +1,171 @@
+"""fastdata's Huffman decoder (csrc/core/huffman.cpp) against libjpeg-turbo's own.
+
+The oracle is libjpeg-turbo itself: the same file decoded with ``_C._set_fast_huffman(False)``.
+Both produce the same DCT coefficients, so every pixel must be identical, for whole images,
+fused crops and skipped rows, and for damaged data in non-strict mode. A counter shows where
+the fast decoder took over (baseline scans without restart markers) and where it must not.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import fastdata
+from fastdata import _C
+
+from tests import imagegen as ig
+
+
+@pytest.fixture
+def huffman_switch():
+    """Yields a function decode_both(fn) -> (fast result, libjpeg result); restores the switch."""
+    was = _C._set_fast_huffman(True)
+
+    def both(fn):
+        _C._set_fast_huffman(True)
+        before = _C._fast_huffman_scans()
+        fast = fn()
+        used = _C._fast_huffman_scans() - before
+        _C._set_fast_huffman(False)
+        ref = fn()
+        _C._set_fast_huffman(True)
+        return fast, ref, used
+
+    yield both
+    _C._set_fast_huffman(was)
+
+
+def _pillow_jpeg(img: Image.Image, **kwargs) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", **kwargs)
+    return buf.getvalue()
+
+
+def _cases():
+    photo = ig.photo_like(75, 97, index=3)
+    for sub in ("4:4:4", "4:2:2", "4:2:0"):
+        for q in (30, 90, 100):
+            yield f"{sub}-q{q}", ig.encode_jpeg(photo, quality=q, subsampling=sub)
+    yield "gray", ig.encode_jpeg(photo.convert("L"))
+    yield "cmyk", ig.encode_jpeg(photo.convert("CMYK"))
+    yield "optimized-tables", _pillow_jpeg(photo, quality=95, optimize=True)
+    yield "1x1", ig.encode_jpeg(ig.photo_like(1, 1))
+    yield "odd-17x9", ig.encode_jpeg(ig.photo_like(9, 17), subsampling="4:2:0")
+    # Noise at quality 100: long codes and large values, the table lookup's slow paths.
+    noise = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)
+    yield "noise-q100", ig.encode_jpeg(Image.fromarray(noise), quality=100, subsampling="4:4:4")
+    yield "ff-bytes", _pillow_jpeg(Image.new("RGB", (64, 48), (255, 255, 255)), quality=100)
+
+
+CASES = list(_cases())
+
+
+@pytest.mark.parametrize("name,data", CASES, ids=[c[0] for c in CASES])
+def test_full_decode_is_bit_identical(huffman_switch, name, data):
+    fast, ref, used = huffman_switch(lambda: _C.decode_full(data, True, 0))
+    assert used == 1, "the fast decoder should take baseline scans without restart markers"
+    np.testing.assert_array_equal(fast[0], ref[0])
+    assert fast[1] == ref[1] == 0
+
+
+@pytest.mark.parametrize("name,data", CASES, ids=[c[0] for c in CASES])
+def test_fused_crops_are_bit_identical(huffman_switch, name, data):
+    # Crops that start below the top row go through libjpeg's row skipping (decode_mcu(NULL)).
+    datas = [data] * 16
+    rrc = fastdata.RandomResizedCrop(32)
+
+    def run():
+        return fastdata.decode_batch(datas, rrc, seed=7, epoch=1, threads=2)
+
+    fast, ref, used = huffman_switch(run)
+    assert used == 16
+    np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("kind", ["progressive", "restart"])
+def test_not_used_where_libjpeg_must_decode(huffman_switch, kind):
+    photo = ig.photo_like(64, 80)
+    data = (ig.encode_jpeg(photo, progressive=True) if kind == "progressive"
+            else ig.encode_jpeg(photo, restart_blocks=3))
+    fast, ref, used = huffman_switch(lambda: _C.decode_full(data, True, 0))
+    assert used == 0
+    np.testing.assert_array_equal(fast[0], ref[0])
+
+
+def _damaged():
+    src = ig.encode_jpeg(ig.photo_like(96, 128, index=1), quality=92)
+    for seed in range(12):
+        yield f"corrupt-{seed}", ig.corrupt_entropy(src, seed=seed, count=4 + 6 * seed)
+    for frac in (0.02, 0.3, 0.7, 0.97, 0.999):
+        yield f"truncated-{frac}", ig.truncate_scan(src, frac)
+    # A marker in the middle of the scan (an RST without a restart interval), then garbage
+    # before EOI, and a file that ends right after its last entropy byte.
+    start = ig.sos_offset(src)
+    mid = start + (len(src) - start) // 2
+    yield "stray-marker", src[:mid] + b"\xff\xd3" + src[mid:]
+    yield "garbage-before-eoi", src[:-2] + b"\x12\x34\x56" + src[-2:]
+    yield "no-eoi", src[:-2]
+
+
+DAMAGED = list(_damaged())
+
+
+@pytest.mark.parametrize("name,data", DAMAGED, ids=[c[0] for c in DAMAGED])
+def test_damaged_data_decodes_like_libjpeg(huffman_switch, name, data):
+    """Non-strict: the same pixels (or the same error), and a warning wherever libjpeg warns."""
+    def run():
+        try:
+            return _C.decode_full(data, False, 0)
+        except _C.NativeDecodeError as e:  # e.g. a byte stuffing 0x00 overwritten: a bad marker
+            return None, str(e)
+
+    fast, ref, _ = huffman_switch(run)
+    if ref[0] is None:
+        assert fast == ref
+        return
+    np.testing.assert_array_equal(fast[0], ref[0])
+    assert (fast[1] > 0) == (ref[1] > 0), (fast[1], ref[1])
+
+
+@pytest.mark.parametrize("name,data", DAMAGED, ids=[c[0] for c in DAMAGED])
+def test_damaged_data_strict_raises_like_libjpeg(huffman_switch, name, data):
+    def run():
+        try:
+            _C.decode_full(data, True, 0)
+            return "ok"
+        except _C.NativeDecodeError:
+            return "error"
+
+    fast, ref, _ = huffman_switch(run)
+    assert fast == ref
+
+
+def test_valid_image_right_after_damaged_one(huffman_switch):
+    """Per-thread decoder state (bit buffer, DC predictors, tables) does not leak."""
+    good = ig.encode_jpeg(ig.photo_like(40, 56, index=9))
+    bad = ig.truncate_scan(ig.encode_jpeg(ig.photo_like(40, 56, index=2), subsampling="4:4:4"), 0.4)
+
+    def run():
+        _C.decode_full(bad, False, 0)
+        return _C.decode_full(good, True, 0)
+
+    fast, ref, _ = huffman_switch(run)
+    np.testing.assert_array_equal(fast[0], ref[0])
+
+
+@pytest.mark.parametrize("extra", [1, 2, 7, 8])
+def test_bytes_before_eoi_always_warn(huffman_switch, extra):
+    """Bytes between the scan's last MCU and EOI are garbage. libjpeg notices them only when
+    they lie past its bit buffer's read-ahead (so a file may or may not warn); fastdata gives
+    back every whole byte it read ahead and did not use, so they always warn."""
+    src = ig.encode_jpeg(ig.photo_like(48, 64, index=4))
+    data = src[:-2] + bytes(range(1, extra + 1)) + src[-2:]
+    _C._set_fast_huffman(True)
+    pixels, warnings = _C.decode_full(data, False, 0)
+    assert warnings >= 1
+    np.testing.assert_array_equal(pixels, _C.decode_full(src, True, 0)[0])
+    with pytest.raises(_C.NativeDecodeError, match="extraneous bytes"):
+        _C.decode_full(data, True, 0)
