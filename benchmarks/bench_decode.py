@@ -14,10 +14,12 @@ Rows, one thread each (per-core numbers): fastdata.probe; the entropy floor (Huf
 of only the rows each RandomResizedCrop needs, ``fastdata._C.entropy_floor``); libjpeg-turbo's
 plain full decode (``fastdata._C.plain_decode``, one reused buffer); ``fastdata.decode`` (full,
 to a new numpy array); the fused RandomResizedCrop(224)+flip (``Engine(1).run``) with and
-without ROI/DCT-scaled decoding; the fused CenterCrop(224, resize=256); Pillow's
+without ROI/DCT-scaled decoding; the fused RandomResizedCrop with libjpeg-turbo's own Huffman decoder instead of fastdata's
+(``_C._set_fast_huffman(False)``: the A/B of csrc/core/huffman.cpp); the fused CenterCrop(224, resize=256); Pillow's
 torchvision-style path (open, convert RGB, RandomResizedCrop, flip, ToTensor, Normalize);
 Pillow, OpenCV (``cv2.imdecode``, 1 thread) and simplejpeg full decodes where installed.
-Then thread scaling of the fused RandomResizedCrop.
+Then thread scaling of the fused RandomResizedCrop, beside the machine's own ceiling: the same
+number of independent single-thread processes running at once (``--process-seconds``).
 
 Method: every row does one warm-up pass, then ``--repeats`` rounds; within a round the rows
 run one after another (interleaved, so drift on a shared machine hits every row alike). A
@@ -84,6 +86,9 @@ def build_rows(datas: List[bytes]) -> List[Row]:
     rows.append(("decode", "fastdata.decode (full, new array)", lambda r: [fastdata.decode(d) for d in datas] and None))
     rows.append(("rrc", "fused RandomResizedCrop(224)+flip",
                  lambda r: _check(eng1.run(datas, rrc, out, seed=0, epoch=r))))
+    if hasattr(_C_or_none(), "_set_fast_huffman"):
+        rows.append(("rrc_libjpeg_huffman", "fused RRC, libjpeg-turbo's own Huffman decoder",
+                     lambda r: _with_libjpeg_huffman(lambda: _check(eng1.run(datas, rrc, out, seed=0, epoch=r)))))
     if "roi" in _params(eng1.run):
         rows.append(("rrc_full", "fused RRC, roi=False (full decode+resize)",
                      lambda r: _check(eng1.run(datas, rrc, out, seed=0, epoch=r, roi=False))))
@@ -95,6 +100,25 @@ def build_rows(datas: List[bytes]) -> List[Row]:
     rows.append(("opencv", "OpenCV cv2.imdecode (full)", _opencv(datas)))
     rows.append(("simplejpeg", "simplejpeg decode_jpeg (full)", _simplejpeg(datas)))
     return rows
+
+
+def _C_or_none() -> Any:
+    try:
+        from fastdata import _C
+        return _C
+    except ImportError:
+        return None
+
+
+def _with_libjpeg_huffman(fn: Callable[[], None]) -> None:
+    """Runs fn with fastdata's Huffman decoder switched off (the A/B of csrc/core/huffman.cpp)."""
+    from fastdata import _C
+
+    was = _C._set_fast_huffman(False)
+    try:
+        fn()
+    finally:
+        _C._set_fast_huffman(was)
 
 
 def _params(fn: Any) -> Sequence[str]:
@@ -216,6 +240,44 @@ def thread_scaling(datas: List[bytes], threads: Sequence[int], repeats: int, min
     return table
 
 
+def _process_worker(args: Tuple[int, float, Any]) -> float:
+    """One process, one engine thread: fused RRC img/s over `seconds`, started at the barrier."""
+    seed, seconds, barrier = args
+    datas = _FORK_DATAS
+    rrc = fastdata.RandomResizedCrop(224)
+    out = np.empty((len(datas), 224, 224, 3), np.uint8)
+    eng = fastdata.Engine(threads=1)
+    _check(eng.run(datas, rrc, out, epoch=0))  # warm-up
+    barrier.wait()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        _check(eng.run(datas, rrc, out, seed=seed, epoch=n))
+        n += 1
+    return len(datas) * n / (time.perf_counter() - t0)
+
+
+_FORK_DATAS: List[bytes] = []
+
+
+def process_ceiling(datas: List[bytes], counts: Sequence[int], seconds: float,
+                    log: Callable[[str], None]) -> Dict[int, float]:
+    """The machine's own scaling: t independent single-thread processes running at once
+    (no shared engine, no batch barrier), summed img/s per t. Clock boost that drops as
+    more cores run, and shared caches / memory bandwidth, cap this; threads cannot beat it."""
+    import multiprocessing as mp
+
+    global _FORK_DATAS
+    _FORK_DATAS = datas
+    ctx = mp.get_context("fork")
+    rates: Dict[int, float] = {}
+    for t in counts:
+        log(f"process ceiling: {t} processes")
+        barrier = ctx.Manager().Barrier(t)
+        with ctx.Pool(t) as pool:
+            rates[t] = sum(pool.map(_process_worker, [(i, seconds, barrier) for i in range(t)]))
+    return rates
+
+
 def print_tables(res: Dict[str, Dict[str, Any]], scaling: List[Dict[str, Any]], targets: List[Dict[str, Any]],
                  header: str) -> None:
     plain = res.get("plain_decode", {}).get("images_per_s")
@@ -232,11 +294,16 @@ def print_tables(res: Dict[str, Dict[str, Any]], scaling: List[Dict[str, Any]], 
         vs_pil = f"{rate / pil:.2f}x" if pil else ""
         print(f"{r['label']:<50} {rate:>9,.0f} {r['min']:>7,.0f}-{r['max']:<7,.0f} {vs_plain:>9} {vs_pil:>10}")
     print()
-    print(f"{'fused RRC(224), threads':<24} {'img/s':>9} {'min-max':>15} {'speedup':>8} {'efficiency':>11}")
-    print("-" * 71)
+    print(f"{'fused RRC(224), threads':<24} {'img/s':>9} {'min-max':>15} {'speedup':>8} {'efficiency':>11}"
+          f" {'processes':>10} {'proc. eff.':>11} {'threads/proc.':>14}")
+    print("-" * 108)
     for s in scaling:
-        print(f"{s['threads']:<24} {s['images_per_s']:>9,.0f} {s['min']:>7,.0f}-{s['max']:<7,.0f} "
-              f"{s['speedup']:>7.2f}x {100 * s['efficiency']:>10.0f}%")
+        line = (f"{s['threads']:<24} {s['images_per_s']:>9,.0f} {s['min']:>7,.0f}-{s['max']:<7,.0f} "
+                f"{s['speedup']:>7.2f}x {100 * s['efficiency']:>10.0f}%")
+        if s.get("processes_images_per_s"):
+            line += (f" {s['processes_images_per_s']:>10,.0f} {100 * s['processes_efficiency']:>10.0f}%"
+                     f" {100 * s['threads_vs_processes']:>13.0f}%")
+        print(line)
     print()
     for t in targets:
         got = "n/a" if t["value"] is None else f"{t['value']:.2f}"
@@ -276,6 +343,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--min-time", type=float, default=0.1, help="seconds per timed pass (repeat the pass to reach it)")
     p.add_argument("--threads", default=default_threads, help=f"thread counts for scaling (default {default_threads})")
+    p.add_argument("--process-seconds", type=float, default=3.0,
+                   help="seconds per run of the independent-process ceiling (0: skip it)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     width, height = (int(x) for x in args.size.lower().split("x"))
@@ -293,6 +362,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     res = time_rows(build_rows(datas), len(datas), args.repeats, args.min_time, log)
     log("thread scaling")
     scaling = thread_scaling(datas, threads, args.repeats, args.min_time, log)
+    if args.process_seconds > 0:
+        ceiling = process_ceiling(datas, threads, args.process_seconds, log)
+        base = ceiling[threads[0]] / threads[0]
+        for s in scaling:
+            rate = ceiling[s["threads"]]
+            s.update(processes_images_per_s=rate, processes_efficiency=rate / (base * s["threads"]),
+                     threads_vs_processes=s["images_per_s"] / rate)
     targets = evaluate_targets(res, scaling, cores)
     from fastdata.bench_report import machine_info
 

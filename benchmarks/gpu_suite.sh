@@ -2,6 +2,7 @@
 # The commands behind the README's GPU-machine tables (one H200, 16 cores), in stages so
 # that each fits one 10-minute call. Results go to $OUT (default ./gpu_results).
 #   bash benchmarks/gpu_suite.sh setup   # build fastdata in place; install carried wheels
+#   bash benchmarks/gpu_suite.sh decode  # CPU decode tests + bench_decode (per core, 1..16 threads); no DALI needed
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench and bench_loader to CUDA
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
@@ -11,7 +12,7 @@ OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage=${1:?stage: setup|tests|bench|train|ddp}
+stage=${1:?stage: setup|decode|tests|bench|train|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -20,6 +21,12 @@ case "$stage" in
     python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3
     python3 -c "import fastdata, torch; print('fastdata', fastdata.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
     lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket)" | tee "$OUT/lscpu.txt"
+    ;;
+  decode)
+    python3 -m pytest tests/unit/test_fast_huffman.py tests/unit/test_decode.py tests/unit/test_decode_batch.py \
+      tests/unit/test_bad_input.py -q -p no:cacheprovider 2>&1 | tee "$OUT/decode_tests.log" | tail -3
+    python3 benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json "$OUT/bench_decode_16c.json" 2>&1 \
+      | tee "$OUT/bench_decode_16c.log" | tail -34
     ;;
   tests)
     # tests/gpu, plus the DALI backend and Loader-DALI suites' CUDA cases (DALI's asynchronous mixed pipeline)
