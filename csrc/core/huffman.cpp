@@ -39,81 +39,89 @@ inline int extend(int bits, int size) {  // JPEG's sign extension of a size-bit 
   return bits < (1 << (size - 1)) ? bits - (1 << size) + 1 : bits;
 }
 
+using Bits = FastHuffman::Bits;
+
 // Appends one byte of entropy-coded data (or zeros once a marker or the end is reached),
 // following libjpeg's jpeg_fill_bit_buffer: 0xFF 0x00 is a data 0xFF, fill bytes 0xFF are
 // skipped, anything else is a marker, left in cinfo->unread_marker.
-void append_byte(FastHuffman& s, j_decompress_ptr cinfo) {
+void append_byte(FastHuffman& s, Bits* r, j_decompress_ptr cinfo) {
   uint32_t c = 0;
   if (!s.at_marker) {
-    const uint8_t* q = s.p;
+    const uint8_t* q = r->p;
     if (q < s.end && *q != 0xFF) {
       c = *q;
-      s.p = q + 1;
+      r->p = q + 1;
     } else {
       while (q < s.end && *q == 0xFF) ++q;
       if (q >= s.end) {
         // libjpeg's memory source warns and inserts a fake EOI here.
         warn(cinfo, JWRN_JPEG_EOF);
         cinfo->unread_marker = JPEG_EOI;
-        s.p = s.end;
+        r->p = s.end;
         s.at_marker = true;
       } else if (*q == 0) {
         c = 0xFF;
-        s.p = q + 1;
+        r->p = q + 1;
       } else {
         cinfo->unread_marker = *q;
-        s.marker_at = s.p;
-        s.p = q + 1;
+        s.marker_at = r->p;
+        r->p = q + 1;
         s.at_marker = true;
       }
     }
   }
-  if (s.at_marker) s.pad_bits += 8;
-  s.acc |= static_cast<uint64_t>(c) << (56 - s.nbits);
-  s.nbits += 8;
+  if (s.at_marker) r->pad_bits += 8;
+  r->acc |= static_cast<uint64_t>(c) << (56 - r->nbits);
+  r->nbits += 8;
 }
 
-// Tops the bit buffer up to at least 57 bits.
-inline void refill(FastHuffman& s, j_decompress_ptr cinfo) {
-  while (s.nbits <= 56) {
-    if (!s.at_marker && s.end - s.p >= 8) {
-      uint64_t w;
-      std::memcpy(&w, s.p, 8);
-      const uint64_t x = ~w;  // a zero byte here is an 0xFF byte in w
-      if (((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) == 0) {
-        // Take the whole bytes that fit. The bits of the partial next byte land below
-        // nbits and are the same bits the next refill will OR in again.
-        const int k = (64 - s.nbits) >> 3;
-        s.acc |= __builtin_bswap64(w) >> s.nbits;
-        s.p += k;
-        s.nbits += 8 * k;
-        return;
-      }
+// Byte by byte, near markers and the end of the data. Not inlined: its pointer argument
+// would otherwise keep the hot loop's reader out of registers.
+__attribute__((noinline)) void refill_slow(FastHuffman& s, Bits* r, j_decompress_ptr cinfo) {
+  while (r->nbits <= 56) append_byte(s, r, cinfo);
+}
+
+// Tops the bit buffer up to at least 57 bits: 8 bytes at once where none is 0xFF.
+inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo) {
+  if (!s.at_marker && s.end - r.p >= 8) {
+    uint64_t w;
+    std::memcpy(&w, r.p, 8);
+    const uint64_t x = ~w;  // a zero byte here is an 0xFF byte in w
+    if (((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) == 0) {
+      // Take the whole bytes that fit. The bits of the partial next byte land below
+      // nbits and are the same bits the next refill will OR in again.
+      const int k = (64 - r.nbits) >> 3;
+      r.acc |= __builtin_bswap64(w) >> r.nbits;
+      r.p += k;
+      r.nbits += 8 * k;
+      return;
     }
-    append_byte(s, cinfo);
   }
+  Bits t = r;
+  refill_slow(s, &t, cinfo);
+  r = t;
 }
 
-inline void consume(FastHuffman& s, int n) {
-  s.acc <<= n;
-  s.nbits -= n;
+inline void consume(Bits& r, int n) {
+  r.acc <<= n;
+  r.nbits -= n;
 }
 
-inline int take(FastHuffman& s, int n) {  // n in 1..16
-  const int v = static_cast<int>(s.acc >> (64 - n));
-  consume(s, n);
+inline int take(Bits& r, int n) {  // n in 1..16
+  const int v = static_cast<int>(r.acc >> (64 - n));
+  consume(r, n);
   return v;
 }
 
 // A symbol whose code the table lookup did not resolve (longer than kLut bits, or bad).
-int decode_long(FastHuffman& s, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
+int decode_long(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
   int l = kLut + 1;
-  int32_t code = static_cast<int32_t>(s.acc >> (64 - l));
+  int32_t code = static_cast<int32_t>(r.acc >> (64 - l));
   while (code > t.maxcode[l]) {  // maxcode[17] is a sentinel above every 17-bit code
     ++l;
-    code = static_cast<int32_t>(s.acc >> (64 - l));
+    code = static_cast<int32_t>(r.acc >> (64 - l));
   }
-  consume(s, l);
+  consume(r, l);
   if (l > 16) {
     warn(cinfo, JWRN_HUFF_BAD_CODE);
     return 0;
@@ -121,23 +129,16 @@ int decode_long(FastHuffman& s, const FastHuffman::Table& t, j_decompress_ptr ci
   return t.huffval[(code + t.valoffset[l]) & 0xFF];
 }
 
-inline int decode_symbol(FastHuffman& s, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
-  const int32_t e = t.lut[s.acc >> (64 - kLut)];
-  if (e == 0) return decode_long(s, t, cinfo);
-  consume(s, (e >> 8) & 0x1F);
-  return e & 0xFF;
-}
-
 // Resolves the next symbol and, where the table holds it, its value: returns the table
 // entry with kResolved set (value in the top 16 bits, run in bits 8..11), or the symbol.
-inline int32_t decode_entry(FastHuffman& s, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
-  const int32_t e = t.lut[s.acc >> (64 - kLut)];
+inline int32_t decode_entry(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
+  const int32_t e = t.lut[r.acc >> (64 - kLut)];
   if (e & FastHuffman::kResolved) {
-    consume(s, e & 0x1F);
+    consume(r, e & 0x1F);
     return e;
   }
-  if (e == 0) return decode_long(s, t, cinfo);
-  consume(s, (e >> 8) & 0x1F);
+  if (e == 0) return decode_long(r, t, cinfo);
+  consume(r, (e >> 8) & 0x1F);
   return e & 0xFF;
 }
 
@@ -146,24 +147,25 @@ inline int32_t decode_entry(FastHuffman& s, const FastHuffman::Table& t, j_decom
 // coefficient (a 16-bit code, or 17 for a bad one, plus up to 15 bits of value), so it
 // refills below 32.
 template <bool kStore>
-void decode_blocks(FastHuffman& s, j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
-  for (int b = 0; b < cinfo->blocks_in_MCU; ++b) {
+void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+  const int blocks = cinfo->blocks_in_MCU;
+  for (int b = 0; b < blocks; ++b) {
     JCOEF* block = kStore ? MCU_data[b][0] : nullptr;
     const FastHuffman::Table& dc = *s.dc[b];
     const FastHuffman::Table& ac = *s.ac[b];
-    if (s.nbits < 32) refill(s, cinfo);
+    if (r.nbits < 32) refill(s, r, cinfo);
     int diff;
-    const int32_t f = decode_entry(s, dc, cinfo);
+    const int32_t f = decode_entry(r, dc, cinfo);
     if (f & FastHuffman::kResolved) {
       diff = f >> 16;
     } else {
-      diff = f ? extend(take(s, f), f) : 0;
+      diff = f ? extend(take(r, f), f) : 0;
     }
     const int v = s.last_dc[s.comp[b]] += diff;
     if (kStore) block[0] = static_cast<JCOEF>(v);
     for (int k = 1; k < 64; ++k) {
-      if (s.nbits < 32) refill(s, cinfo);
-      const int32_t g = decode_entry(s, ac, cinfo);
+      if (r.nbits < 32) refill(s, r, cinfo);
+      const int32_t g = decode_entry(r, ac, cinfo);
       if (g & FastHuffman::kResolved) {
         k += (g >> 8) & 0xF;
         if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(g >> 16);
@@ -172,7 +174,7 @@ void decode_blocks(FastHuffman& s, j_decompress_ptr cinfo, JBLOCKROW* MCU_data) 
       const int run = g >> 4, size = g & 15;
       if (size) {
         k += run;
-        const int value = extend(take(s, size), size);
+        const int value = extend(take(r, size), size);
         if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(value);
       } else {
         if (run != 15) break;  // end of block
@@ -186,42 +188,40 @@ void decode_blocks(FastHuffman& s, j_decompress_ptr cinfo, JBLOCKROW* MCU_data) 
 // libjpeg's marker reader sees (and warns about) any garbage between the data and the next
 // marker, as it would had it read only what it needed.
 void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
-  const uint8_t* q = s.p;
+  Bits& r = s.bits;
+  const uint8_t* q = r.p;
   if (s.at_marker) {
     if (s.marker_at == nullptr) return;  // the data ended without a marker: nothing to give back
     q = s.marker_at;
     cinfo->unread_marker = 0;
     s.at_marker = false;
   }
-  for (int whole = (s.nbits - s.pad_bits) / 8; whole > 0 && q > s.begin; --whole) {
+  for (int whole = (r.nbits - r.pad_bits) / 8; whole > 0 && q > s.begin; --whole) {
     q -= (q - s.begin >= 2 && q[-1] == 0x00 && q[-2] == 0xFF) ? 2 : 1;  // a stuffed 0xFF is two bytes
   }
-  s.p = q;
-  s.acc = 0;
-  s.nbits = s.pad_bits = 0;
+  r = Bits();
+  r.p = q;
 }
 
 boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   FastHuffman& s = *static_cast<FastHuffman*>(cinfo->client_data);
   EntropyDecoder* entropy = entropy_of(cinfo);
-  if (entropy->insufficient_data) {  // past the data: leave the blocks zero
-    if (--s.mcus_left == 0) return_read_ahead(s, cinfo);
-    cinfo->src->next_input_byte = s.p;
-    cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.p);
-    return TRUE;
-  }
-  if (MCU_data) {
-    decode_blocks<true>(s, cinfo, MCU_data);
-  } else {
-    decode_blocks<false>(s, cinfo, MCU_data);
-  }
-  if (s.nbits < s.pad_bits) {  // this MCU read zeros past the end of the data
-    warn(cinfo, JWRN_HIT_MARKER);
-    entropy->insufficient_data = TRUE;
+  if (!entropy->insufficient_data) {  // else past the data: leave the blocks zero
+    Bits r = s.bits;
+    if (MCU_data) {
+      decode_blocks<true>(s, r, cinfo, MCU_data);
+    } else {
+      decode_blocks<false>(s, r, cinfo, MCU_data);
+    }
+    s.bits = r;
+    if (r.nbits < r.pad_bits) {  // this MCU read zeros past the end of the data
+      warn(cinfo, JWRN_HIT_MARKER);
+      entropy->insufficient_data = TRUE;
+    }
   }
   if (--s.mcus_left == 0) return_read_ahead(s, cinfo);
-  cinfo->src->next_input_byte = s.p;
-  cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.p);
+  cinfo->src->next_input_byte = s.bits.p;
+  cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
   return TRUE;
 }
 
@@ -316,11 +316,9 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
     ac[b] = table_for(act, 1, info->ac_tbl_no);
     comp[b] = ci;
   }
-  acc = 0;
-  nbits = 0;
-  pad_bits = 0;
-  begin = p = cinfo->src->next_input_byte;
-  end = p + cinfo->src->bytes_in_buffer;
+  bits = Bits();
+  begin = bits.p = cinfo->src->next_input_byte;
+  end = begin + cinfo->src->bytes_in_buffer;
   at_marker = false;
   marker_at = nullptr;
   mcus_left = static_cast<long>(cinfo->MCUs_per_row) * static_cast<long>(cinfo->MCU_rows_in_scan);

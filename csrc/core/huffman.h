@@ -50,12 +50,17 @@ class FastHuffman {
     uint8_t huffval[256];
   };
 
-  // Decoder state between MCUs (public for the decode function's sake).
-  uint64_t acc = 0;   // bit buffer, next bit at the top
-  int nbits = 0;      // valid bits in acc, of which the last `pad_bits` are zeros past a marker
-  int pad_bits = 0;
+  // The bit reader: copied into locals for each MCU so that it lives in registers.
+  struct Bits {
+    uint64_t acc = 0;  // bit buffer, next bit at the top
+    int nbits = 0;     // valid bits in acc, of which the last `pad_bits` are zeros past a marker
+    int pad_bits = 0;
+    const uint8_t* p = nullptr;  // next byte to read
+  };
+
+  // Decoder state between MCUs (public for the decode functions' sake).
+  Bits bits;
   const uint8_t* begin = nullptr;  // the scan's entropy-coded data
-  const uint8_t* p = nullptr;
   const uint8_t* end = nullptr;
   bool at_marker = false;             // a marker (or the end of data) stopped the reader
   const uint8_t* marker_at = nullptr;  // where that marker starts (null at the end of data)
