@@ -184,6 +184,7 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
   if (crop_columns) {
     out_w = static_cast<JDIMENSION>(x1 - x0);
     jpeg_crop_scanline(&cinfo_, &out_x0, &out_w);
+    if (fast_huffman_) huffman_.set_cropped_columns(&cinfo_, out_x0);
     if (static_cast<int>(out_w) > max_width || static_cast<int>(out_x0 + out_w) < x1) {
       jpeg_abort_decompress(&cinfo_);
       throw DecodeError("internal: crop alignment exceeded its bound");

@@ -208,7 +208,7 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   EntropyDecoder* entropy = entropy_of(cinfo);
   if (!entropy->insufficient_data) {  // else past the data: leave the blocks zero
     Bits r = s.bits;
-    if (MCU_data) {
+    if (MCU_data && s.mcu_col >= s.first_col && s.mcu_col <= s.last_col) {
       decode_blocks<true>(s, r, cinfo, MCU_data);
     } else {
       decode_blocks<false>(s, r, cinfo, MCU_data);
@@ -219,6 +219,7 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
       entropy->insufficient_data = TRUE;
     }
   }
+  if (++s.mcu_col == static_cast<long>(cinfo->MCUs_per_row)) s.mcu_col = 0;
   if (--s.mcus_left == 0) return_read_ahead(s, cinfo);
   cinfo->src->next_input_byte = s.bits.p;
   cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
@@ -297,6 +298,19 @@ const FastHuffman::Table* FastHuffman::table_for(const JHUFF_TBL* src, int kind,
   return &tables_[kind][number];
 }
 
+void FastHuffman::set_cropped_columns(j_decompress_ptr cinfo, JDIMENSION xoffset) {
+  // libjpeg-turbo's jpeg_crop_scanline: the alignment is one iMCU column.
+#if JPEG_LIB_VERSION >= 70
+  const long scaled = cinfo->min_DCT_h_scaled_size;
+#else
+  const long scaled = cinfo->min_DCT_scaled_size;
+#endif
+  const long align = (cinfo->comps_in_scan == 1 && cinfo->num_components == 1) ? scaled
+                                                                               : scaled * cinfo->max_h_samp_factor;
+  first_col = static_cast<long>(xoffset) / align;
+  last_col = (static_cast<long>(xoffset) + static_cast<long>(cinfo->output_width) + align - 1) / align - 1;
+}
+
 bool FastHuffman::install(j_decompress_ptr cinfo) {
   if (!fast_huffman_enabled() || cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->restart_interval != 0 ||
       jpeg_has_multiple_scans(cinfo) || cinfo->entropy == nullptr || cinfo->src == nullptr ||
@@ -322,6 +336,9 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
   at_marker = false;
   marker_at = nullptr;
   mcus_left = static_cast<long>(cinfo->MCUs_per_row) * static_cast<long>(cinfo->MCU_rows_in_scan);
+  mcu_col = 0;
+  first_col = 0;
+  last_col = 1L << 30;
   for (int& v : last_dc) v = 0;
   cinfo->client_data = this;
   entropy_of(cinfo)->decode_mcu = decode_mcu;

@@ -39,6 +39,11 @@ class FastHuffman {
   // which must outlive the decode.
   bool install(j_decompress_ptr cinfo);
 
+  // After jpeg_crop_scanline: libjpeg inverse-transforms only the MCU columns of the crop
+  // (its first_iMCU_col..last_iMCU_col), so coefficients of the others are decoded (they
+  // must be, to find the next code) but not stored. Recomputed here with libjpeg's formula.
+  void set_cropped_columns(j_decompress_ptr cinfo, JDIMENSION xoffset);
+
   struct Table {
     // By the next kLutBits bits of the stream, one of:
     //   (value << 16) | kResolved | (run << 8) | bits: symbol and value both resolved here;
@@ -65,6 +70,8 @@ class FastHuffman {
   bool at_marker = false;             // a marker (or the end of data) stopped the reader
   const uint8_t* marker_at = nullptr;  // where that marker starts (null at the end of data)
   long mcus_left = 0;
+  long mcu_col = 0;                       // column of the next MCU in its row
+  long first_col = 0, last_col = 1L << 30;  // MCU columns whose coefficients are stored
   int last_dc[4] = {0, 0, 0, 0};
   const Table* dc[10] = {};  // per block of the MCU
   const Table* ac[10] = {};
