@@ -1,5 +1,6 @@
 #include "core/huffman.h"
 
+#include <array>
 #include <atomic>
 #include <cstring>
 
@@ -23,12 +24,19 @@ struct EntropyDecoder {
 
 EntropyDecoder* entropy_of(j_decompress_ptr cinfo) { return reinterpret_cast<EntropyDecoder*>(cinfo->entropy); }
 
-// Zigzag position -> natural position, plus 16 entries of 63 so that a corrupt run past the
-// end of the block stays inside it (libjpeg's jpeg_natural_order does the same).
-constexpr uint8_t kNaturalOrder[64 + 16] = {
-    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13,
-    6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31,
-    39, 46, 53, 60, 61, 54, 47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+// Zigzag position -> natural position, padded with 63s: a corrupt run past the end of the
+// block stays inside it (libjpeg's jpeg_natural_order does the same), and an end-of-block
+// entry (run 63, value 0, see build_table) writes its zero there.
+constexpr std::array<uint8_t, 128> natural_order() {
+  std::array<uint8_t, 128> t{};
+  const uint8_t zigzag[64] = {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
+                              12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
+                              35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+                              58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+  for (int i = 0; i < 128; ++i) t[i] = i < 64 ? zigzag[i] : 63;
+  return t;
+}
+constexpr std::array<uint8_t, 128> kNaturalOrder = natural_order();
 
 void warn(j_decompress_ptr cinfo, int code) {  // libjpeg's WARNMS
   cinfo->err->msg_code = code;
@@ -166,8 +174,8 @@ void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JBLOCKROW* M
     for (int k = 1; k < 64; ++k) {
       if (r.nbits < 32) refill(s, r, cinfo);
       const int32_t g = decode_entry(r, ac, cinfo);
-      if (g & FastHuffman::kResolved) {
-        k += (g >> 8) & 0xF;
+      if (g & FastHuffman::kResolved) {  // includes end of block (run 63) and 16 zeros (run 15)
+        k += (g >> 8) & 0x7F;
         if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(g >> 16);
         continue;
       }
@@ -264,8 +272,13 @@ void build_table(const JHUFF_TBL& h, bool is_dc, FastHuffman::Table* t) {
     const int sym = h.huffval[p];
     const int first = huffcode[p] << (kLut - len), n = 1 << (kLut - len);
     // Symbol and value together where the code and the value's bits fit in the lookup.
-    const int run = is_dc ? 0 : sym >> 4, size = is_dc ? sym : sym & 15;
-    const bool resolvable = (is_dc || size != 0) && size <= 15 && len + size <= kLut;
+    // AC symbols without a value: 0xF0 is sixteen zeros (run 15 and the zero itself);
+    // every other one ends the block, as in libjpeg: run 63 takes k past the block's end
+    // and the zero it writes lands on a coefficient that is still zero (or on nothing).
+    int run = is_dc ? 0 : sym >> 4;
+    const int size = is_dc ? sym : sym & 15;
+    if (!is_dc && size == 0 && run != 15) run = 63;
+    const bool resolvable = size <= 15 && len + size <= kLut;
     for (int i = 0; i < n; ++i) {
       const int idx = first + i;
       if (resolvable) {

@@ -46,7 +46,8 @@ class FastHuffman {
 
   struct Table {
     // By the next kLutBits bits of the stream, one of:
-    //   (value << 16) | kResolved | (run << 8) | bits: symbol and value both resolved here;
+    //   (value << 16) | kResolved | (run << 8) | bits: symbol and value both resolved here
+    //     (run 0..15, or 63 for an end of block);
     //   (code length << 8) | symbol: the symbol only (its value bits follow);
     //   0: a code longer than kLutBits (or none): canonical decoding below.
     int32_t lut[1 << kLutBits];
