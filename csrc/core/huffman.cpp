@@ -1,5 +1,7 @@
 #include "core/huffman.h"
 
+#include "core/cpu_features.h"
+
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -10,6 +12,12 @@ namespace fastdata {
 namespace {
 
 constexpr int kLut = FastHuffman::kLutBits;
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define FASTDATA_X86 1
+#endif
+// Inlined into each target-specific copy of the decode loop (see decode_mcu_bmi2).
+#define FASTDATA_HOT __attribute__((always_inline))
 
 std::atomic<bool> g_enabled{true};
 std::atomic<uint64_t> g_installs{0};
@@ -43,7 +51,7 @@ void warn(j_decompress_ptr cinfo, int code) {  // libjpeg's WARNMS
   (*cinfo->err->emit_message)(reinterpret_cast<j_common_ptr>(cinfo), -1);
 }
 
-inline int extend(int bits, int size) {  // JPEG's sign extension of a size-bit magnitude
+FASTDATA_HOT inline int extend(int bits, int size) {  // JPEG's sign extension of a size-bit magnitude
   return bits < (1 << (size - 1)) ? bits - (1 << size) + 1 : bits;
 }
 
@@ -90,7 +98,7 @@ __attribute__((noinline)) void refill_slow(FastHuffman& s, Bits* r, j_decompress
 }
 
 // Tops the bit buffer up to at least 57 bits: 8 bytes at once where none is 0xFF.
-inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo) {
+FASTDATA_HOT inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo) {
   if (!s.at_marker && s.end - r.p >= 8) {
     uint64_t w;
     std::memcpy(&w, r.p, 8);
@@ -110,12 +118,12 @@ inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo) {
   r = t;
 }
 
-inline void consume(Bits& r, int n) {
+FASTDATA_HOT inline void consume(Bits& r, int n) {
   r.acc <<= n;
   r.nbits -= n;
 }
 
-inline int take(Bits& r, int n) {  // n in 1..16
+FASTDATA_HOT inline int take(Bits& r, int n) {  // n in 1..16
   const int v = static_cast<int>(r.acc >> (64 - n));
   consume(r, n);
   return v;
@@ -139,7 +147,7 @@ int decode_long(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
 
 // Resolves the next symbol and, where the table holds it, its value: returns the table
 // entry with kResolved set (value in the top 16 bits, run in bits 8..11), or the symbol.
-inline int32_t decode_entry(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
+FASTDATA_HOT inline int32_t decode_entry(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
   const int32_t e = t.lut[r.acc >> (64 - kLut)];
   if (e & FastHuffman::kResolved) {
     consume(r, e & 0x1F);
@@ -155,7 +163,7 @@ inline int32_t decode_entry(Bits& r, const FastHuffman::Table& t, j_decompress_p
 // coefficient (a 16-bit code, or 17 for a bad one, plus up to 15 bits of value), so it
 // refills below 32.
 template <bool kStore>
-void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+FASTDATA_HOT inline void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   const int blocks = cinfo->blocks_in_MCU;
   for (int b = 0; b < blocks; ++b) {
     JCOEF* block = kStore ? MCU_data[b][0] : nullptr;
@@ -211,7 +219,7 @@ void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
   r.p = q;
 }
 
-boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   FastHuffman& s = *static_cast<FastHuffman*>(cinfo->client_data);
   EntropyDecoder* entropy = entropy_of(cinfo);
   if (!entropy->insufficient_data) {  // else past the data: leave the blocks zero
@@ -232,6 +240,25 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   cinfo->src->next_input_byte = s.bits.p;
   cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
   return TRUE;
+}
+
+// The same code twice: for baseline x86-64, and with BMI2, whose one-uop variable shifts
+// (shlx/shrx) the bit reader uses on every code; Intel cores run `shl %cl` as three uops.
+boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) { return decode_mcu_body(cinfo, MCU_data); }
+#ifdef FASTDATA_X86
+__attribute__((target("bmi2"))) boolean decode_mcu_bmi2(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+  return decode_mcu_body(cinfo, MCU_data);
+}
+#endif
+
+using DecodeMcu = boolean (*)(j_decompress_ptr, JBLOCKROW*);
+
+DecodeMcu pick_decode_mcu() {
+#ifdef FASTDATA_X86
+  static const bool bmi2 = simd_allowed() && __builtin_cpu_supports("bmi2");
+  if (bmi2) return decode_mcu_bmi2;
+#endif
+  return decode_mcu;
 }
 
 // Canonical code assignment as libjpeg's jpeg_make_d_derived_tbl (which has already
@@ -354,7 +381,7 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
   last_col = 1L << 30;
   for (int& v : last_dc) v = 0;
   cinfo->client_data = this;
-  entropy_of(cinfo)->decode_mcu = decode_mcu;
+  entropy_of(cinfo)->decode_mcu = pick_decode_mcu();
   g_installs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

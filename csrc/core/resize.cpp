@@ -1,5 +1,7 @@
 #include "core/resize.h"
 
+#include "core/cpu_features.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -233,15 +235,6 @@ void vertical_pass_scalar(const uint8_t* src, ptrdiff_t src_stride, int y_origin
       for (int x = 0; x < bw; ++x) o[x0 + x] = clip8(acc[x], kResizeBits16);
     }
   }
-}
-
-// FASTDATA_FORCE_SCALAR=1 turns the SIMD paths off (tests check both give the same bytes).
-bool simd_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("FASTDATA_FORCE_SCALAR");
-    return v == nullptr || v[0] == '\0' || v[0] == '0';
-  }();
-  return allowed;
 }
 
 void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int rows, const AxisFilter& fx,

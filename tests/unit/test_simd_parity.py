@@ -1,8 +1,9 @@
-"""The SIMD resample paths and the scalar fallback produce the same bytes.
+"""The CPU-dispatched paths and their baseline fallbacks produce the same bytes.
 
 Every CPU must give the same output for the same (seed, epoch, index): a run with
-FASTDATA_FORCE_SCALAR=1 (scalar loops only) is compared with the default (AVX2/SSSE3 where
-the CPU has them) in two fresh processes.
+FASTDATA_FORCE_SCALAR=1 (scalar resample loops, baseline x86-64 Huffman decoder) is compared
+with the default (AVX2/SSSE3 resampling, the BMI2 Huffman decoder, where the CPU has them) in
+two fresh processes.
 """
 import os
 import subprocess
