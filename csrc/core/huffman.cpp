@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <algorithm>
 #include <cstring>
 
 #include <jerror.h>
@@ -22,15 +23,16 @@ constexpr int kLut = FastHuffman::kLutBits;
 std::atomic<bool> g_enabled{true};
 std::atomic<uint64_t> g_installs{0};
 
-// libjpeg's entropy-module interface (jpegint.h; the same three fields since libjpeg 6b).
+// The start of libjpeg's entropy-module interface (jpegint.h). Only the second field,
+// decode_mcu, is touched: the first two are the same in IJG libjpeg 6b-9 and libjpeg-turbo
+// 1.x-3.x, while the fields after them differ (3.x inserts decode_mcus and process_restart,
+// IJG 9 a finish_pass), so libjpeg's insufficient_data flag is not ours to set (our own is
+// FastHuffman::insufficient; libjpeg reads its flag only for progressive block smoothing).
 // Declared here because not every libjpeg-turbo install ships jpegint.h.
-struct EntropyDecoder {
+struct EntropyDecoderHead {
   void (*start_pass)(j_decompress_ptr cinfo);
   boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* MCU_data);
-  boolean insufficient_data;
 };
-
-EntropyDecoder* entropy_of(j_decompress_ptr cinfo) { return reinterpret_cast<EntropyDecoder*>(cinfo->entropy); }
 
 // Zigzag position -> natural position, padded with 63s: a corrupt run past the end of the
 // block stays inside it (libjpeg's jpeg_natural_order does the same), and an end-of-block
@@ -177,7 +179,10 @@ FASTDATA_HOT inline void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr
     } else {
       diff = f ? extend(take(r, f), f) : 0;
     }
-    const int v = s.last_dc[s.comp[b]] += diff;
+    // Unsigned: corrupt data may push the predictor anywhere; libjpeg's int wraps the same way.
+    int& last = s.last_dc[s.comp[b]];
+    last = static_cast<int>(static_cast<unsigned>(last) + static_cast<unsigned>(diff));
+    const int v = last;
     if (kStore) block[0] = static_cast<JCOEF>(v);
     for (int k = 1; k < 64; ++k) {
       if (r.nbits < 32) refill(s, r, cinfo);
@@ -221,8 +226,7 @@ void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
 
 FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   FastHuffman& s = *static_cast<FastHuffman*>(cinfo->client_data);
-  EntropyDecoder* entropy = entropy_of(cinfo);
-  if (!entropy->insufficient_data) {  // else past the data: leave the blocks zero
+  if (!s.insufficient) {  // else past the data: leave the blocks zero
     Bits r = s.bits;
     if (MCU_data && s.mcu_col >= s.first_col && s.mcu_col <= s.last_col) {
       decode_blocks<true>(s, r, cinfo, MCU_data);
@@ -231,8 +235,8 @@ FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* M
     }
     s.bits = r;
     if (r.nbits < r.pad_bits) {  // this MCU read zeros past the end of the data
+      s.insufficient = true;
       warn(cinfo, JWRN_HIT_MARKER);
-      entropy->insufficient_data = TRUE;
     }
   }
   if (++s.mcu_col == static_cast<long>(cinfo->MCUs_per_row)) s.mcu_col = 0;
@@ -280,9 +284,9 @@ void build_table(const JHUFF_TBL& h, bool is_dc, FastHuffman::Table* t) {
   }
   p = 0;
   for (int l = 1; l <= 16; ++l) {
-    if (h.bits[l]) {
+    if (h.bits[l] && p < count) {
       t->valoffset[l] = p - huffcode[p];
-      p += h.bits[l];
+      p = std::min(p + h.bits[l], count);
       t->maxcode[l] = huffcode[p - 1];
     } else {
       t->maxcode[l] = -1;
@@ -352,6 +356,10 @@ void FastHuffman::set_cropped_columns(j_decompress_ptr cinfo, JDIMENSION xoffset
 }
 
 bool FastHuffman::install(j_decompress_ptr cinfo) {
+#if !defined(LIBJPEG_TURBO_VERSION) || !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  // Checked only against libjpeg-turbo's decoder, and the 8-byte refill reads little-endian.
+  return false;
+#endif
   if (!fast_huffman_enabled() || cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->restart_interval != 0 ||
       jpeg_has_multiple_scans(cinfo) || cinfo->entropy == nullptr || cinfo->src == nullptr ||
       cinfo->blocks_in_MCU > 10 || cinfo->comps_in_scan > 4 || cinfo->unread_marker != 0) {
@@ -380,8 +388,9 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
   first_col = 0;
   last_col = 1L << 30;
   for (int& v : last_dc) v = 0;
+  insufficient = false;
   cinfo->client_data = this;
-  entropy_of(cinfo)->decode_mcu = pick_decode_mcu();
+  reinterpret_cast<EntropyDecoderHead*>(cinfo->entropy)->decode_mcu = pick_decode_mcu();
   g_installs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

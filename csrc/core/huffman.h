@@ -1,18 +1,22 @@
 // A faster Huffman decoder for baseline JPEG, plugged into libjpeg-turbo's pipeline.
 //
-// Why: entropy decoding is ~70% of a RandomResizedCrop decode (ARCHITECTURE.md, measured
-// costs), and libjpeg-turbo's decoder resolves each coefficient in two steps (an 8-bit
-// lookahead for the symbol, then a separate read of its extra bits). This one resolves the
-// common short codes, symbol and value together, in one 10-bit table lookup, and refills
-// its bit buffer 7 bytes at a time when no 0xFF is among them.
+// Why: entropy decoding is ~70% of a RandomResizedCrop decode (perf, one thread: every
+// column of every row down to the crop's bottom must be decoded), and libjpeg-turbo's
+// decoder resolves each coefficient in two steps (an 8-bit lookahead for the symbol, then
+// a separate read of its value bits). This one resolves the common short codes, symbol and
+// value together, in one 10-bit table lookup, and tops its bit buffer up 8 bytes at a time
+// when none of them is 0xFF.
 //
 // How: after jpeg_start_decompress, `FastHuffman::install` replaces the decode_mcu hook of
 // libjpeg's entropy module, so IDCT, upsampling, colour conversion, ROI cropping and row
-// skipping stay libjpeg-turbo's. It installs only where it reproduces libjpeg exactly:
-// 8-bit baseline sequential Huffman without restart markers; everything else (progressive,
-// arithmetic, restart intervals) keeps libjpeg's own decoder. Corrupt data behaves as in
-// libjpeg: a bad code warns "bad Huffman code" and reads as symbol 0; running into a marker
-// or the end of data warns and decodes the rest as zeros.
+// skipping stay libjpeg-turbo's. It installs only for 8-bit baseline sequential Huffman
+// scans without restart markers; progressive, arithmetic-coded and restart-marker files
+// keep libjpeg's own decoder. On valid data it yields libjpeg's coefficients exactly
+// (tests/unit/test_fast_huffman.py). On damaged data it follows libjpeg (a bad code reads
+// as symbol 0; running into a marker or the end of the data warns and decodes the rest as
+// zeros) and is stricter in two ways: every bad code warns (libjpeg-turbo's fast path
+// stays silent), and bytes between the last MCU and the next marker always warn
+// (libjpeg swallows those within its bit buffer's read-ahead).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +40,7 @@ class FastHuffman {
 
   // Takes over entropy decoding of the scan that jpeg_start_decompress just began, if it
   // can (see above). Returns whether it did. `cinfo->client_data` is set to this object,
-  // which must outlive the decode.
+  // which must outlive the decode. The source must be jpeg_mem_src (all data in memory).
   bool install(j_decompress_ptr cinfo);
 
   // After jpeg_crop_scanline: libjpeg inverse-transforms only the MCU columns of the crop
@@ -68,6 +72,7 @@ class FastHuffman {
   Bits bits;
   const uint8_t* begin = nullptr;  // the scan's entropy-coded data
   const uint8_t* end = nullptr;
+  bool insufficient = false;          // an MCU ran past the data: the rest decode as zeros
   bool at_marker = false;             // a marker (or the end of data) stopped the reader
   const uint8_t* marker_at = nullptr;  // where that marker starts (null at the end of data)
   long mcus_left = 0;
