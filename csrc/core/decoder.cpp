@@ -160,7 +160,10 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
     jpeg_abort_decompress(&cinfo_);
     throw DecodeError("empty decode region");
   }
-  const bool crop_columns = x0 > 0 || x1 < sw;
+  // Column cropping with vertical sampling above 2 (e.g. a 2x4 luma) leaves libjpeg-turbo
+  // 2.1 reading stale upsampler rows, so the crop would depend on the image this decoder
+  // saw before: decode whole rows for those (rare) files.
+  const bool crop_columns = (x0 > 0 || x1 < sw) && cinfo_.max_v_samp_factor <= 2;
   // Worst case after iMCU alignment: the region grows by one iMCU (<= 32 px) on the left.
   const int max_width = std::min(sw, (x1 - x0) + 64);
   const ptrdiff_t stride = into ? into_stride : static_cast<ptrdiff_t>(max_width) * 3;

@@ -19,6 +19,7 @@ from torchvision import transforms as T
 
 import fastdata
 from fastdata import _C
+from PIL import Image
 from imagegen import (encode_jpeg, encode_oriented, encode_other, photo_like, pillow_crop_resize, pillow_oriented,
                       pillow_rgb, psnr, read_index)
 
@@ -219,6 +220,25 @@ def test_bit_identical_for_1_2_and_8_threads(mixed, transform):
         for _ in range(2):
             engine.run(items, transform, out, seed=7, epoch=1)
             assert np.array_equal(out, outs[0])
+
+
+def test_crops_of_2x4_sampled_jpeg_do_not_depend_on_the_previous_image(assets_dir):
+    """A crop is a function of (file, key) only, also for sampling libjpeg-turbo mishandles
+    when it crops columns (luma 2x4): decode after a white and after a black image."""
+    data = (assets_dir / "sampling_2x4.jpg").read_bytes()
+    primes = [encode_jpeg(Image.new("RGB", (87, 22), c)) for c in ((255, 255, 255), (0, 0, 0))]
+    tf = fastdata.RandomResizedCrop(3, scale=(0.05, 1.0))
+    with fastdata.Engine(1) as engine:  # one thread: the previous image is the prime
+        for i in range(16):
+            outs = []
+            for prime in primes:
+                out = np.empty((2, 3, 3, 3), np.uint8)
+                engine.run([prime, data], tf, out, seed=1, indices=[i, i])
+                outs.append(out[1].copy())
+            np.testing.assert_array_equal(outs[0], outs[1])
+            with fastdata.Engine(1) as fresh:  # and as decoded first by a fresh decoder
+                fresh.run([data, data], tf, out, seed=1, indices=[i, i])
+            np.testing.assert_array_equal(outs[0], out[0])
 
 
 def test_same_key_same_output_other_key_other_crops(mixed):
