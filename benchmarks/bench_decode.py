@@ -86,7 +86,9 @@ def build_rows(datas: List[bytes]) -> List[Row]:
     rows.append(("decode", "fastdata.decode (full, new array)", lambda r: [fastdata.decode(d) for d in datas] and None))
     rows.append(("rrc", "fused RandomResizedCrop(224)+flip",
                  lambda r: _check(eng1.run(datas, rrc, out, seed=0, epoch=r))))
-    if hasattr(_C_or_none(), "_set_fast_huffman"):
+    from fastdata import _C
+
+    if hasattr(_C, "_set_fast_huffman"):
         rows.append(("rrc_libjpeg_huffman", "fused RRC, libjpeg-turbo's own Huffman decoder",
                      lambda r: _with_libjpeg_huffman(lambda: _check(eng1.run(datas, rrc, out, seed=0, epoch=r)))))
     if "roi" in _params(eng1.run):
@@ -100,14 +102,6 @@ def build_rows(datas: List[bytes]) -> List[Row]:
     rows.append(("opencv", "OpenCV cv2.imdecode (full)", _opencv(datas)))
     rows.append(("simplejpeg", "simplejpeg decode_jpeg (full)", _simplejpeg(datas)))
     return rows
-
-
-def _C_or_none() -> Any:
-    try:
-        from fastdata import _C
-        return _C
-    except ImportError:
-        return None
 
 
 def _with_libjpeg_huffman(fn: Callable[[], None]) -> None:
@@ -270,11 +264,12 @@ def process_ceiling(datas: List[bytes], counts: Sequence[int], seconds: float,
     _FORK_DATAS = datas
     ctx = mp.get_context("fork")
     rates: Dict[int, float] = {}
-    for t in counts:
-        log(f"process ceiling: {t} processes")
-        barrier = ctx.Manager().Barrier(t)
-        with ctx.Pool(t) as pool:
-            rates[t] = sum(pool.map(_process_worker, [(i, seconds, barrier) for i in range(t)]))
+    with ctx.Manager() as manager:
+        for t in counts:
+            log(f"process ceiling: {t} processes")
+            barrier = manager.Barrier(t)
+            with ctx.Pool(t) as pool:
+                rates[t] = sum(pool.map(_process_worker, [(i, seconds, barrier) for i in range(t)]))
     return rates
 
 
