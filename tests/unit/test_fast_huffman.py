@@ -16,7 +16,7 @@ from PIL import Image
 import fastdata
 from fastdata import _C
 
-from tests import imagegen as ig
+import imagegen as ig
 
 
 @pytest.fixture
