@@ -256,8 +256,8 @@ _FORK_DATAS: List[bytes] = []
 def process_ceiling(datas: List[bytes], counts: Sequence[int], seconds: float,
                     log: Callable[[str], None]) -> Dict[int, float]:
     """The machine's own scaling: t independent single-thread processes running at once
-    (no shared engine, no batch barrier), summed img/s per t. Clock boost that drops as
-    more cores run, and shared caches / memory bandwidth, cap this; threads cannot beat it."""
+    (no shared engine, no batch barrier), summed img/s per t. Whatever caps this (clock boost
+    that drops as more cores run, shared caches, memory bandwidth) caps threads too."""
     import multiprocessing as mp
 
     global _FORK_DATAS

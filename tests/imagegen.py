@@ -66,11 +66,12 @@ def read_index(pixels: np.ndarray) -> int:
 
 def encode_jpeg(img: Image.Image, *, quality: int = 90, subsampling: str = "4:2:0", progressive: bool = False,
                 restart_blocks: int = 0, restart_rows: int = 0, orientation: Optional[int] = None,
-                icc_profile: Optional[bytes] = None) -> bytes:
+                icc_profile: Optional[bytes] = None, optimize: bool = False) -> bytes:
     """Encode ``img`` as stored pixels with Pillow (libjpeg-turbo); ``orientation`` only writes
-    the EXIF tag (see ``encode_oriented`` for "shows ``img`` once oriented").
+    the EXIF tag (see ``encode_oriented`` for "shows ``img`` once oriented"); ``optimize``: image-specific
+    Huffman tables instead of the standard ones.
     Grayscale/CMYK images ignore ``subsampling``."""
-    kwargs: dict = {"quality": quality, "progressive": progressive}
+    kwargs: dict = {"quality": quality, "progressive": progressive, "optimize": optimize}
     if img.mode == "RGB":
         kwargs["subsampling"] = SUBSAMPLING[subsampling]
     if restart_blocks:

@@ -168,18 +168,12 @@ void plain_decode_py(const py::list& datas) {
   BufferViews views;
   const std::vector<SampleInput> inputs = buffers_only(datas, &views);
   py::gil_scoped_release nogil;
-  SampleScratch& s = thread_scratch();
-  s.decoder.set_fast_huffman(false);  // libjpeg-turbo's own decode, start to end
-  try {
-    for (const auto& in : inputs) {
-      const JpegInfo info = s.decoder.read_header(in.data, in.size, false);
-      s.decoder.decode_region(1, 0, 0, info.width, info.height);  // into the decoder's reused buffer
-    }
-  } catch (...) {
-    s.decoder.set_fast_huffman(true);
-    throw;
+  JpegDecoder decoder;  // its own, switched to libjpeg-turbo's Huffman decoder for good
+  decoder.set_fast_huffman(false);
+  for (const auto& in : inputs) {
+    const JpegInfo info = decoder.read_header(in.data, in.size, false);
+    decoder.decode_region(1, 0, 0, info.width, info.height);  // into the decoder's reused buffer
   }
-  s.decoder.set_fast_huffman(true);
 }
 
 struct EngineDeleter {

@@ -7,9 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(_M_X64)
+#ifdef FASTDATA_X86
 #include <immintrin.h>
-#define FASTDATA_X86 1
 #endif
 
 namespace fastdata {
