@@ -144,17 +144,15 @@ int decode_long(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
   return t.huffval[(code + t.valoffset[l]) & 0xFF];
 }
 
-// Resolves the next symbol and, where the table holds it, its value: returns the table
-// entry with kResolved set (value in the top 16 bits, run in bits 8..14), or the symbol.
-FASTDATA_HOT inline int32_t decode_entry(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
-  const int32_t e = t.lut[r.acc >> (64 - kLut)];
-  if (e & FastHuffman::kResolved) {
-    consume(r, e & 0x1F);
-    return e;
-  }
+// A table entry that did not resolve a value: the symbol, read here (its value bits follow).
+FASTDATA_HOT inline int read_symbol(Bits& r, uint64_t e, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
   if (e == 0) return decode_long(r, t, cinfo);
-  consume(r, (e >> 8) & 0x1F);
-  return e & 0xFF;
+  consume(r, e & 0x1F);
+  return static_cast<int>(e >> 16) & 0xFF;
+}
+
+FASTDATA_HOT inline uint64_t lookup(const Bits& r, const FastHuffman::Table& t) {
+  return t.lut[r.acc >> (64 - kLut)];
 }
 
 // libjpeg's decode_mcu contract: decode one MCU into MCU_data (already zeroed), or just
@@ -170,11 +168,13 @@ FASTDATA_HOT inline void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr
     const FastHuffman::Table& ac = *s.ac[b];
     if (r.nbits < 32) refill(s, r, cinfo);
     int diff;
-    const int32_t f = decode_entry(r, dc, cinfo);
+    const uint64_t f = lookup(r, dc);
     if (f & FastHuffman::kResolved) {
-      diff = f >> 16;
+      consume(r, f & 0x1F);
+      diff = static_cast<int16_t>(f >> 32);
     } else {
-      diff = f ? extend(take(r, f), f) : 0;
+      const int size = read_symbol(r, f, dc, cinfo);  // libjpeg checked DC symbols are <= 15
+      diff = size ? extend(take(r, size), size) : 0;
     }
     // Unsigned: corrupt data may push the predictor anywhere; libjpeg's int wraps the same way.
     int& last = s.last_dc[s.comp[b]];
@@ -183,13 +183,21 @@ FASTDATA_HOT inline void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr
     if (kStore) block[0] = static_cast<JCOEF>(v);
     for (int k = 1; k < 64; ++k) {
       if (r.nbits < 32) refill(s, r, cinfo);
-      const int32_t g = decode_entry(r, ac, cinfo);
+      const uint64_t g = lookup(r, ac);
       if (g & FastHuffman::kResolved) {  // includes end of block (run 63) and 16 zeros (run 15)
-        k += (g >> 8) & 0x7F;
-        if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(g >> 16);
+        k += (g >> 16) & 0x7F;
+        if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(static_cast<int16_t>(g >> 32));
+        if (k < 63) {  // the second step (see Table::lut); at k >= 63 the block has ended
+          consume(r, g & 0x1F);
+          k += (g >> 24) & 0x7F;
+          if (kStore) block[kNaturalOrder[k]] = static_cast<JCOEF>(static_cast<int16_t>(g >> 48));
+        } else {
+          consume(r, (g >> 5) & 0x1F);
+        }
         continue;
       }
-      const int run = g >> 4, size = g & 15;
+      const int sym = read_symbol(r, g, ac, cinfo);
+      const int run = sym >> 4, size = sym & 15;
       if (size) {
         k += run;
         const int value = extend(take(r, size), size);
@@ -264,7 +272,9 @@ DecodeMcu pick_decode_mcu() {
 }
 
 // Canonical code assignment as libjpeg's jpeg_make_d_derived_tbl (which has already
-// validated the table by the time we are installed).
+// validated the table by the time we are installed), then the lookup table (layout in
+// FastHuffman::Table): first one coefficient per entry, then, for AC tables, the second
+// step where the bits left over after the first resolve a coefficient on their own.
 void build_table(const JHUFF_TBL& h, bool is_dc, FastHuffman::Table* t) {
   int huffsize[257], huffcode[257];
   int p = 0;
@@ -294,13 +304,15 @@ void build_table(const JHUFF_TBL& h, bool is_dc, FastHuffman::Table* t) {
   t->valoffset[0] = t->valoffset[17] = 0;
   t->maxcode[17] = 0xFFFFF;
   std::memcpy(t->huffval, h.huffval, sizeof(t->huffval));
-  std::memset(t->lut, 0, sizeof(t->lut));
+
+  constexpr int kSize = 1 << kLut;
+  uint64_t* lut = t->lut;
+  std::memset(lut, 0, sizeof(t->lut));
   for (p = 0; p < count; ++p) {
     const int len = huffsize[p];
     if (len > kLut) continue;
     const int sym = h.huffval[p];
     const int first = huffcode[p] << (kLut - len), n = 1 << (kLut - len);
-    // Symbol and value together where the code and the value's bits fit in the lookup.
     // AC symbols without a value: 0xF0 is sixteen zeros (run 15 and the zero itself);
     // every other one ends the block, as in libjpeg: run 63 takes k past the block's end
     // and the zero it writes lands on a coefficient that is still zero (or on nothing).
@@ -312,13 +324,32 @@ void build_table(const JHUFF_TBL& h, bool is_dc, FastHuffman::Table* t) {
       const int idx = first + i;
       if (resolvable) {
         const int bits = size ? (idx >> (kLut - len - size)) & ((1 << size) - 1) : 0;
-        const int value = size ? extend(bits, size) : 0;
-        t->lut[idx] = static_cast<int32_t>(static_cast<uint32_t>(value) << 16) | FastHuffman::kResolved | (run << 8) |
-                      (len + size);
+        const uint64_t value = static_cast<uint16_t>(size ? extend(bits, size) : 0);
+        const uint64_t used = static_cast<uint64_t>(len + size);
+        // The second step, until paired below: advance 0, the same value again.
+        lut[idx] = FastHuffman::kResolved | (used << 5) | used | (static_cast<uint64_t>(run) << 16) | (value << 32) |
+                   (value << 48);
       } else {
-        t->lut[idx] = (len << 8) | sym;
+        lut[idx] = (static_cast<uint64_t>(sym) << 16) | static_cast<uint64_t>(len);
       }
     }
+  }
+  if (is_dc) return;
+  // In place: a paired entry keeps its first coefficient's fields (bits 5..9, run1, value1),
+  // which are all that is read from the entry a second coefficient comes from. An end of
+  // block is never paired after (the bits that follow are the next block's), but may be
+  // the second: its advance 64 ends the block as in the one-coefficient case.
+  for (int idx = 0; idx < kSize; ++idx) {
+    const uint64_t e1 = lut[idx];
+    if (!(e1 & FastHuffman::kResolved) || ((e1 >> 16) & 0x7F) == 63) continue;  // no value, or end of block
+    const int used1 = static_cast<int>(e1 & 0x1F);
+    // The bits after the first coefficient, left-aligned: their low used1 bits are not
+    // known here, so the second entry counts only if it reads none of them.
+    const uint64_t e2 = lut[(idx << used1) & (kSize - 1)];
+    const int used2 = static_cast<int>((e2 >> 5) & 0x1F);
+    if (!(e2 & FastHuffman::kResolved) || used1 + used2 > kLut) continue;
+    lut[idx] = (e1 & 0x0000FFFF007FFFE0ULL) | static_cast<uint64_t>(used1 + used2) |
+               ((1 + ((e2 >> 16) & 0x7F)) << 24) | (((e2 >> 32) & 0xFFFF) << 48);
   }
 }
 

@@ -4,8 +4,8 @@
 // column of every row down to the crop's bottom must be decoded), and libjpeg-turbo's
 // decoder resolves each coefficient in two steps (an 8-bit lookahead for the symbol, then
 // a separate read of its value bits). This one resolves the common short codes, symbol and
-// value together, in one 10-bit table lookup, and tops its bit buffer up 8 bytes at a time
-// when none of them is 0xFF.
+// value together, in one 10-bit table lookup that often yields two AC coefficients at
+// once, and tops its bit buffer up 8 bytes at a time when none of them is 0xFF.
 //
 // How: after jpeg_start_decompress, `FastHuffman::install` replaces the decode_mcu hook of
 // libjpeg's entropy module, so IDCT, upsampling, colour conversion, ROI cropping and row
@@ -35,8 +35,8 @@ uint64_t fast_huffman_scans();
 
 class FastHuffman {
  public:
-  static constexpr int kLutBits = 10;  // 10 measured best of 9..12: the tables stay in L1
-  static constexpr int32_t kResolved = 0x8000;
+  static constexpr int kLutBits = 10;  // 10 and 11 measured alike; four tables of 8 KiB stay in L1
+  static constexpr uint64_t kResolved = 1u << 10;  // a table entry that resolves a value
 
   // Takes over entropy decoding of the scan that jpeg_start_decompress just began, if it
   // can (see above). Returns whether it did. `cinfo->client_data` is set to this object,
@@ -50,11 +50,17 @@ class FastHuffman {
 
   struct Table {
     // By the next kLutBits bits of the stream, one of:
-    //   (value << 16) | kResolved | (run << 8) | bits: symbol and value both resolved here
-    //     (run 0..15, or 63 for an end of block);
-    //   (code length << 8) | symbol: the symbol only (its value bits follow);
+    //   kResolved, with run1 in bits 16..22 and value1 (int16) in bits 32..47: symbol and
+    //     value resolved together (DC: the difference; AC: run 0..15, or 63 for an end of
+    //     block), whose bits (code and value) are in bits 5..9. AC entries also hold a
+    //     second step, taken while the block goes on: bits 0..4 are the bits of both steps,
+    //     24..30 the second's advance and 48..63 its value. Where the bits left over resolve
+    //     a second coefficient, the advance is 1 + its run; else it is 0 and the value is
+    //     value1 again, so the step rewrites the same coefficient and the decoder needs no
+    //     branch on which kind it got (a branch there measured slower than no pairs at all);
+    //   (symbol << 16) | code length: the symbol only (its value bits follow);
     //   0: a code longer than kLutBits (or none): canonical decoding below.
-    int32_t lut[1 << kLutBits];
+    uint64_t lut[1 << kLutBits];
     int32_t maxcode[18];              // canonical decoding of long codes, as libjpeg
     int32_t valoffset[18];
     uint8_t huffval[256];
