@@ -218,9 +218,12 @@ def thread_scaling(datas: List[bytes], threads: Sequence[int], repeats: int, min
                    log: Callable[[str], None]) -> List[Dict[str, Any]]:
     """Fused RandomResizedCrop(224) img/s per thread count (one Engine per count)."""
     rrc = fastdata.RandomResizedCrop(224)
-    out = np.empty((len(datas), 224, 224, 3), np.uint8)
     engines = {t: fastdata.Engine(threads=t) for t in threads}
-    rows: List[Row] = [(str(t), f"{t} threads", (lambda e: lambda r: _check(e.run(datas, rrc, out, epoch=r)))(engines[t]))
+    # An output array per engine, as each independent process has its own, so that no row
+    # starts by taking over cache lines that the previous row's cores left modified.
+    outs = {t: np.empty((len(datas), 224, 224, 3), np.uint8) for t in threads}
+    rows: List[Row] = [(str(t), f"{t} threads",
+                        (lambda e, out: lambda r: _check(e.run(datas, rrc, out, epoch=r)))(engines[t], outs[t]))
                        for t in threads]
     timed = time_rows(rows, len(datas), repeats, min_time, log)
     for e in engines.values():
@@ -230,7 +233,8 @@ def thread_scaling(datas: List[bytes], threads: Sequence[int], repeats: int, min
     for t in threads:
         rate = timed[str(t)]["images_per_s"]
         table.append({"threads": t, "images_per_s": rate, "min": timed[str(t)]["min"], "max": timed[str(t)]["max"],
-                      "speedup": rate / (base * threads[0]), "efficiency": rate / (base * t)})
+                      "rates": timed[str(t)]["rates"], "speedup": rate / (base * threads[0]),
+                      "efficiency": rate / (base * t)})
     return table
 
 
@@ -256,8 +260,9 @@ _FORK_DATAS: List[bytes] = []
 def process_ceiling(datas: List[bytes], counts: Sequence[int], seconds: float,
                     log: Callable[[str], None]) -> Dict[int, float]:
     """The machine's own scaling: t independent single-thread processes running at once
-    (no shared engine, no batch barrier), summed img/s per t. Whatever caps this (clock boost
-    that drops as more cores run, shared caches, memory bandwidth) caps threads too."""
+    (no shared engine, no batch barrier), summed img/s per t. Whatever caps this (shared
+    caches, memory bandwidth, neighbours on a shared host, clocks) caps threads too;
+    benchmarks/core_contention.c tells those apart."""
     import multiprocessing as mp
 
     global _FORK_DATAS

@@ -2,7 +2,7 @@
 # The commands behind the README's GPU-machine tables (one H200, 16 cores), in stages so
 # that each fits one 10-minute call. Results go to $OUT (default ./gpu_results).
 #   bash benchmarks/gpu_suite.sh setup   # build fastdata in place; install carried wheels
-#   bash benchmarks/gpu_suite.sh decode  # CPU decode tests + bench_decode (per core, 1..16 threads); no DALI needed
+#   bash benchmarks/gpu_suite.sh decode  # CPU decode tests, core_contention probe, bench_decode (1..16 threads); no DALI
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench and bench_loader to CUDA
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
@@ -25,6 +25,9 @@ case "$stage" in
   decode)
     python3 -m pytest tests/unit/test_fast_huffman.py tests/unit/test_decode.py tests/unit/test_decode_batch.py \
       tests/unit/test_bad_input.py -q -p no:cacheprovider 2>&1 | tee "$OUT/decode_tests.log" | tail -3
+    # The machine's own per-core slowdown with N busy cores (no fastdata involved)
+    gcc -O2 -pthread -o /tmp/core_contention benchmarks/core_contention.c && /tmp/core_contention 1.5 2 \
+      | tee "$OUT/core_contention.txt"
     python3 benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json "$OUT/bench_decode_16c.json" 2>&1 \
       | tee "$OUT/bench_decode_16c.log" | tail -34
     ;;
