@@ -24,7 +24,8 @@ number of independent single-thread processes running at once (``--process-secon
 Method: every row does one warm-up pass, then ``--repeats`` rounds; within a round the rows
 run one after another (interleaved, so drift on a shared machine hits every row alike). A
 timed pass covers all images, repeated until it lasts ``--min-time`` s. Reported: median
-img/s over rounds with min and max; ratios use medians.
+img/s over rounds with min and max; per-core ratios use medians; thread speedup and
+efficiency are medians over rounds of each round's rate against the same round's 1-thread rate.
 Targets: fused RRC >= 1.2x plain full decode and >= 3x the Pillow path per core; >= 90%
 linear thread scaling.
 """
@@ -228,13 +229,17 @@ def thread_scaling(datas: List[bytes], threads: Sequence[int], repeats: int, min
     timed = time_rows(rows, len(datas), repeats, min_time, log)
     for e in engines.values():
         e.close()
-    base = timed[str(threads[0])]["images_per_s"] / threads[0]
+    # Speedup and efficiency pair each round's rates with the same round's base rate (the
+    # rows of a round run seconds apart): a shared machine's speed drifts by more than 10%
+    # over the minutes a run takes, which a ratio of medians would mistake for scaling.
+    base_rates = timed[str(threads[0])]["rates"]
     table = []
     for t in threads:
         rate = timed[str(t)]["images_per_s"]
+        speedups = [x * threads[0] / b for x, b in zip(timed[str(t)]["rates"], base_rates)]
         table.append({"threads": t, "images_per_s": rate, "min": timed[str(t)]["min"], "max": timed[str(t)]["max"],
-                      "rates": timed[str(t)]["rates"], "speedup": rate / (base * threads[0]),
-                      "efficiency": rate / (base * t)})
+                      "rates": timed[str(t)]["rates"], "speedup": statistics.median(speedups),
+                      "efficiency": statistics.median(s / t for s in speedups)})
     return table
 
 
