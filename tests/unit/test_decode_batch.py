@@ -342,7 +342,7 @@ def test_engine_releases_gil():
     # While a background thread is inside Engine.run, the main thread must keep running
     # Python. If the GIL were held, the loop below could not advance until run returned.
     data = encode_jpeg(photo_like(375, 500))
-    items = [data] * 48
+    items = [data] * 160  # long enough to tell (~0.1 s) even with a fast decoder
     out = np.zeros((len(items), 48, 64, 3), np.uint8)
     with fastdata.Engine(threads=1) as engine:
         engine.run(items[:2], RRC, out[:2])  # warm up
