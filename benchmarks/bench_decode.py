@@ -18,7 +18,8 @@ without ROI/DCT-scaled decoding; the fused RandomResizedCrop with libjpeg-turbo'
 (``_C._set_fast_huffman(False)``: the A/B of csrc/core/huffman.cpp); the fused CenterCrop(224, resize=256); Pillow's
 torchvision-style path (open, convert RGB, RandomResizedCrop, flip, ToTensor, Normalize);
 Pillow, OpenCV (``cv2.imdecode``, 1 thread) and simplejpeg full decodes where installed.
-Then thread scaling of the fused RandomResizedCrop, beside the machine's own ceiling: the same
+Then thread scaling of the fused RandomResizedCrop, with the engine's busy share and decode
+time per image (where a shortfall comes from), beside the machine's own ceiling: the same
 number of independent single-thread processes running at once (``--process-seconds``).
 
 Method: every row does one warm-up pass, then ``--repeats`` rounds; within a round the rows
@@ -223,9 +224,23 @@ def thread_scaling(datas: List[bytes], threads: Sequence[int], repeats: int, min
     # An output array per engine, as each independent process has its own, so that no row
     # starts by taking over cache lines that the previous row's cores left modified.
     outs = {t: np.empty((len(datas), 224, 224, 3), np.uint8) for t in threads}
-    rows: List[Row] = [(str(t), f"{t} threads",
-                        (lambda e, out: lambda r: _check(e.run(datas, rrc, out, epoch=r)))(engines[t], outs[t]))
-                       for t in threads]
+    # Where an N-thread row loses against N x the 1-thread row, split in two: "busy" is the
+    # share of the threads' wall time spent decoding (the rest is fastdata's: the batch
+    # barrier, dispatch); "ms/img" is the decode time per image, which grows when the
+    # machine slows each core down as more of them work.
+    spent = {t: {"decode_s": 0.0, "wall_s": 0.0, "images": 0} for t in threads}
+
+    def row(t: int) -> Callable[[int], None]:
+        def fn(r: int) -> None:
+            t0 = time.perf_counter()
+            report = engines[t].run(datas, rrc, outs[t], epoch=r)
+            spent[t]["wall_s"] += time.perf_counter() - t0
+            _check(report)
+            spent[t]["decode_s"] += report.decode_seconds
+            spent[t]["images"] += len(datas)
+        return fn
+
+    rows: List[Row] = [(str(t), f"{t} threads", row(t)) for t in threads]
     timed = time_rows(rows, len(datas), repeats, min_time, log)
     for e in engines.values():
         e.close()
@@ -239,7 +254,9 @@ def thread_scaling(datas: List[bytes], threads: Sequence[int], repeats: int, min
         speedups = [x * threads[0] / b for x, b in zip(timed[str(t)]["rates"], base_rates)]
         table.append({"threads": t, "images_per_s": rate, "min": timed[str(t)]["min"], "max": timed[str(t)]["max"],
                       "rates": timed[str(t)]["rates"], "speedup": statistics.median(speedups),
-                      "efficiency": statistics.median(s / t for s in speedups)})
+                      "efficiency": statistics.median(s / t for s in speedups),
+                      "busy": spent[t]["decode_s"] / (t * spent[t]["wall_s"]),
+                      "ms_per_image": 1000 * spent[t]["decode_s"] / spent[t]["images"]})
     return table
 
 
@@ -300,11 +317,12 @@ def print_tables(res: Dict[str, Dict[str, Any]], scaling: List[Dict[str, Any]], 
         print(f"{r['label']:<50} {rate:>9,.0f} {r['min']:>7,.0f}-{r['max']:<7,.0f} {vs_plain:>9} {vs_pil:>10}")
     print()
     print(f"{'fused RRC(224), threads':<24} {'img/s':>9} {'min-max':>15} {'speedup':>8} {'efficiency':>11}"
-          f" {'processes':>10} {'proc. eff.':>11} {'threads/proc.':>14}")
-    print("-" * 108)
+          f" {'busy':>5} {'ms/img':>7} {'processes':>10} {'proc. eff.':>11} {'threads/proc.':>14}")
+    print("-" * 122)
     for s in scaling:
         line = (f"{s['threads']:<24} {s['images_per_s']:>9,.0f} {s['min']:>7,.0f}-{s['max']:<7,.0f} "
-                f"{s['speedup']:>7.2f}x {100 * s['efficiency']:>10.0f}%")
+                f"{s['speedup']:>7.2f}x {100 * s['efficiency']:>10.0f}% {100 * s['busy']:>4.0f}% "
+                f"{s['ms_per_image']:>7.3f}")
         if s.get("processes_images_per_s"):
             line += (f" {s['processes_images_per_s']:>10,.0f} {100 * s['processes_efficiency']:>10.0f}%"
                      f" {100 * s['threads_vs_processes']:>13.0f}%")
