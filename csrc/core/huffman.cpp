@@ -31,6 +31,15 @@ struct EntropyDecoderHead {
   boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* MCU_data);
 };
 
+// The start of libjpeg's marker-reader interface (jpegint.h), the same in IJG libjpeg 6b-9
+// and libjpeg-turbo 1.x-3.x: FastHuffman calls read_restart_marker at each restart
+// interval, so that resynchronisation after damage is libjpeg's own.
+struct MarkerReaderHead {
+  void (*reset_marker_reader)(j_decompress_ptr cinfo);
+  int (*read_markers)(j_decompress_ptr cinfo);
+  boolean (*read_restart_marker)(j_decompress_ptr cinfo);
+};
+
 // Zigzag position -> natural position, padded with 63s: a corrupt run past the end of the
 // block stays inside it (libjpeg's jpeg_natural_order does the same), and an end-of-block
 // entry (run 63, value 0, see build_table) writes its zero there.
@@ -229,8 +238,29 @@ void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
   r.p = q;
 }
 
+// At a restart interval, as libjpeg's process_restart: hand the data back to libjpeg's
+// marker reader (whole bytes read ahead included, which it counts as extraneous), let it
+// read the RSTn marker or resynchronise, then start afresh after it with the DC
+// predictions reset. Decoding resumes only if the marker was found.
+void process_restart(FastHuffman& s, j_decompress_ptr cinfo) {
+  return_read_ahead(s, cinfo);
+  cinfo->src->next_input_byte = s.bits.p;
+  cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
+  // Never false here: the memory source does not suspend. Should it be, treat it as the end.
+  const bool read = reinterpret_cast<MarkerReaderHead*>(cinfo->marker)->read_restart_marker(cinfo);
+  s.bits = FastHuffman::Bits();
+  s.begin = s.bits.p = cinfo->src->next_input_byte;
+  s.end = s.begin + cinfo->src->bytes_in_buffer;
+  s.at_marker = !read || cinfo->unread_marker != 0;  // a marker libjpeg left unread: zeros from here
+  s.marker_at = nullptr;
+  for (int& v : s.last_dc) v = 0;
+  s.restarts_to_go = cinfo->restart_interval;
+  if (read && cinfo->unread_marker == 0) s.insufficient = false;
+}
+
 FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   FastHuffman& s = *static_cast<FastHuffman*>(cinfo->client_data);
+  if (cinfo->restart_interval && s.restarts_to_go == 0) process_restart(s, cinfo);
   if (!s.insufficient) {  // else past the data: leave the blocks zero
     Bits r = s.bits;
     if (MCU_data && s.mcu_col >= s.first_col && s.mcu_col <= s.last_col) {
@@ -245,6 +275,7 @@ FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* M
     }
   }
   if (++s.mcu_col == static_cast<long>(cinfo->MCUs_per_row)) s.mcu_col = 0;
+  --s.restarts_to_go;  // counts only with a restart interval
   if (--s.mcus_left == 0) return_read_ahead(s, cinfo);
   cinfo->src->next_input_byte = s.bits.p;
   cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
@@ -389,7 +420,7 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
   // Checked only against libjpeg-turbo's decoder, and the 8-byte refill reads little-endian.
   return false;
 #endif
-  if (!fast_huffman_enabled() || cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->restart_interval != 0 ||
+  if (!fast_huffman_enabled() || cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
       jpeg_has_multiple_scans(cinfo) || cinfo->entropy == nullptr || cinfo->src == nullptr ||
       cinfo->blocks_in_MCU > 10 || cinfo->comps_in_scan > 4 || cinfo->unread_marker != 0) {
     return false;
@@ -414,6 +445,7 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
   marker_at = nullptr;
   mcus_left = static_cast<long>(cinfo->MCUs_per_row) * static_cast<long>(cinfo->MCU_rows_in_scan);
   mcu_col = 0;
+  restarts_to_go = cinfo->restart_interval;
   first_col = 0;
   last_col = 1L << 30;
   for (int& v : last_dc) v = 0;

@@ -10,8 +10,8 @@
 // How: after jpeg_start_decompress, `FastHuffman::install` replaces the decode_mcu hook of
 // libjpeg's entropy module, so IDCT, upsampling, colour conversion, ROI cropping and row
 // skipping stay libjpeg-turbo's. It installs only for 8-bit baseline sequential Huffman
-// scans without restart markers; progressive, arithmetic-coded and restart-marker files
-// keep libjpeg's own decoder. On valid data it yields libjpeg's coefficients exactly
+// scans (with or without restart markers, which libjpeg's own marker reader reads);
+// progressive and arithmetic-coded files keep libjpeg's own decoder. On valid data it yields libjpeg's coefficients exactly
 // (tests/unit/test_fast_huffman.py). On damaged data it follows libjpeg (a bad code reads
 // as symbol 0; running into a marker or the end of the data warns and decodes the rest as
 // zeros) and is stricter in two ways: every bad code warns (libjpeg-turbo's fast path
@@ -83,6 +83,7 @@ class FastHuffman {
   bool at_marker = false;             // a marker (or the end of data) stopped the reader
   const uint8_t* marker_at = nullptr;  // where that marker starts (null at the end of data)
   long mcus_left = 0;
+  long restarts_to_go = 0;                // MCUs until the next restart marker (with an interval)
   long mcu_col = 0;                       // column of the next MCU in its row
   long first_col = 0, last_col = 1L << 30;  // MCU columns whose coefficients are stored
   int last_dc[4] = {0, 0, 0, 0};

@@ -3,7 +3,8 @@
 The oracle is libjpeg-turbo itself: the same file decoded with ``_C._set_fast_huffman(False)``.
 Both produce the same DCT coefficients, so every pixel must be identical, for whole images,
 fused crops and skipped rows, and for damaged data in non-strict mode. A counter shows where
-the fast decoder took over (baseline scans without restart markers) and where it must not.
+the fast decoder took over (baseline scans, with or without restart markers) and where it
+must not (progressive).
 """
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def _cases():
     noise = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)
     yield "noise-q100", ig.encode_jpeg(Image.fromarray(noise), quality=100, subsampling="4:4:4")
     yield "ff-bytes", ig.encode_jpeg(Image.new("RGB", (64, 48), (255, 255, 255)), quality=100)
+    # Restart markers (camera JPEGs): every MCU, every few MCUs, every MCU row; DC resets.
+    yield "restart-1", ig.encode_jpeg(photo, restart_blocks=1, subsampling="4:4:4")
+    yield "restart-3-420", ig.encode_jpeg(photo, restart_blocks=3, subsampling="4:2:0")
+    yield "restart-rows", ig.encode_jpeg(photo, restart_rows=1, quality=100)
+    yield "restart-gray", ig.encode_jpeg(photo.convert("L"), restart_blocks=5)
 
 
 CASES = list(_cases())
@@ -58,7 +64,7 @@ CASES = list(_cases())
 @pytest.mark.parametrize("name,data", CASES, ids=[c[0] for c in CASES])
 def test_full_decode_is_bit_identical(huffman_switch, name, data):
     fast, ref, used = huffman_switch(lambda: _C.decode_full(data, True, 0))
-    assert used == 1, "the fast decoder should take baseline scans without restart markers"
+    assert used == 1, "the fast decoder should take baseline scans"
     np.testing.assert_array_equal(fast[0], ref[0])
     assert fast[1] == ref[1] == 0
 
@@ -77,11 +83,8 @@ def test_fused_crops_are_bit_identical(huffman_switch, name, data):
     np.testing.assert_array_equal(fast, ref)
 
 
-@pytest.mark.parametrize("kind", ["progressive", "restart"])
-def test_not_used_where_libjpeg_must_decode(huffman_switch, kind):
-    photo = ig.photo_like(64, 80)
-    data = (ig.encode_jpeg(photo, progressive=True) if kind == "progressive"
-            else ig.encode_jpeg(photo, restart_blocks=3))
+def test_not_used_for_progressive(huffman_switch):
+    data = ig.encode_jpeg(ig.photo_like(64, 80), progressive=True)
     fast, ref, used = huffman_switch(lambda: _C.decode_full(data, True, 0))
     assert used == 0
     np.testing.assert_array_equal(fast[0], ref[0])
@@ -100,6 +103,21 @@ def _damaged():
     yield "stray-marker", src[:mid] + b"\xff\xd3" + src[mid:]
     yield "garbage-before-eoi", src[:-2] + b"\x12\x34\x56" + src[-2:]
     yield "no-eoi", src[:-2]
+    # Restart markers: damage inside an interval, a lost marker, a wrong marker number, a
+    # file cut mid-interval. libjpeg's own marker reader resynchronises in both decoders.
+    rst, third = _restart_file()
+    for seed in range(4):
+        yield f"restart-corrupt-{seed}", ig.corrupt_entropy(rst, seed=seed, count=3 + 8 * seed)
+    yield "restart-lost-marker", rst[:third] + rst[third + 2:]
+    yield "restart-wrong-number", rst[:third + 1] + bytes([0xD0 + (rst[third + 1] - 0xD0 + 3) % 8]) + rst[third + 2:]
+    yield "restart-truncated", ig.truncate_scan(rst, 0.5)
+
+
+def _restart_file():
+    """A JPEG with a restart marker every 4 MCUs, and the offset of one a third of the way in."""
+    rst = ig.encode_jpeg(ig.photo_like(96, 128, index=5), quality=92, restart_blocks=4)
+    at = [i for i in range(ig.sos_offset(rst), len(rst) - 1) if rst[i] == 0xFF and 0xD0 <= rst[i + 1] <= 0xD7]
+    return rst, at[len(at) // 3]
 
 
 DAMAGED = list(_damaged())
@@ -159,5 +177,18 @@ def test_bytes_before_eoi_always_warn(huffman_switch, extra):
     pixels, warnings = _C.decode_full(data, False, 0)
     assert warnings >= 1
     np.testing.assert_array_equal(pixels, _C.decode_full(src, True, 0)[0])
+    with pytest.raises(_C.NativeDecodeError, match="extraneous bytes"):
+        _C.decode_full(data, True, 0)
+
+
+def test_bytes_before_restart_marker_always_warn(huffman_switch):
+    """The same rule at a restart marker: libjpeg drops whole bytes left in its bit buffer
+    there without a word; fastdata hands them to libjpeg's marker reader, which warns."""
+    rst, third = _restart_file()
+    data = rst[:third] + b"\x01\x02\x03" + rst[third:]
+    fast, ref, used = huffman_switch(lambda: _C.decode_full(data, False, 0))
+    assert used == 1
+    np.testing.assert_array_equal(fast[0], ref[0])
+    assert fast[1] >= 1
     with pytest.raises(_C.NativeDecodeError, match="extraneous bytes"):
         _C.decode_full(data, True, 0)
