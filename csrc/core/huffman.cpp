@@ -78,8 +78,11 @@ void append_byte(FastHuffman& s, Bits* r, j_decompress_ptr cinfo) {
     } else {
       while (q < s.end && *q == 0xFF) ++q;
       if (q >= s.end) {
-        // libjpeg's memory source warns and inserts a fake EOI here.
-        warn(cinfo, JWRN_JPEG_EOF);
+        // libjpeg's memory source warns and inserts a fake EOI here. The warning waits until
+        // the bits are needed (report_eof), or is left to libjpeg (return_read_ahead): this
+        // reader looks up to 8 bytes further ahead than libjpeg's, and a crop that stops
+        // short of the end must not fail for that.
+        s.eof_unreported = true;
         cinfo->unread_marker = JPEG_EOI;
         r->p = s.end;
         s.at_marker = true;
@@ -222,12 +225,25 @@ FASTDATA_HOT inline void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr
 // After the scan's last MCU: give back the whole bytes read ahead but not used, so that
 // libjpeg's marker reader sees (and warns about) any garbage between the data and the next
 // marker, as it would had it read only what it needed.
+void report_eof(FastHuffman& s, j_decompress_ptr cinfo) {
+  if (s.eof_unreported) warn(cinfo, JWRN_JPEG_EOF);
+  s.eof_unreported = false;
+}
+
 void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
   Bits& r = s.bits;
   const uint8_t* q = r.p;
   if (s.at_marker) {
-    if (s.marker_at == nullptr) return;  // the data ended without a marker: nothing to give back
-    q = s.marker_at;
+    if (s.marker_at != nullptr) {
+      q = s.marker_at;  // un-read the marker: libjpeg's marker reader finds it again
+    } else if (s.eof_unreported) {
+      // Un-read the end of the data too: libjpeg's source meets it itself when (and only
+      // if) libjpeg reads on, warns and inserts its fake EOI, as without this decoder.
+      q = s.end;
+      s.eof_unreported = false;
+    } else {
+      return;  // the end, met and reported, or a marker libjpeg left unread: keep its state
+    }
     cinfo->unread_marker = 0;
     s.at_marker = false;
   }
@@ -253,6 +269,7 @@ void process_restart(FastHuffman& s, j_decompress_ptr cinfo) {
   s.end = s.begin + cinfo->src->bytes_in_buffer;
   s.at_marker = !read || cinfo->unread_marker != 0;  // a marker libjpeg left unread: zeros from here
   s.marker_at = nullptr;
+  s.eof_unreported = false;
   for (int& v : s.last_dc) v = 0;
   s.restarts_to_go = cinfo->restart_interval;
   if (read && cinfo->unread_marker == 0) s.insufficient = false;
@@ -271,6 +288,7 @@ FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* M
     s.bits = r;
     if (r.nbits < r.pad_bits) {  // this MCU read zeros past the end of the data
       s.insufficient = true;
+      report_eof(s, cinfo);
       warn(cinfo, JWRN_HIT_MARKER);
     }
   }
@@ -442,6 +460,7 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
   begin = bits.p = cinfo->src->next_input_byte;
   end = begin + cinfo->src->bytes_in_buffer;
   at_marker = false;
+  eof_unreported = false;
   marker_at = nullptr;
   mcus_left = static_cast<long>(cinfo->MCUs_per_row) * static_cast<long>(cinfo->MCU_rows_in_scan);
   mcu_col = 0;

@@ -82,6 +82,7 @@ class FastHuffman {
   bool insufficient = false;          // an MCU ran past the data: the rest decode as zeros
   bool at_marker = false;             // a marker (or the end of data) stopped the reader
   const uint8_t* marker_at = nullptr;  // where that marker starts (null at the end of data)
+  bool eof_unreported = false;        // the reader met the end of the data; not yet warned
   long mcus_left = 0;
   long restarts_to_go = 0;                // MCUs until the next restart marker (with an interval)
   long mcu_col = 0;                       // column of the next MCU in its row

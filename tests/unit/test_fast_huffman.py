@@ -192,3 +192,25 @@ def test_bytes_before_restart_marker_always_warn(huffman_switch):
     assert fast[1] >= 1
     with pytest.raises(_C.NativeDecodeError, match="extraneous bytes"):
         _C.decode_full(data, True, 0)
+
+
+@pytest.mark.parametrize("restart_rows", [0, 1])
+def test_missing_eoi_fails_a_strict_crop_only_if_libjpeg_does(huffman_switch, restart_rows):
+    """A file cut right before EOI: this reader looks further ahead than libjpeg's, but the
+    end of the data counts only where libjpeg itself reads on to it, so a strict crop that
+    stops short of the end never fails where libjpeg's decoder would have passed it."""
+    src = ig.encode_jpeg(ig.photo_like(120, 160, index=3), quality=75, subsampling="4:2:0",
+                         restart_rows=restart_rows)
+    data = src[:-2]
+    rrc = fastdata.RandomResizedCrop(32)
+
+    def failed_seeds():
+        return {seed for seed in range(60)
+                if fastdata.decode_batch([data], rrc, seed=seed, strict=True, on_error="skip", threads=1)[1]}
+
+    fast, ref, used = huffman_switch(failed_seeds)
+    assert used > 0
+    assert ref, "some crops reach the end of the data"
+    assert fast <= ref
+    lenient = huffman_switch(lambda: fastdata.decode_batch([data] * 8, rrc, seed=3, strict=False, threads=1))
+    np.testing.assert_array_equal(lenient[0], lenient[1])
