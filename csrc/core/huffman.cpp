@@ -222,14 +222,15 @@ FASTDATA_HOT inline void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr
   }
 }
 
-// After the scan's last MCU: give back the whole bytes read ahead but not used, so that
-// libjpeg's marker reader sees (and warns about) any garbage between the data and the next
-// marker, as it would had it read only what it needed.
+// The end-of-data warning of libjpeg's memory source, once this reader needs bits past it.
 void report_eof(FastHuffman& s, j_decompress_ptr cinfo) {
   if (s.eof_unreported) warn(cinfo, JWRN_JPEG_EOF);
   s.eof_unreported = false;
 }
 
+// After the scan's last MCU, and at each restart interval: give back the whole bytes read
+// ahead but not used, so that libjpeg's marker reader sees (and warns about) any garbage
+// between the data and the next marker, as it would had it read only what it needed.
 void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
   Bits& r = s.bits;
   const uint8_t* q = r.p;
