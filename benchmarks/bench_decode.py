@@ -227,7 +227,7 @@ def thread_scaling(datas: List[bytes], threads: Sequence[int], repeats: int, min
     # Where an N-thread row loses against N x the 1-thread row, split in two: "busy" is the
     # share of the threads' wall time spent decoding (the rest is fastdata's: the batch
     # barrier, dispatch); "ms/img" is the decode time per image, which grows when the
-    # machine slows each core down as more of them work.
+    # machine slows each core down as more of them work. Both count every pass, warm-up too.
     spent = {t: {"decode_s": 0.0, "wall_s": 0.0, "images": 0} for t in threads}
 
     def row(t: int) -> Callable[[int], None]:

@@ -265,15 +265,9 @@ void process_restart(FastHuffman& s, j_decompress_ptr cinfo) {
   cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
   // Never false here: the memory source does not suspend. Should it be, treat it as the end.
   const bool read = reinterpret_cast<MarkerReaderHead*>(cinfo->marker)->read_restart_marker(cinfo);
-  s.bits = FastHuffman::Bits();
-  s.begin = s.bits.p = cinfo->src->next_input_byte;
-  s.end = s.begin + cinfo->src->bytes_in_buffer;
+  s.start_interval(cinfo);
   s.at_marker = !read || cinfo->unread_marker != 0;  // a marker libjpeg left unread: zeros from here
-  s.marker_at = nullptr;
-  s.eof_unreported = false;
-  for (int& v : s.last_dc) v = 0;
-  s.restarts_to_go = cinfo->restart_interval;
-  if (read && cinfo->unread_marker == 0) s.insufficient = false;
+  if (!s.at_marker) s.insufficient = false;
 }
 
 FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
@@ -421,6 +415,16 @@ const FastHuffman::Table* FastHuffman::table_for(const JHUFF_TBL* src, int kind,
   return &tables_[kind][number];
 }
 
+void FastHuffman::start_interval(j_decompress_ptr cinfo) {
+  bits = Bits();
+  begin = bits.p = cinfo->src->next_input_byte;
+  end = begin + cinfo->src->bytes_in_buffer;
+  marker_at = nullptr;
+  eof_unreported = false;
+  for (int& v : last_dc) v = 0;
+  restarts_to_go = cinfo->restart_interval;
+}
+
 void FastHuffman::set_cropped_columns(j_decompress_ptr cinfo, JDIMENSION xoffset) {
   // libjpeg-turbo's jpeg_crop_scanline: the alignment is one iMCU column.
 #if JPEG_LIB_VERSION >= 70
@@ -457,19 +461,13 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
     ac[b] = table_for(act, 1, info->ac_tbl_no);
     comp[b] = ci;
   }
-  bits = Bits();
-  begin = bits.p = cinfo->src->next_input_byte;
-  end = begin + cinfo->src->bytes_in_buffer;
+  start_interval(cinfo);
   at_marker = false;
-  eof_unreported = false;
-  marker_at = nullptr;
+  insufficient = false;
   mcus_left = static_cast<long>(cinfo->MCUs_per_row) * static_cast<long>(cinfo->MCU_rows_in_scan);
   mcu_col = 0;
-  restarts_to_go = cinfo->restart_interval;
   first_col = 0;
   last_col = 1L << 30;
-  for (int& v : last_dc) v = 0;
-  insufficient = false;
   cinfo->client_data = this;
   reinterpret_cast<EntropyDecoderHead*>(cinfo->entropy)->decode_mcu = pick_decode_mcu();
   g_installs.fetch_add(1, std::memory_order_relaxed);

@@ -76,6 +76,10 @@ class FastHuffman {
     const uint8_t* p = nullptr;  // next byte to read
   };
 
+  // Reads from cinfo->src afresh, as at the scan's start and after each restart marker:
+  // an empty bit buffer, DC predictions 0, a full restart interval ahead.
+  void start_interval(j_decompress_ptr cinfo);
+
   // Decoder state between MCUs (public for the decode functions' sake).
   Bits bits;
   const uint8_t* begin = nullptr;  // the scan's entropy-coded data
