@@ -82,7 +82,13 @@ JpegDecoder::JpegDecoder() {
   std::memset(&cinfo_, 0, sizeof(cinfo_));
   std::memset(&err_, 0, sizeof(err_));
   cinfo_.err = install_error_manager(&err_);
-  // jpeg_create_decompress only fails on out-of-memory, through error_exit.
+  create();
+}
+
+void JpegDecoder::create() {
+  // jpeg_create_decompress only fails on out-of-memory, through error_exit. A half-made
+  // object is safe to destroy (jpeg_destroy checks its memory manager), and the next
+  // read_header destroys and creates it again.
   if (setjmp(err_.jump)) throw std::bad_alloc();
   jpeg_create_decompress(&cinfo_);
   jpeg_save_markers(&cinfo_, JPEG_APP0 + 1, 0xFFFF);  // EXIF
@@ -98,7 +104,13 @@ void JpegDecoder::fail() {
 // Functions with setjmp below construct no C++ objects between setjmp and the libjpeg
 // calls, so a longjmp skips no destructor.
 JpegInfo JpegDecoder::read_header(const uint8_t* data, size_t size, bool strict) {
-  jpeg_abort_decompress(&cinfo_);
+  // libjpeg keeps DQT/DHT tables from one image to the next (its "abbreviated datastream"
+  // feature), so a file that lacks a table, or names one it does not define, would decode
+  // silently with whatever the image before left on this thread. A new decompressor per
+  // image decodes each file as a fresh one does: a missing DHT gets the standard tables,
+  // a missing DQT is an error. It costs about a microsecond (docs/design.md).
+  jpeg_destroy_decompress(&cinfo_);
+  create();
   err_.warnings = 0;
   err_.strict = strict;
   err_.first_warning[0] = '\0';

@@ -48,7 +48,8 @@ struct DecodedRegion {
   int scaled_width = 0, scaled_height = 0;  // the whole scaled image
 };
 
-// One per thread: keeps libjpeg's state and buffers between images.
+// One per thread: keeps fastdata's buffers between images; libjpeg's object is made anew
+// for each image (see read_header).
 class JpegDecoder {
  public:
   JpegDecoder();
@@ -87,6 +88,7 @@ class JpegDecoder {
 
  private:
   [[noreturn]] void fail();
+  void create();  // jpeg_create_decompress with the markers fastdata reads
   jpeg_decompress_struct cinfo_;
   ErrorManager err_;
   JpegInfo info_;
