@@ -35,6 +35,8 @@ import numpy as np
 
 from . import __version__
 from . import cache_format as cf
+from .demo import usable_cores
+from .lmdb_file import check_lmdb_dir
 from .sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_QUALITY = 90
@@ -303,6 +305,7 @@ class _State:
     batches: int = 0
     kept: List[int] = field(default_factory=list)  # input positions written, in index order
     sha256: List[str] = field(default_factory=list)
+    stored_sha256: List[str] = field(default_factory=list)  # of the stored bytes, checked by readers
     reencoded: List[int] = field(default_factory=list)  # cf.STORED_* per kept record
     skipped: List[Dict[str, str]] = field(default_factory=list)
     bytes_in: int = 0
@@ -316,6 +319,7 @@ class _State:
         self.next_pos = part["end"]
         self.kept += part["kept"]
         self.sha256 += part["sha256"]
+        self.stored_sha256 += part["stored_sha256"]
         self.reencoded += part["reencoded"]
         self.skipped += part["skipped"]
         self.bytes_in += part["bytes_in"]
@@ -335,11 +339,25 @@ def _load_state(txn: Any, dst: str) -> _State:
     for key, value in cur:
         if not key.startswith(cf.PART_PREFIX):
             break
-        part = cf.loads(value, key.decode(), dst)
+        part = _check_part(cf.loads(value, key.decode(), dst), key.decode(), dst)
+        if "stored_sha256" not in part:  # written before the stored-bytes checksum existed
+            first = len(st.kept)
+            part["stored_sha256"] = [hashlib.sha256(txn.get(cf.sample_key(first + k)) or b"").hexdigest()
+                                     for k in range(len(part["kept"]))]
         if part["batch"] != st.batches or part["start"] != st.next_pos:
             raise ConvertError(f"{dst}: progress records are not contiguous (batch {st.batches}); remove DST and start again")
         st.add_part(part)
     return st
+
+
+def _check_part(part: Any, what: str, dst: str) -> Dict[str, Any]:
+    """A progress record with every field ``_State.add_part`` reads, of the right JSON type."""
+    cf.check_fields(part, ("batch", "start", "end", "first_index", "bytes_in", "bytes_out", "transcoded_bytes_in",
+                           "transcoded_bytes_out"), what, dst, lists=("kept", "sha256", "reencoded", "skipped"))
+    n = len(part["kept"])
+    if len(part["sha256"]) != n or len(part["reencoded"]) != n or len(part.get("stored_sha256", part["kept"])) != n:
+        raise cf.CacheFormatError(f"{dst}: record {what}: its arrays do not all hold {n} entries")
+    return part
 
 
 # --------------------------------------------------------------------------- progress
@@ -435,9 +453,10 @@ def convert(
         raise ValueError(f"quality must be in 1..100, got {quality}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = worker_count(workers)
     t0 = time.monotonic()
 
+    check_destination(src, dst)
     plan = scan(src)
     options = {"max_side": max_side, "quality": quality if max_side is not None else None,
                "keep_progressive": bool(keep_progressive)}
@@ -446,8 +465,13 @@ def convert(
     exists = os.path.exists(os.path.join(dst, "data.mdb"))
     if exists and not resume:
         raise ConvertError(f"{dst}: already holds an LMDB cache; pass --resume to continue it, or remove it")
-    os.makedirs(dst, exist_ok=True)
-    env = lmdb.open(dst, map_size=map_size, subdir=True, readonly=False, lock=True, max_dbs=0, sync=True)
+    if exists:
+        check_lmdb_dir(dst)  # before LMDB maps it: a truncated file would end this process with SIGBUS
+    try:
+        os.makedirs(dst, exist_ok=True)
+        env = lmdb.open(dst, map_size=map_size, subdir=True, readonly=False, lock=True, max_dbs=0, sync=True)
+    except (OSError, lmdb.Error) as exc:
+        raise ConvertError(f"{dst}: cannot create or open the cache there: {exc}") from None
     try:
         with env.begin() as txn:
             complete = txn.get(cf.COMPLETE_KEY)
@@ -492,6 +516,28 @@ def convert(
     return summary
 
 
+def worker_count(workers: Optional[int]) -> int:
+    """``--workers``: default and upper bound are the usable cores (more processes than cores
+    only add memory and scheduling; 100,000 would fork until the machine stops)."""
+    usable = usable_cores()
+    if workers is None:
+        return usable
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    return min(workers, usable)
+
+
+def check_destination(src: str, dst: str) -> None:
+    """Refuse a DST inside the SRC folder: the cache would become a class folder of SRC (no
+    images in it), after which ImageFolder(SRC) and every later conversion of SRC fail."""
+    if not os.path.isdir(src):
+        return
+    src_real, dst_real = os.path.realpath(src), os.path.realpath(dst)
+    if os.path.commonpath([src_real, dst_real]) == src_real:
+        raise ConvertError(f"{dst}: the destination is inside the source folder {src}; "
+                           f"write the cache outside it")
+
+
 def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], quality: int, keep_progressive: bool,
          workers: int, on_error: str, batch_size: int, stream: Optional[TextIO]) -> int:
     """Process inputs ``st.next_pos..`` in order, committing batches; returns inputs processed."""
@@ -510,6 +556,7 @@ def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], qu
         part = {
             "batch": st.batches, "start": st.next_pos, "end": end, "first_index": first_index,
             "kept": [r[0] for r in kept], "sha256": [r[4].hex() for r in kept],
+            "stored_sha256": [hashlib.sha256(r[1]).hexdigest() for r in kept],
             "reencoded": [int(r[5]) for r in kept],
             "transcoded_bytes_in": sum(r[3] for r in transcoded),
             "transcoded_bytes_out": sum(len(r[1]) for r in transcoded),
@@ -588,6 +635,7 @@ def _finalize(env: Any, plan: Plan, st: _State, dst: str, options: Dict[str, Any
     labels = cf.pack_labels([plan.items[p][1] for p in st.kept])
     paths = cf.pack_paths([plan.items[p][0] for p in st.kept])
     sha = b"".join(bytes.fromhex(h) for h in st.sha256)
+    stored_sha = b"".join(bytes.fromhex(h) for h in st.stored_sha256)
     reenc = np.asarray(st.reencoded, dtype=np.uint8).tobytes()
 
     def fn(txn: Any) -> None:
@@ -598,6 +646,7 @@ def _finalize(env: Any, plan: Plan, st: _State, dst: str, options: Dict[str, Any
         txn.put(cf.LABELS_KEY, labels)
         txn.put(cf.PATHS_KEY, paths)
         txn.put(cf.SHA256_KEY, sha)
+        txn.put(cf.STORED_SHA256_KEY, stored_sha)
         txn.put(cf.REENCODED_KEY, reenc)
         txn.put(cf.COMPLETE_KEY, cf.dumps({"count": count, "format_version": cf.FORMAT_VERSION}))
 
@@ -688,7 +737,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    import lmdb
+
     args = _parser().parse_args(argv)
+    if args.workers is not None and args.workers > usable_cores() and not args.quiet:
+        print(f"fastdata-convert: --workers {args.workers} is more than the {usable_cores()} usable cores; "
+              f"using {usable_cores()}", file=sys.stderr)
     try:
         summary = convert(
             args.src, args.dst, max_side=args.max_side, quality=args.quality,
@@ -696,7 +750,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             resume=args.resume, on_error=args.on_error, verify=args.verify, batch_size=args.batch_size,
             progress=None if args.quiet else sys.stderr,
         )
-    except (ConvertError, cf.CacheFormatError, ValueError, OSError) as exc:
+    except (ConvertError, cf.CacheFormatError, ValueError, OSError, lmdb.Error) as exc:
         print(f"fastdata-convert: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

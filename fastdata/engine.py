@@ -127,7 +127,9 @@ class Engine:
         With ``normalize=(mean, std)``, ``out`` is float32 [N, H, W, 3] and receives
         (x / 255 - mean) / std per channel, computed by the native threads.
 
-        ``items`` are file paths (``str``, read by native threads) or encoded buffers.
+        ``items`` are file paths (``str``, read by native threads) or encoded buffers; an
+        item that is a ``DecodeError`` is a sample its source already found bad (e.g. an
+        LMDB record failing its checksum): its row fails with that error.
         Sample i's crop and flip come from (seed, epoch, indices[i]) (default indices: 0..N-1).
         Failed rows are zero-filled and listed in the report; nothing is raised for bad data.
         ``names`` label samples in errors (defaults to the path for ``str`` items).
@@ -146,6 +148,9 @@ class Engine:
                 raise ValueError("indices must be non-negative")
         if seed < 0 or epoch < 0:
             raise ValueError("seed and epoch must be non-negative")
+        prefailed = {row: item for row, item in enumerate(items) if isinstance(item, DecodeError)}
+        if prefailed:  # the native side sees an empty item, which fails; the reason is the source's
+            items = [b"" if row in prefailed else item for row, item in enumerate(items)]
         with self._lock:
             native = self._native
             if native is None:
@@ -157,7 +162,9 @@ class Engine:
                 index = int(index_arr[row]) if index_arr is not None else row
                 item = items[row]
                 name = names[row] if names is not None else (item if isinstance(item, str) else None)
-                if status == _NOT_JPEG:
+                if row in prefailed:
+                    message, name = prefailed[row].reason, prefailed[row].name or name
+                elif status == _NOT_JPEG:
                     try:
                         pixels = decode_with_pillow(item, max_pixels)
                         native.transform_pixels(pixels, spec, out, row, seed, epoch, index, scale_bias)
@@ -181,6 +188,9 @@ class Engine:
         """
         spec = native_spec(transform)
         index_arr = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
+        prefailed = {row: item for row, item in enumerate(items) if isinstance(item, DecodeError)}
+        if prefailed:  # as in ``run``: the source's error is the row's failure
+            items = [b"" if row in prefailed else item for row, item in enumerate(items)]
         with self._lock:
             if self._native is None:
                 raise RuntimeError("Engine is closed")
@@ -188,12 +198,15 @@ class Engine:
         plan = CropPlan(boxes=boxes, flips=meta[:, 0].astype(bool), sizes=meta[:, 1:3].copy(),
                         orientations=meta[:, 3].copy())
         for row, status, message in raw:
-            if status == _NOT_JPEG:
+            if status == _NOT_JPEG and row not in prefailed:
                 plan.not_jpeg_rows.append(row)
             else:
                 index = int(index_arr[row]) if index_arr is not None else row
                 item = items[row]
-                plan.failures.append(DecodeError(message, index=index, name=item if isinstance(item, str) else None))
+                name = item if isinstance(item, str) else None
+                if row in prefailed:
+                    message, name = prefailed[row].reason, prefailed[row].name
+                plan.failures.append(DecodeError(message, index=index, name=name))
                 plan.failed_rows.append(row)
         return plan
 

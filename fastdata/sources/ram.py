@@ -30,6 +30,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..errors import DecodeError
+
 _MSG_MAX = 4096
 _PREFIX = "fastdata-ram-"
 
@@ -61,6 +63,8 @@ def source_identity(source: Any) -> str:
 
 
 def _as_buffer(item: Any) -> Any:
+    if isinstance(item, DecodeError):  # the source found the record bad (e.g. a failed checksum)
+        raise item
     if isinstance(item, str):
         with open(item, "rb") as f:
             return f.read()
