@@ -126,9 +126,11 @@ class _LMDBDataset:
 
         from PIL import Image
 
+        from .pillow_fallback import FALLBACK_FORMATS
+
         item = self._open().fetch([i])[0]
         data = open(item, "rb").read() if isinstance(item, str) else bytes(item)
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data), formats=("JPEG",) + FALLBACK_FORMATS) as im:  # never EPS & co.
             img = im.convert("RGB")
         return self.transform(img), self._labels[i]
 
