@@ -471,9 +471,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         reason = bench_report.plot_unavailable()
         if reason:
             raise SystemExit(f"fastdata-bench: --plot needs matplotlib ({reason})")
+    for flag, out in (("--json", args.json), ("--plot", args.plot)):
+        if out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            # checked before the run, so minutes of measuring are not lost to a typo
+            raise SystemExit(f"fastdata-bench: error: {flag} {out}: folder {os.path.dirname(os.path.abspath(out))} "
+                             f"does not exist")
     progress = Progress(quiet=args.quiet)
     t_start = time.perf_counter()
-    job, dataset = make_job(args.data, args, progress)
+    try:
+        job, dataset = make_job(args.data, args, progress)
+    except (OSError, ValueError) as exc:  # CacheFormatError is a ValueError; both name the path
+        raise SystemExit(f"fastdata-bench: error: {exc}") from None
     plan = ablation_plan(job) if args.ablation else compare_plan(job, names)
     results = run_plan(plan, job, args.seconds, progress, args.ablation)
     report = bench_report.build_report(
@@ -484,12 +492,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "compare": None if args.ablation else names},
         wall_seconds=time.perf_counter() - t_start)
     bench_report.print_report(report)
-    if args.json is not None:
-        bench_report.write_json(report, args.json)
-        progress.line(f"wrote {args.json}")
-    if args.plot is not None:
-        bench_report.plot(report, args.plot)
-        progress.line(f"wrote {args.plot}")
+    for out, write in ((args.json, bench_report.write_json), (args.plot, bench_report.plot)):
+        if out is None:
+            continue
+        try:
+            write(report, out)
+        except OSError as exc:
+            raise SystemExit(f"fastdata-bench: error: cannot write {out}: {exc.strerror or exc}") from None
+        progress.line(f"wrote {out}")
     return 0
 
 
