@@ -47,16 +47,6 @@ def data(tmp_path_factory) -> Path:
     return root
 
 
-def _has_fastdata_loader() -> bool:
-    import fastdata
-
-    try:
-        fastdata.Loader, fastdata.ImageFolder  # noqa: B018
-    except (ImportError, AttributeError):
-        return False
-    return True
-
-
 def _kernel_seconds(work, reps: int = 5) -> float:
     work()
     torch.cuda.synchronize()
@@ -112,12 +102,10 @@ def test_dataloader_bf16(train, data):
     _check(train.main([str(data), "--loader", "dataloader", "--amp", "bf16", *COMMON]), "dataloader")
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
 def test_fastdata_bf16(train, data):
     _check(train.main([str(data), "--loader", "fastdata", "--amp", "bf16", *COMMON]), "fastdata")
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
 def test_fastdata_fp16_gradscaler(train, data):
     _check(train.main([str(data), "--loader", "fastdata", "--amp", "fp16", *COMMON]), "fastdata")
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+import lmdb
 import numpy as np
 import pytest
 from PIL import Image, ImageOps, JpegImagePlugin
@@ -19,7 +20,6 @@ from torchvision.datasets import ImageFolder
 import fastdata
 from fastdata import cache_format as cf
 
-lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
 
 from fastdata.convert import ConvertError, convert, main
 from fastdata.sources.lmdb import LMDBSource
@@ -79,7 +79,8 @@ def test_round_trip_matches_imagefolder(tmp_path: Path) -> None:
     # every stored record is a sample or a known metadata key: nothing left over, nothing pickled
     keys = set(records(tmp_path / "db"))
     assert keys == {cf.sample_key(i) for i in range(len(s))} | {
-        cf.META_KEY, cf.LABELS_KEY, cf.PATHS_KEY, cf.SHA256_KEY, cf.REENCODED_KEY, cf.COMPLETE_KEY}
+        cf.META_KEY, cf.LABELS_KEY, cf.PATHS_KEY, cf.SHA256_KEY, cf.STORED_SHA256_KEY, cf.REENCODED_KEY,
+        cf.COMPLETE_KEY}
 
 
 def test_list_file_source(tmp_path: Path) -> None:

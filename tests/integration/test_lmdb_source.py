@@ -8,14 +8,13 @@ import threading
 from pathlib import Path
 from typing import List, Tuple
 
+import lmdb
 import numpy as np
 import pytest
 from PIL import Image
 from torchvision.datasets import ImageFolder
 
 from fastdata import cache_format as cf
-
-lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
 
 from fastdata.convert import convert
 from fastdata.sources.lmdb import LMDBSource
