@@ -16,8 +16,8 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.backends import DALI_MISSING, make_backend
-from fastdata.demo import photo_like_jpeg
+from fastdata.decoders import DALI_MISSING, make_backend
+from fastdata.cli.demo import photo_like_jpeg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_backend_routing import make_folder, psnr  # noqa: E402  (shared folder of hard cases)
@@ -27,7 +27,7 @@ needs_dali = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not instal
 
 
 def test_missing_dali_raises_one_clear_error(monkeypatch):
-    import fastdata.backends.dali as dali_mod
+    import fastdata.decoders.dali as dali_mod
     monkeypatch.setattr(dali_mod, "dali_available", lambda: False)
     with pytest.raises(ImportError) as info:
         make_backend("dali", fastdata.RandomResizedCrop(32), device="cpu")

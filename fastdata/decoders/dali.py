@@ -27,8 +27,8 @@ from typing import Any, Deque, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..engine import CropPlan
-from ..transforms import RandomResizedCrop
+from ..io.engine import CropPlan
+from ..io.transforms import RandomResizedCrop
 from .common import BatchBackend
 
 
