@@ -228,14 +228,14 @@ def test_decode_windows_stay_inside_the_image_and_dali_takes_every_row():
     pixel too tall, DALI failed the whole batch ("cropping window ... is not valid"), the
     batch went native, and on the GPU the failed pipeline's destruction crashed the process.
     These 64 demo images hit that edge in epoch 0 with seed 0."""
-    from fastdata.demo import _KIND_CYCLE, demo_image
+    from fastdata.cli.demo import _KIND_CYCLE, demo_image
     idx = [i for i in range(800) if _KIND_CYCLE[i % len(_KIND_CYCLE)] == "baseline"][:64]
     datas = [np.frombuffer(demo_image(0, i, 100)[1], np.uint8) for i in idx]
     with make_backend("dali", fastdata.RandomResizedCrop(224), device="cpu", dtype=None, seed=0, threads=2) as dali:
         rows = list(range(len(datas)))
         for epoch in range(3):
             plan = dali.engine.plan(datas, dali.transform, seed=0, epoch=epoch, indices=np.arange(len(datas)))
-            anchor, shape, _, _ = dali._windows(plan, rows)
+            anchor, shape, _, _ = dali.decoders[0]._windows(plan, rows)
             assert (anchor >= 0).all()
             assert (anchor[:, 0] + shape[:, 0] <= plan.sizes[:, 1]).all(), epoch
             assert (anchor[:, 1] + shape[:, 1] <= plan.sizes[:, 0]).all(), epoch
