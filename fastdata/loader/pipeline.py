@@ -96,10 +96,10 @@ class BatchPipeline:
     def __init__(self, transform: Transform, *, backend: Union[str, Decoder] = "native",
                  device: Union[str, torch.device] = "cpu", dtype: Optional[torch.dtype] = None,
                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                 channels_last: bool = True, seed: int = 0, strict: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None,
-                 roi: bool = True, batch_size: int = 1, ring_slots: int = 2, handed_out: bool = True,
-                 pin: bool = False, cpu_normalize: bool = False,
-                 backend_options: Optional[Dict[str, Any]] = None,
+                 channels_last: bool = True, seed: int = 0, strict: bool = False,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None, roi: bool = True,
+                 batch_size: int = 1, ring_slots: int = 2, handed_out: bool = True, pin: bool = False,
+                 cpu_normalize: bool = False, backend_options: Optional[Dict[str, Any]] = None,
                  on_stats: Optional[Callable[..., None]] = None):
         native_spec(transform)  # TypeError for a non-transform, before any thread starts
         if seed < 0:
