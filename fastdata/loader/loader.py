@@ -176,20 +176,26 @@ class Loader:
             raise RuntimeError("Loader is closed")
         epoch, start = self._next_epoch, self._resume_batch
         self._next_epoch, self._resume_batch = epoch + 1, 0
-        feed, serial = self._feed, None
+        feed = self._feed
         cur = self._current() if self._current is not None else None
         if (feed is not None and feed.alive and feed.lookahead is not None and feed.lookahead[1:] == (epoch, start)
                 and (cur is None or cur.exhausted)):
-            serial = feed.lookahead[0]  # the producer is already on this epoch: take its batches
+            # The producer is already on this epoch: take its batches. Items of the run before
+            # (its end marker) are skipped by serial, also when that iterator was dropped early
+            # without being freed yet (it may no longer halt the feed: see _EpochIterator.close).
+            serial = feed.lookahead[0]
             if cur is not None:
-                cur.finished = True  # its remaining queue items are this epoch's now
+                cur.finished = True
         else:
             self._stop_current()
             feed = self._feed = Feed(self._producer, self.prefetch)
             serial = self._next_serial()
             self._extend(feed, serial, epoch, start)
+        feed.owner = serial
         # Go on into the epoch an iteration after this one yields unless told otherwise.
-        self._extend(feed, self._next_serial(), epoch + 1, 0)
+        ahead = self._next_serial()
+        self._extend(feed, ahead, epoch + 1, 0)
+        feed.lookahead = (ahead, epoch + 1, 0) if feed.alive else None
         it = _EpochIterator(self, feed, serial, epoch, start)
         self._current = weakref.ref(it)
         return it
@@ -257,8 +263,6 @@ class Loader:
         """Queue ``epoch``'s batches from ``start`` on ``feed`` (computed on the producer thread)."""
         if feed.extend(serial, epoch, self.order.batches(epoch, start)):
             self._thread.submit(feed)
-        if feed.alive:
-            feed.lookahead = (serial, epoch, start)
 
     def _stop_current(self) -> None:
         """End the current iteration and whatever the producer does ahead."""
@@ -338,10 +342,11 @@ class _EpochIterator:
         return images, labels
 
     def close(self) -> None:
-        """Stop producing this epoch (and the lookahead) unless every batch was handed out;
-        return once the thread has left it. Safe to call twice."""
+        """Stop producing this epoch (and the lookahead) unless every batch was handed out or
+        a later iteration took the feed over; return once the thread has left it. Safe to
+        call twice."""
         self.finished = True
-        if not self.exhausted:
+        if not self.exhausted and self._feed.owner == self._serial:
             self._feed.halt(self._thread)
 
     def __del__(self) -> None:

@@ -148,6 +148,7 @@ class Feed:
         self.queue: "queue.Queue[Tuple[int, Any]]" = queue.Queue(maxsize=maxsize)
         self.stop = threading.Event()
         self.lookahead: Optional[Tuple[int, int, int]] = None  # (serial, epoch, start) queued ahead, not yet asked for
+        self.owner = -1  # serial of the epoch run being consumed: only its iterator may halt the feed
         self._producer = producer
         self._segments: Deque[Tuple[int, int, Iterable[np.ndarray]]] = collections.deque()
         self._lock = threading.Lock()

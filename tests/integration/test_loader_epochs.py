@@ -165,3 +165,23 @@ def test_one_batch_epochs_keep_the_pipeline_fed(paths):
             want_loader.set_epoch(e)
             want = [(x.clone(), y.clone()) for x, y in want_loader]
         assert_batches_equal(got, want)
+
+
+def test_an_epoch_consumed_without_its_stop_iteration_still_hands_over(paths):
+    """``for step in range(len(loader)): next(it)`` never sees StopIteration: the next
+    iteration still takes the prefetched epoch, and the old iterator is over."""
+    loader, source = make(paths)
+    with loader:
+        it = iter(loader)
+        first = [next(it)[1].clone() for _ in range(len(loader))]
+        assert it.exhausted
+        epoch1 = list(loader.order.batches(1))
+        assert source.wait_for(epoch1[0])
+        second = [y.clone() for _, y in loader]
+        assert all(source.count(b) == 1 for b in epoch1)
+        with pytest.raises(StopIteration):
+            next(it)
+        del it
+        third = [y.clone() for _, y in loader]  # the dropped, exhausted iterator stopped nothing
+    for e, got in enumerate((first, second, third)):
+        assert [y.tolist() for y in got] == [y.tolist() for _, y in reference(paths, e)]
