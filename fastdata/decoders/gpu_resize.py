@@ -1,4 +1,4 @@
-"""Batched crop + antialiased resize + flip + normalize on the GPU (or CPU), in torch only.
+"""Batched crop + antialiased resize + flip on the GPU (or CPU), in torch only (the pipeline normalizes).
 
 One call resamples a whole batch of decoded images of different sizes, with no Python
 loop over images: the decoded images live in one flat uint8 buffer (per-image element
