@@ -4,7 +4,7 @@ Exact command (2-core CPU box; run on an otherwise idle machine):
 
     /work/venv/bin/python benchmarks/bench_transcode.py --json bench_transcode.json
 
-Data: ``fastdata.demo.ensure_demo()`` (500 photo-like JPEGs, 10% progressive).
+Data: ``fastdata.cli.demo.ensure_demo()`` (500 photo-like JPEGs, 10% progressive).
 
 Rows:
 * decode: ms per image of ``fastdata.decode_batch`` with RandomResizedCrop(224), one
@@ -14,7 +14,7 @@ Rows:
 * load: ``fastdata.Loader`` img/s (``--threads`` threads, batch 64, RandomResizedCrop(224),
   uint8, CPU) over two LMDBs converted from the demo set, with and without
   ``--keep-progressive``: fastdata-bench's LMDB contender timed by its runner
-  (fastdata.bench_runner: warm-up excluded, timed images / timed seconds), ``--seconds``
+  (fastdata.cli.bench_runner: warm-up excluded, timed images / timed seconds), ``--seconds``
   per measurement, start-up and warm-up included.
 * bytes: the progressive files' size before and after transcoding (convert's summary).
 
@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import fastdata
-from fastdata import _C, bench_contenders, bench_runner, demo
-from fastdata.convert import convert
+from fastdata import _C
+from fastdata.cli import bench_contenders, bench_runner, demo
+from fastdata.cli.convert import convert
 from fastdata.sources.lmdb import LMDBSource
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from fastdata import bench_report
+from fastdata.cli import bench_report
 
 pytest.importorskip("matplotlib")
 

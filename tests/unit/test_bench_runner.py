@@ -1,4 +1,4 @@
-"""fastdata.bench_runner computes its statistic as documented: timed images / timed seconds,
+"""fastdata.cli.bench_runner computes its statistic as documented: timed images / timed seconds,
 pooled over rounds as a ratio of sums, with window rates as the spread only.
 
 A fake contender advances a fake clock by known per-batch times, so every number below is
@@ -11,7 +11,7 @@ from typing import Iterator, List, Sequence
 
 import pytest
 
-from fastdata import bench_runner
+from fastdata.cli import bench_runner
 
 
 class FakeClock:

@@ -15,7 +15,7 @@ from PIL import Image
 
 import fastdata
 from fastdata import _C
-from fastdata.engine import native_spec
+from fastdata.io.engine import native_spec
 from imagegen import encode_jpeg, photo_like
 
 RRC = _C.TransformKind.RANDOM_RESIZED_CROP

@@ -11,7 +11,7 @@ it a deterministic photo-like demo set is generated once into the user's cache d
 Every contender runs the same job (RandomResizedCrop(224) + flip, ImageNet normalization,
 same batch size, output dtype and device; ``--dtype uint8`` asks for raw uint8 NHWC images
 instead). Per contender: start-up and warm-up batches are excluded; reported are images/s =
-timed images / timed seconds (pooled over ``--rounds``; fastdata.bench_runner says why this
+timed images / timed seconds (pooled over ``--rounds``; fastdata.cli.bench_runner says why this
 statistic), the spread of up to 5 consecutive windows per round (min/max and quartiles), CPU
 use (this process plus its children, e.g. DataLoader workers, in cores busy), peak RSS
 (summed over the same processes, so shared pages of forked workers count more than once)
@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from fastdata import bench_contenders as bc
-from fastdata import bench_report, demo
-from fastdata.bench_runner import MAX_WINDOWS, measure, pool, windows  # noqa: F401 (MAX_WINDOWS, windows: API)
+from fastdata.cli import bench_contenders as bc
+from fastdata.cli import bench_report, demo
+from fastdata.cli.bench_runner import MAX_WINDOWS, measure, pool, windows  # noqa: F401 (MAX_WINDOWS, windows: API)
 from fastdata.sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_SECONDS = 20.0

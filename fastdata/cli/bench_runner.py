@@ -1,7 +1,7 @@
 """The one timing loop under `fastdata-bench` and every script in benchmarks/ that times a
 loader, and its one statistic.
 
-A contender (fastdata.bench_contenders) yields ``(images, labels)`` batches forever.
+A contender (fastdata.cli.bench_contenders) yields ``(images, labels)`` batches forever.
 :func:`measure` runs one for a time budget: start-up and warm-up batches untimed, then
 timed batches, each read when it is on its device (CUDA is synchronized first). Rounds of
 the same contender are pooled by :func:`pool`.
@@ -25,8 +25,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from fastdata.demo import usable_cores
-from fastdata.stall import process_cpu_seconds
+from fastdata.cli.demo import usable_cores
+from fastdata.diagnostics.stall import process_cpu_seconds
 
 MAX_WINDOWS = 5
 

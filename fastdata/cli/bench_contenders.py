@@ -6,7 +6,7 @@ output dtype and device; each yields ``(images, labels)`` batches forever (epoch
 chained) until the generator is closed. ``images`` is a normalized ``job.dtype`` tensor
 [B, 3, 224, 224] on ``job.device`` (with ``job.dtype == "uint8"``: raw uint8 [B, 224, 224, 3],
 NHWC, not normalized); ``labels`` int64 [B]. A contender that cannot run here says why
-through ``unavailable()`` and is reported as skipped, never dropped. fastdata.bench_runner
+through ``unavailable()`` and is reported as skipped, never dropped. fastdata.cli.bench_runner
 times them.
 
 Heavy imports (torch, torchvision, DALI, fastdata's loader) happen inside the methods so
@@ -406,7 +406,7 @@ def ensure_lmdb(job: Job) -> Path:
     import hashlib
 
     import fastdata
-    from fastdata import convert
+    from fastdata.cli import convert
 
     src = job.folder if job.folder is not None else job.list_file
     if src is None:
