@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .. import cache_format as cf
+from ..cache import format as cf
+from ..cache.lmdb_file import check_lmdb_dir
 from ..errors import DecodeError
-from ..lmdb_file import check_lmdb_dir
 
 # py-lmdb refuses to open one environment twice in a process, so every LMDBSource of a
 # path shares one read-only environment: path -> [env, users, pid that opened it].
@@ -87,7 +87,7 @@ class LMDBSource:
             records stored as the source's bytes (``checked`` says which).
 
     Raises:
-        fastdata.cache_format.CacheFormatError: incomplete, newer-format or damaged cache,
+        fastdata.cache.format.CacheFormatError: incomplete, newer-format or damaged cache,
             including a ``data.mdb`` cut shorter than its LMDB meta pages say (checked
             before mapping it, which would otherwise end the process with SIGBUS).
         FileNotFoundError: no cache at ``path``.

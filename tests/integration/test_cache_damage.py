@@ -20,9 +20,9 @@ import torch
 from PIL import Image
 
 import fastdata
-from fastdata import cache_format as cf
-from fastdata.convert import convert
-from fastdata.lmdb_file import read_lmdb_meta
+from fastdata.cache import format as cf
+from fastdata.cli.convert import convert
+from fastdata.cache.lmdb_file import read_lmdb_meta
 from fastdata.sources.lmdb import LMDBSource
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,8 +162,8 @@ def test_truncated_data_mdb_refused_by_resume_and_bench(built: Tuple[Path, Path]
     d = tmp_path / "cut"
     d.mkdir()
     (d / "data.mdb").write_bytes(full[: len(full) // 2])
-    for cmd in (["-m", "fastdata.convert", str(src), str(d), "--resume", "--quiet"],
-                ["-m", "fastdata.bench", str(d), "--seconds", "0.2", "--compare", "fastdata", "--quiet",
+    for cmd in (["-m", "fastdata.cli.convert", str(src), str(d), "--resume", "--quiet"],
+                ["-m", "fastdata.cli.bench", str(d), "--seconds", "0.2", "--compare", "fastdata", "--quiet",
                  "--device", "cpu"]):
         done = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=120, cwd=REPO)
         assert done.returncode == 1, (cmd, done.returncode, done.stderr[-2000:])
@@ -261,7 +261,7 @@ def test_crafted_progress_record_on_resume(built: Tuple[Path, Path], tmp_path: P
     src, _ = built
     dst = tmp_path / "partial"
     env = lmdb.open(str(dst), subdir=True)
-    from fastdata.convert import scan
+    from fastdata.cli.convert import scan
 
     options = {"max_side": None, "quality": None, "keep_progressive": False}
     with env.begin(write=True) as txn:
@@ -270,7 +270,7 @@ def test_crafted_progress_record_on_resume(built: Tuple[Path, Path], tmp_path: P
     env.close()
     code = textwrap.dedent("""
         import sys
-        from fastdata.convert import convert
+        from fastdata.cli.convert import convert
         convert(sys.argv[1], sys.argv[2], workers=1, resume=True)
     """)
     done = _child(code, str(src), str(dst))

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 import fastdata
-from fastdata.convert import convert
-from fastdata.demo import usable_cores
+from fastdata.cli.convert import convert
+from fastdata.cli.demo import usable_cores
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,19 +65,19 @@ def _src(root: Path, per_class: int = 3) -> Path:
 # ------------------------------------------------------------------ fastdata-convert
 def test_convert_refuses_destination_inside_source(tmp_path: Path) -> None:
     src = _src(tmp_path / "src")
-    done = _cli("fastdata.convert", str(src), str(src / "cache"), "--quiet")
+    done = _cli("fastdata.cli.convert", str(src), str(src / "cache"), "--quiet")
     _one_line_error(done, str(src / "cache"), "inside the source")
     assert not (src / "cache").exists()
     assert fastdata.ImageFolder(str(src)).classes == ["a", "b"]  # SRC still a valid ImageFolder
     link = tmp_path / "link"
     link.symlink_to(src)
-    _one_line_error(_cli("fastdata.convert", str(link), str(src / "b" / "db"), "--quiet"), "inside the source")
-    _one_line_error(_cli("fastdata.convert", str(src), str(src), "--quiet"), "inside the source")
-    assert _cli("fastdata.convert", str(src), str(tmp_path / "src-cache"), "--quiet").returncode == 0  # a sibling is fine
+    _one_line_error(_cli("fastdata.cli.convert", str(link), str(src / "b" / "db"), "--quiet"), "inside the source")
+    _one_line_error(_cli("fastdata.cli.convert", str(src), str(src), "--quiet"), "inside the source")
+    assert _cli("fastdata.cli.convert", str(src), str(tmp_path / "src-cache"), "--quiet").returncode == 0  # a sibling is fine
 
 
 def test_convert_workers_validated_and_capped(tmp_path: Path) -> None:
-    from fastdata.convert import worker_count
+    from fastdata.cli.convert import worker_count
 
     assert worker_count(None) == usable_cores()
     assert worker_count(100_000) == usable_cores()
@@ -86,9 +86,9 @@ def test_convert_workers_validated_and_capped(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="workers"):
             worker_count(bad)
     src = _src(tmp_path / "src")
-    done = _cli("fastdata.convert", str(src), str(tmp_path / "db"), "--workers", "100000")
+    done = _cli("fastdata.cli.convert", str(src), str(tmp_path / "db"), "--workers", "100000")
     assert done.returncode == 0 and f"using {usable_cores()}" in done.stderr, done.stderr
-    _one_line_error(_cli("fastdata.convert", str(src), str(tmp_path / "db0"), "--workers", "0"), "workers")
+    _one_line_error(_cli("fastdata.cli.convert", str(src), str(tmp_path / "db0"), "--workers", "0"), "workers")
 
 
 def test_convert_workers_never_fork_more_than_the_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,7 +114,7 @@ def test_convert_into_read_only_dir(shared_tmp: Path) -> None:
     ro.mkdir()
     ro.chmod(0o555)
     for dst in (ro, ro / "db"):
-        done = _cli("fastdata.convert", str(src), str(dst), "--quiet", as_nobody=True)
+        done = _cli("fastdata.cli.convert", str(src), str(dst), "--quiet", as_nobody=True)
         _one_line_error(done, str(dst), "ermission denied")
 
 
@@ -124,18 +124,18 @@ def test_convert_resume_into_junk(tmp_path: Path) -> None:
         dst = tmp_path / name
         dst.mkdir()
         (dst / "data.mdb").write_bytes(junk)
-        _one_line_error(_cli("fastdata.convert", str(src), str(dst), "--resume", "--quiet"), str(dst / "data.mdb"))
+        _one_line_error(_cli("fastdata.cli.convert", str(src), str(dst), "--resume", "--quiet"), str(dst / "data.mdb"))
 
 
 def test_convert_a_jpeg_file_as_source(tmp_path: Path) -> None:
     src = _src(tmp_path / "src")
     jpeg = src / "a" / "0.jpg"
-    _one_line_error(_cli("fastdata.convert", str(jpeg), str(tmp_path / "db"), "--quiet"), str(jpeg),
+    _one_line_error(_cli("fastdata.cli.convert", str(jpeg), str(tmp_path / "db"), "--quiet"), str(jpeg),
                     "not a 'path,label' list file")
 
 
 # ------------------------------------------------------------------ fastdata-bench
-BENCH = ("fastdata.bench", "--seconds", "0.2", "--compare", "fastdata", "--device", "cpu", "--quiet")
+BENCH = ("fastdata.cli.bench", "--seconds", "0.2", "--compare", "fastdata", "--device", "cpu", "--quiet")
 
 
 def test_bench_bad_data_arguments(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_bench_json_into_missing_folder_fails_before_running(tmp_path: Path) -> 
 
 # ------------------------------------------------------------------ fastdata-doctor
 def test_doctor_missing_data_fails(tmp_path: Path) -> None:
-    done = _cli("fastdata.doctor", str(tmp_path / "nonexistent"), "--no-gpu")
+    done = _cli("fastdata.cli.doctor", str(tmp_path / "nonexistent"), "--no-gpu")
     assert done.returncode == 1 and "FAIL  data" in done.stdout, done.stdout
 
 
@@ -171,7 +171,7 @@ def test_doctor_fails_a_broken_cache(tmp_path: Path, damage: str) -> None:
     data = (db / "data.mdb").read_bytes()
     broken = data[: len(data) // 2] if damage == "truncated" else np.random.default_rng(0).bytes(len(data))
     (db / "data.mdb").write_bytes(broken)
-    done = _cli("fastdata.doctor", str(db), "--no-gpu")
+    done = _cli("fastdata.cli.doctor", str(db), "--no-gpu")
     assert done.returncode == 1, done.stdout
     line = next(ln for ln in done.stdout.splitlines() if "lmdb_cache" in ln)
     assert "FAIL" in line and "ok" not in line.split("lmdb_cache")[0], done.stdout

@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 from torchvision.datasets import ImageFolder
 
-from fastdata import cache_format as cf
+from fastdata.cache import format as cf
 
-from fastdata.convert import convert
+from fastdata.cli.convert import convert
 from fastdata.sources.lmdb import LMDBSource
 
 

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image, PngImagePlugin
 
 import fastdata
-from fastdata.pillow_fallback import FALLBACK_FORMATS
+from fastdata.io.pillow_fallback import FALLBACK_FORMATS
 
 REPO = Path(__file__).resolve().parents[2]
 RRC = fastdata.RandomResizedCrop(16)
@@ -45,7 +45,7 @@ def _encode(fmt: str) -> bytes:
 CHILD = textwrap.dedent("""
     import os, sys, warnings
     import numpy as np, torch, fastdata
-    from fastdata.convert import convert
+    from fastdata.cli.convert import convert
     data, folder, db = open(sys.argv[1], "rb").read(), sys.argv[2], sys.argv[3]
     rrc = fastdata.RandomResizedCrop(16)
     for call in (lambda: fastdata.decode(data), lambda: fastdata.decode_batch([data], rrc)):
@@ -90,8 +90,8 @@ def test_eps_never_runs_ghostscript(tmp_path: Path) -> None:
     (good / "c").mkdir(parents=True)
     for i in range(2):
         (good / "c" / f"{i}.jpg").write_bytes(_encode("JPEG"))
-    from fastdata import cache_format as cf
-    from fastdata.convert import convert
+    from fastdata.cache import format as cf
+    from fastdata.cli.convert import convert
 
     convert(str(good), str(tmp_path / "db"), workers=1)
     import hashlib

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import fastdata
-from fastdata import tracing
-from fastdata.stall import StallMeter, StallReport, classify, next_action, profile
+from fastdata.diagnostics import tracing
+from fastdata.diagnostics.stall import StallMeter, StallReport, classify, next_action, profile
 
 BATCH = 8
 
@@ -334,7 +334,7 @@ class FakeGpu:
 @pytest.mark.parametrize("loader_ms,kernel_ms,truth,verdict", [(20, 5, 15 / 20, "input-bound"), (5, 20, 0.0, "compute-bound")])
 def test_cuda_event_timing_sees_through_asynchronous_steps(monkeypatch, loader_ms, kernel_ms, truth, verdict):
     torch = pytest.importorskip("torch")
-    import fastdata.stall as stall_module
+    import fastdata.diagnostics.stall as stall_module
 
     clock = VirtualClock()
     gpu = FakeGpu(clock)
