@@ -1,0 +1,154 @@
+"""What the cache stores for one input (the worker side of a conversion).
+
+:func:`stored_bytes` decides it in one place: the source bytes, a lossy re-encode
+(``--max-side``, and non-JPEG inputs then), or, for progressive JPEGs, a lossless transcode
+to baseline (same DCT coefficients, so identical pixels) that the Loader's crop decode can
+serve without entropy-decoding the whole image. :func:`process_one` reads, hashes and
+stores one file and never raises for bad data; ``--workers`` forked processes run it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import format as cf
+
+DEFAULT_QUALITY = 90
+_JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+def _target_size(w: int, h: int, max_side: int) -> Tuple[int, int]:
+    scale = max_side / max(w, h)
+    return max(1, round(w * scale)), max(1, round(h * scale))
+
+
+def _encode_jpeg(img: Any, quality: int) -> bytes:
+    """Baseline 4:2:0 JPEG of a Pillow RGB image, no metadata (orientation already applied)."""
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=quality, subsampling="4:2:0", optimize=False, progressive=False)
+    return buf.getvalue()
+
+
+def oriented_size(data: bytes) -> Tuple[int, int]:
+    """(width, height) of a JPEG after its EXIF orientation, from the header alone."""
+    import fastdata
+
+    info = fastdata.probe(data)
+    return info.oriented_width, info.oriented_height
+
+
+def validate(data: bytes) -> np.ndarray:
+    """Decode once, strictly (JPEG natively, the raster formats through the Pillow fallback);
+    DecodeError on any problem. Returns the pixels, uint8 RGB [H, W, 3]."""
+    import fastdata
+
+    return fastdata.decode(data, strict=True)
+
+
+def _shrink(data: bytes, max_side: int, quality: int) -> bytes:
+    """Decoded (oriented RGB), antialiased resize to ``max_side`` when larger, JPEG re-encode."""
+    from PIL import Image
+
+    img = Image.fromarray(validate(data))
+    if max(img.size) > max_side:
+        # reducing_gap: box-reduce first, then LANCZOS; antialiased and fast for big shrinks
+        img = img.resize(_target_size(img.width, img.height, max_side), Image.LANCZOS, reducing_gap=3.0)
+    return _encode_jpeg(img, quality)
+
+
+class TranscodeError(ValueError):
+    """A progressive JPEG that decodes could not be rewritten losslessly (reported per file)."""
+
+
+def _transcodable(data: bytes) -> bool:
+    """Progressive grayscale/YCbCr/RGB JPEGs: those whose decode pays for entropy-decoding every
+    scan of the whole image. CMYK/YCCK stay as they are (rare, and an Adobe marker would
+    have to be reproduced exactly)."""
+    if data[:3] != _JPEG_MAGIC:
+        return False
+    import fastdata
+
+    info = fastdata.probe(data)
+    return info.progressive and info.color_space in ("gray", "ycbcr", "rgb")
+
+
+def _transcode(data: bytes, pixels: np.ndarray) -> bytes:
+    """Lossless progressive -> baseline rewrite, checked against the source's decoded pixels.
+
+    The rewrite keeps the DCT coefficients, so any difference would be a bug, not rounding:
+    checking costs one fast (baseline) decode per progressive file, once, at write time.
+    """
+    import fastdata
+    from fastdata import _C
+    from fastdata.io.engine import DEFAULT_MAX_PIXELS
+
+    try:
+        out = _C.transcode_to_baseline(data, DEFAULT_MAX_PIXELS)
+    except ValueError as exc:  # NativeDecodeError (corrupt data) is a ValueError too
+        raise TranscodeError(f"lossless transcode to baseline failed: {exc}") from None
+    if fastdata.probe(out).progressive:
+        raise TranscodeError("lossless transcode to baseline produced a progressive file")
+    if not np.array_equal(fastdata.decode(out, strict=True), pixels):
+        raise TranscodeError("lossless transcode to baseline changed the decoded pixels")
+    return out
+
+
+def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progressive: bool) -> Tuple[bytes, int]:
+    """What the cache stores for one input's bytes, and how it relates to them (cf.STORED_*).
+
+    Raises for data that does not decode (strictly) or cannot be re-encoded as ``max_side`` asks.
+    A progressive file that decodes but cannot be transcoded exactly (e.g. one whose decode
+    uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
+    is: the transcode is only a speed-up, and a good image is never dropped for it.
+    """
+    if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(oriented_size(data)) <= max_side):
+        return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
+    pixels = validate(data)
+    if not keep_progressive and _transcodable(data):
+        try:
+            return _transcode(data, pixels), cf.STORED_TRANSCODED
+        except TranscodeError:
+            pass
+    return data, cf.STORED_ORIGINAL
+
+
+# (input position, stored bytes or None, error reason or None, bytes read, sha256, cf.STORED_*)
+Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, int]
+
+
+def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep_progressive: bool = False) -> Result:
+    """Read, hash, validate and store (:func:`stored_bytes`) one input. Never raises for bad data."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", cf.STORED_ORIGINAL
+    digest = hashlib.sha256(data).digest()
+    try:
+        stored, kind = stored_bytes(data, max_side, quality, keep_progressive)
+        return pos, stored, None, len(data), digest, kind
+    except Exception as exc:  # any decoder failure is this file's problem, reported by name
+        return pos, None, f"invalid image: {_reason(exc)}", len(data), digest, cf.STORED_ORIGINAL
+
+
+def _reason(exc: Exception) -> str:
+    """A deterministic message (stored in the cache, so a resumed run equals a clean one)."""
+    reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+    return re.sub(r" at 0x[0-9a-f]+", "", str(reason))
+
+
+# Set in each forked worker by worker_init (the pool's initializer), read by worker_chunk.
+_WORKER_ARGS: Tuple[Optional[int], int, bool] = (None, DEFAULT_QUALITY, False)
+
+
+def worker_init(max_side: Optional[int], quality: int, keep_progressive: bool) -> None:
+    global _WORKER_ARGS
+    _WORKER_ARGS = (max_side, quality, keep_progressive)
+
+
+def worker_chunk(chunk: Sequence[Tuple[int, str]]) -> List[Result]:
+    return [process_one(pos, path, *_WORKER_ARGS) for pos, path in chunk]
