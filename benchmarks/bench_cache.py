@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import fastdata
-from fastdata.cache.writer import convert
+from fastdata.cache.build.writer import convert
 from fastdata.cli.demo import photo_like_jpeg
 from fastdata.sources.lmdb import LMDBSource
 from fastdata.sources.ram import RAMCache

@@ -1,8 +1,8 @@
 """The on-disk format of a fastdata LMDB cache: keys, metadata schema, version checks.
 
 This module is the one place that defines the format (docs/cache-format.md describes it
-for humans); the writer (``fastdata.cache.writer``, behind fastdata-convert) and the reader (``fastdata.LMDBSource``)
-both go through it.
+for humans); the writer (``fastdata.cache.build``, behind fastdata-convert) and the reader
+(``fastdata.LMDBSource``) both go through it.
 
 Layout (one LMDB environment, a directory holding ``data.mdb``, main database only):
 

@@ -2,7 +2,7 @@
 
 SRC is an ImageFolder tree (torchvision semantics) or a ``path,label`` list file; DST is
 an LMDB directory in the format defined by :mod:`fastdata.cache.format`. The work is
-:func:`fastdata.cache.writer.convert`; this module only parses arguments and reports.
+:func:`fastdata.cache.build.writer.convert`; this module only parses arguments and reports.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Optional, Sequence
 
 from ..cache import format as cf
 from ..cache.errors import ConvertError
-from ..cache.records import DEFAULT_QUALITY
-from ..cache.writer import DEFAULT_BATCH, convert, worker_count
+from ..cache.build.records import DEFAULT_QUALITY
+from ..cache.build.writer import DEFAULT_BATCH, convert, worker_count
 
 __all__ = ["ConvertError", "convert", "main"]  # convert and ConvertError: for callers of the old module
 

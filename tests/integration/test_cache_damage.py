@@ -21,7 +21,7 @@ from PIL import Image
 
 import fastdata
 from fastdata.cache import format as cf
-from fastdata.cache.writer import convert
+from fastdata.cache.build.writer import convert
 from fastdata.cache.lmdb_file import read_lmdb_meta
 from fastdata.sources.lmdb import LMDBSource
 
@@ -261,7 +261,7 @@ def test_crafted_progress_record_on_resume(built: Tuple[Path, Path], tmp_path: P
     src, _ = built
     dst = tmp_path / "partial"
     env = lmdb.open(str(dst), subdir=True)
-    from fastdata.cache.scan import scan
+    from fastdata.cache.build.scan import scan
 
     options = {"max_side": None, "quality": None, "keep_progressive": False}
     with env.begin(write=True) as txn:
@@ -270,7 +270,7 @@ def test_crafted_progress_record_on_resume(built: Tuple[Path, Path], tmp_path: P
     env.close()
     code = textwrap.dedent("""
         import sys
-        from fastdata.cache.writer import convert
+        from fastdata.cache.build.writer import convert
         convert(sys.argv[1], sys.argv[2], workers=1, resume=True)
     """)
     done = _child(code, str(src), str(dst))

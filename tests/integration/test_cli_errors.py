@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import fastdata
-from fastdata.cache.writer import convert
+from fastdata.cache.build.writer import convert
 from fastdata.cli.demo import usable_cores
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_convert_refuses_destination_inside_source(tmp_path: Path) -> None:
 
 
 def test_convert_workers_validated_and_capped(tmp_path: Path) -> None:
-    from fastdata.cache.writer import worker_count
+    from fastdata.cache.build.writer import worker_count
 
     assert worker_count(None) == usable_cores()
     assert worker_count(100_000) == usable_cores()

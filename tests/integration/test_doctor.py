@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from fastdata.cli import doctor
-from fastdata.cache.writer import convert
+from fastdata.cache.build.writer import convert
 from fastdata.cli.doctor import Finding, check_storage, exit_status, main
 
 torch = pytest.importorskip("torch")

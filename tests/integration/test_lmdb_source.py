@@ -16,7 +16,7 @@ from torchvision.datasets import ImageFolder
 
 from fastdata.cache import format as cf
 
-from fastdata.cache.writer import convert
+from fastdata.cache.build.writer import convert
 from fastdata.sources.lmdb import LMDBSource
 
 

@@ -45,7 +45,7 @@ def _encode(fmt: str) -> bytes:
 CHILD = textwrap.dedent("""
     import os, sys, warnings
     import numpy as np, torch, fastdata
-    from fastdata.cache.writer import convert
+    from fastdata.cache.build.writer import convert
     data, folder, db = open(sys.argv[1], "rb").read(), sys.argv[2], sys.argv[3]
     rrc = fastdata.RandomResizedCrop(16)
     for call in (lambda: fastdata.decode(data), lambda: fastdata.decode_batch([data], rrc)):
@@ -91,7 +91,7 @@ def test_eps_never_runs_ghostscript(tmp_path: Path) -> None:
     for i in range(2):
         (good / "c" / f"{i}.jpg").write_bytes(_encode("JPEG"))
     from fastdata.cache import format as cf
-    from fastdata.cache.writer import convert
+    from fastdata.cache.build.writer import convert
 
     convert(str(good), str(tmp_path / "db"), workers=1)
     import hashlib

@@ -15,7 +15,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import format as cf
+from ...io.decoding import decode, probe
+from ...io.engine import DEFAULT_MAX_PIXELS
+from .. import format as cf
 
 DEFAULT_QUALITY = 90
 _JPEG_MAGIC = b"\xff\xd8\xff"
@@ -35,18 +37,14 @@ def _encode_jpeg(img: Any, quality: int) -> bytes:
 
 def oriented_size(data: bytes) -> Tuple[int, int]:
     """(width, height) of a JPEG after its EXIF orientation, from the header alone."""
-    import fastdata
-
-    info = fastdata.probe(data)
+    info = probe(data)
     return info.oriented_width, info.oriented_height
 
 
 def validate(data: bytes) -> np.ndarray:
     """Decode once, strictly (JPEG natively, the raster formats through the Pillow fallback);
     DecodeError on any problem. Returns the pixels, uint8 RGB [H, W, 3]."""
-    import fastdata
-
-    return fastdata.decode(data, strict=True)
+    return decode(data, strict=True)
 
 
 def _shrink(data: bytes, max_side: int, quality: int) -> bytes:
@@ -70,9 +68,7 @@ def _transcodable(data: bytes) -> bool:
     have to be reproduced exactly)."""
     if data[:3] != _JPEG_MAGIC:
         return False
-    import fastdata
-
-    info = fastdata.probe(data)
+    info = probe(data)
     return info.progressive and info.color_space in ("gray", "ycbcr", "rgb")
 
 
@@ -82,17 +78,15 @@ def _transcode(data: bytes, pixels: np.ndarray) -> bytes:
     The rewrite keeps the DCT coefficients, so any difference would be a bug, not rounding:
     checking costs one fast (baseline) decode per progressive file, once, at write time.
     """
-    import fastdata
-    from fastdata import _C
-    from fastdata.io.engine import DEFAULT_MAX_PIXELS
+    from ... import _C  # looked up at call time (tests stand a fake in for it)
 
     try:
         out = _C.transcode_to_baseline(data, DEFAULT_MAX_PIXELS)
     except ValueError as exc:  # NativeDecodeError (corrupt data) is a ValueError too
         raise TranscodeError(f"lossless transcode to baseline failed: {exc}") from None
-    if fastdata.probe(out).progressive:
+    if probe(out).progressive:
         raise TranscodeError("lossless transcode to baseline produced a progressive file")
-    if not np.array_equal(fastdata.decode(out, strict=True), pixels):
+    if not np.array_equal(decode(out, strict=True), pixels):
         raise TranscodeError("lossless transcode to baseline changed the decoded pixels")
     return out
 

@@ -1,10 +1,10 @@
 """Convert SRC into a crash-safe LMDB cache (the library behind ``fastdata-convert``).
 
-The parent process scans SRC (fastdata.cache.scan), owns the LMDB write transactions and
+The parent process scans SRC (fastdata.cache.build.scan), owns the LMDB write transactions and
 writes records strictly in input order; ``workers`` forked processes read, hash, validate
-(decode once) and shrink or transcode each image as fastdata.cache.records decides.
+(decode once) and shrink or transcode each image as fastdata.cache.build.records decides.
 Batches of records are committed together with a progress record
-(fastdata.cache.resume_state), so a run killed at any moment leaves a cache that
+(fastdata.cache.build.resume_state), so a run killed at any moment leaves a cache that
 ``resume=True`` continues and that readers refuse until the completion record (written
 last, in the final transaction) exists. The format is fastdata.cache.format's.
 """
@@ -20,11 +20,11 @@ from typing import Any, Dict, List, Optional, TextIO
 
 import numpy as np
 
-from .. import __version__
-from ..io.engine import default_threads
-from . import format as cf
-from .errors import ConvertError
-from .lmdb_file import check_lmdb_dir
+from ... import __version__
+from ...io.engine import default_threads
+from .. import format as cf
+from ..errors import ConvertError
+from ..lmdb_file import check_lmdb_dir
 from .progress_line import ProgressLine
 from .records import DEFAULT_QUALITY, Result, process_one, worker_chunk, worker_init
 from .resume_state import State, load_state

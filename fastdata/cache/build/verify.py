@@ -6,10 +6,9 @@ import multiprocessing
 import os
 from typing import Any, List, Optional, Tuple
 
-import fastdata
-
-from ..errors import DecodeError
-from .errors import ConvertError
+from ...errors import DecodeError
+from ...io.decoding import probe
+from ..errors import ConvertError
 from .records import oriented_size, validate
 
 # Each (forked) verifying process keeps one source open across its chunks.
@@ -19,7 +18,7 @@ _VERIFY_SRC: Any = None
 def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
     """Re-read records [lo, hi) of a finished cache; return problems found."""
     global _VERIFY_SRC
-    from ..sources.lmdb import LMDBSource
+    from ...sources.lmdb import LMDBSource
 
     dst, max_side, lo, hi = args
     if _VERIFY_SRC is None or _VERIFY_SRC.path != os.path.abspath(dst):
@@ -34,7 +33,7 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
         try:
             if src.transcoded[i]:
                 # the source is not at hand to compare pixels with: check the kind, then decode
-                if fastdata.probe(data).progressive:
+                if probe(data).progressive:
                     problems.append(f"sample {i} ({src.source_path(i)}): transcoded record is still progressive")
                     continue
             elif not src.reencoded[i]:
@@ -53,7 +52,7 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
 
 def verify(dst: str, max_side: Optional[int], workers: int) -> None:
     """Re-read every record of the finished cache DST; ConvertError listing the problems found."""
-    from ..sources.lmdb import LMDBSource
+    from ...sources.lmdb import LMDBSource
 
     n = len(LMDBSource(dst))
     step = 256

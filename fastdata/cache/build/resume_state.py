@@ -6,8 +6,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from . import format as cf
-from .errors import ConvertError
+from .. import format as cf
+from ..errors import ConvertError
 
 
 @dataclass

@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from ..sources.folder import read_file_list, scan_image_folder
-from . import format as cf
-from .errors import ConvertError
+from ...sources.folder import read_file_list, scan_image_folder
+from .. import format as cf
+from ..errors import ConvertError
 
 
 @dataclass
