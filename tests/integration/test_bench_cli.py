@@ -62,9 +62,8 @@ def test_compare_json_table_and_plot(tiny_folder: Path, tmp_path: Path, capsys: 
     assert by["dali"]["status"] == "skipped" and "cuda" in by["dali"]["reason"].lower()
     assert report["dataset"]["images"] == 48 and report["config"]["batch_size"] == 8
     assert report["machine"]["cores_usable"] >= 1 and report["machine"]["versions"]["torch"]
-    # --seconds bounds the measurement: shares plus at most a batch or two of overrun each.
-    ran = [r for r in report["results"] if r["status"] == "ok"]
-    assert sum(r["total_seconds"] for r in ran) < 3 + 4 * len(ran)
+    # That --seconds bounds each measurement is checked on a fake clock
+    # (tests/unit/test_bench_runner.py), not against this machine's wall clock.
 
     table = capsys.readouterr().out
     for r in report["results"]:
