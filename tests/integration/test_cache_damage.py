@@ -94,13 +94,33 @@ def test_flipped_bit_is_found_on_read_and_named(built: Tuple[Path, Path], tmp_pa
     assert loader.stats().failures == 1 and len(labels) == N  # replaced and counted, never lost
 
 
+def test_gpu_routing_reads_a_failed_record_as_its_failure(built: Tuple[Path, Path], tmp_path: Path) -> None:
+    """The GPU backends' reader (decoders.routing) takes a checksum failure as an unreadable
+    row with its reason; the native decoder then names it (it gets the rows GPUs cannot take)."""
+    from fastdata.decoders.routing import plan_batch, read_items
+
+    _, db = built
+    bad = _copy(db, tmp_path / "bad")
+    _flip_in_record(bad, 3)
+    source = LMDBSource(str(bad))  # kept: its views end with it
+    items = source.fetch([2, 3])
+    with fastdata.Engine(1) as engine:
+        datas, reasons = read_items(items, engine)
+        assert reasons[0] is None and datas[0].size > 0 and "SHA-256" in reasons[1]
+        planned = plan_batch(items, np.array([2, 3]), 0, [None, None], engine, fastdata.CenterCrop(32), seed=0)
+        assert planned.unplanned == {1}
+        report = engine.run(items, fastdata.CenterCrop(32), np.zeros((2, 32, 32, 3), np.uint8), indices=[2, 3])
+    assert [(f.index, "SHA-256" in f.reason) for f in report.failures] == [(3, True)]
+
+
 def test_flip_in_a_reencoded_record_is_found(built: Tuple[Path, Path], tmp_path: Path) -> None:
     src, _ = built
     db = tmp_path / "small"
     convert(str(src), str(db), workers=1, max_side=48)  # every record re-encoded: source sha does not apply
     assert LMDBSource(str(db)).reencoded.all()
     _flip_in_record(db, 2)
-    got = LMDBSource(str(db)).fetch(range(N))
+    source = LMDBSource(str(db))
+    got = source.fetch(range(N))
     assert [i for i, g in enumerate(got) if isinstance(g, fastdata.DecodeError)] == [2]
 
 
