@@ -38,7 +38,7 @@ from ..decoders.base import DecodedRows, Decoder, Item, PlannedBatch, to_device
 from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, route
 from ..errors import DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec, scale_bias_for
+from ..io.engine import DEFAULT_MAX_PIXELS, BatchReport, Engine, default_threads, native_spec, scale_bias_for
 from ..io.transforms import Transform
 from .cuda import CudaUploader, GpuNormalizer
 from .pinned_ring import PinnedRing, Slot
@@ -113,9 +113,10 @@ class BatchPipeline:
         self.max_pixels = int(max_pixels)
         self._on_stats = on_stats
         cuda = self.device.type == "cuda"
+        threads = default_threads() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         if isinstance(backend, str):
-            gpu = make_decoder(backend, transform, device=self.device, threads=threads or 1, **(backend_options or {}))
+            gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
         else:
             gpu = backend
         self._closed = False
