@@ -42,6 +42,7 @@ import numpy as np
 import fastdata
 from fastdata.cli.convert import convert
 from fastdata.cli.demo import photo_like_jpeg
+from fastdata.io.host import usable_cores
 from fastdata.sources.lmdb import LMDBSource
 from fastdata.sources.ram import RAMCache
 
@@ -163,7 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     workers = args.workers or cores
     threads = args.threads or cores
     size = tuple(int(v) for v in args.size.split("x"))

@@ -42,13 +42,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import psutil
 import torch
 
 import fastdata
 from fastdata.cli import demo
 from fastdata.cli.bench_contenders import RepeatedSource
 from fastdata.cli.bench_report import machine_info
+from fastdata.io.host import process_cpu_seconds, usable_cores
 
 DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 Batches = Iterator[Tuple[torch.Tensor, torch.Tensor]]
@@ -207,27 +207,10 @@ UNSUPPORTED = {("FFCV", "bfloat16"): "FFCV's NormalizeImage makes float16 or flo
 # Measurement
 
 
-def cpu_seconds(proc: psutil.Process) -> float:
-    """User + system CPU time of ``proc`` and its live children (DataLoader workers)."""
-    total = 0.0
-    try:
-        family = [proc] + proc.children(recursive=True)
-    except psutil.Error:
-        family = [proc]
-    for p in family:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:  # a worker exiting between listing and reading
-            pass
-    return total
-
-
 def run_once(name: str, root: Path, args: argparse.Namespace, dtype: torch.dtype) -> Dict[str, Any]:
     """One run: start-up + warm-up untimed, then ``args.seconds`` of timed batches."""
     sync: Callable[[], None] = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     step_s = args.step_ms / 1000.0
-    proc = psutil.Process()
     t_start = time.perf_counter()
     gen = LOADERS[name](root, args, dtype)
     try:
@@ -242,7 +225,7 @@ def run_once(name: str, root: Path, args: argparse.Namespace, dtype: torch.dtype
             sync()
         # CPU time of children is only counted while they are alive, and DataLoader's
         # persistent workers live through the whole timed window: read both ends there.
-        cpu0, t0 = cpu_seconds(proc), time.perf_counter()
+        cpu0, t0 = process_cpu_seconds(), time.perf_counter()
         arrivals: List[float] = []
         counts: List[int] = []
         waits: List[float] = []
@@ -257,7 +240,7 @@ def run_once(name: str, root: Path, args: argparse.Namespace, dtype: torch.dtype
             if step_s:
                 time.sleep(step_s)
         wall = time.perf_counter() - t0
-        cpu = cpu_seconds(proc) - cpu0
+        cpu = process_cpu_seconds() - cpu0
     finally:
         gen.close()
     rates, prev, start = [], t0, 0
@@ -300,7 +283,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=["uint8", "float32"])
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--size", type=int, default=224)
-    p.add_argument("--workers", type=int, default=demo.usable_cores(),
+    p.add_argument("--workers", type=int, default=usable_cores(),
                    help="DataLoader worker processes = fastdata native threads (default: usable cores)")
     p.add_argument("--seconds", type=float, default=6.0, help="timed seconds per run")
     p.add_argument("--warmup", type=int, default=3, help="untimed batches after the first one")
@@ -334,7 +317,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"command: {command}", flush=True)
     root = args.data if args.data is not None else demo.ensure_demo(count=args.count)
     n_images = len(fastdata.ImageFolder(root))
-    cores = demo.usable_cores()
+    cores = usable_cores()
     load = os.getloadavg()
     print(f"data: {root} ({n_images} images)  device: {args.device}  cores: {cores}  "
           f"load average before: {load[0]:.2f}", flush=True)

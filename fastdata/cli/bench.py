@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fastdata.cli import bench_contenders as bc
 from fastdata.cli import bench_report, demo
+from fastdata.io.host import process_cpu_seconds, usable_cores
 from fastdata.sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_SECONDS = 20.0
@@ -183,16 +184,7 @@ class _Usage:
             self.peak_rss = max(self.peak_rss, total)
 
     def cpu_seconds(self) -> float:
-        import psutil
-
-        total = 0.0
-        for p in self._family():
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
+        return process_cpu_seconds()
 
     def stop(self) -> None:
         self._stop.set()
@@ -275,7 +267,7 @@ def measure(contender: Any, job: bc.Job, budget: float, progress: Progress, tag:
     elapsed = times[-1] - t_begin
     rates = windows(times, counts, t_begin)
     q = statistics.quantiles(rates, n=4, method="inclusive") if len(rates) > 1 else [rates[0]] * 3
-    cores = demo.usable_cores()
+    cores = usable_cores()
     result.update(
         status="ok",
         images_per_s=statistics.median(rates),
@@ -461,7 +453,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.batch_size = 256 if args.device == "cuda" else 64
     if args.batch_size < 1 or args.seconds <= 0:
         raise SystemExit("fastdata-bench: --batch-size and --seconds must be positive")
-    args.threads = args.threads or demo.usable_cores()
+    args.threads = args.threads or usable_cores()
     names = [n.strip() for n in args.compare.split(",") if n.strip()]
     unknown = [n for n in names if n not in bc.CONTENDERS]
     if unknown:

@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import __version__
 from ..cache import format as cf
+from ..io.host import usable_cores
 from ..sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_QUALITY = 90
@@ -435,7 +436,7 @@ def convert(
         raise ValueError(f"quality must be in 1..100, got {quality}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cores()
     t0 = time.monotonic()
 
     plan = scan(src)

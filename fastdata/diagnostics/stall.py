@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import statistics
 import sys
 import threading
@@ -42,6 +41,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
+from ..io.host import process_cpu_seconds, usable_cores
 from .tracing import stage
 
 __all__ = ["StallMeter", "StallReport", "profile", "classify", "INPUT_BOUND_ABOVE", "COMPUTE_BOUND_BELOW"]
@@ -162,34 +162,6 @@ def _batch_on_cuda(batch: Any) -> bool:
         if getattr(item, "is_cuda", False):
             return True
     return False
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _cpu_seconds() -> Optional[float]:
-    """CPU seconds (user+system) of this process plus its worker children (DataLoader workers)."""
-    try:
-        import psutil
-    except ImportError:
-        t = os.times()
-        # os.times counts children only after they were reaped; good enough without psutil.
-        return t.user + t.system + t.children_user + t.children_system
-    try:
-        proc = psutil.Process()
-        ct = proc.cpu_times()
-        total = ct.user + ct.system + ct.children_user + ct.children_system
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                c = child.cpu_times()
-                total += c.user + c.system
-        return total
-    except psutil.Error:
-        return None
 
 
 def _stats_dict(stats: Any) -> Dict[str, float]:
@@ -335,7 +307,7 @@ class StallMeter:
         self._gpu_wait = 0.0
         self._gpu_step = 0.0
         self._gpu_steps = 0
-        self._t_cpu0 = _cpu_seconds()
+        self._t_cpu0 = process_cpu_seconds()
         self._t_wall0 = time.perf_counter()
         self._stats0 = self._read_stats()
         if self._sampler is not None:
@@ -487,9 +459,9 @@ class StallMeter:
             gpu_total = self._gpu_wait + self._gpu_step
             if gpu_total > 0:
                 frac = self._gpu_wait / gpu_total
-        cpu_now = _cpu_seconds()
+        cpu_now = process_cpu_seconds()
         cores_used = None
-        if cpu_now is not None and self._t_cpu0 is not None and wall > 0:
+        if wall > 0:
             cores_used = (cpu_now - self._t_cpu0) / wall
         gpu_util = self._sampler.take() if self._sampler is not None else None
         stages = self._stage_deltas()
@@ -513,7 +485,7 @@ class StallMeter:
             gpu_util_percent=gpu_util,
             gpu_util_source=self._sampler.source if self._sampler is not None and gpu_util is not None else None,
             cpu_cores_used=cores_used,
-            cpu_cores_available=_usable_cores(),
+            cpu_cores_available=usable_cores(),
             loader_stages=stages,
             verdict=verdict,
             next_action="",

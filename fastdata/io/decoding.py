@@ -9,7 +9,8 @@ import numpy as np
 
 from .. import _C
 from ..errors import BatchDecodeError, DecodeError
-from .engine import DEFAULT_MAX_PIXELS, Engine, Item, default_threads, native_spec
+from .engine import DEFAULT_MAX_PIXELS, Engine, Item, native_spec
+from .host import usable_cores
 from .pillow_fallback import decode_with_pillow
 from .transforms import Transform
 
@@ -76,7 +77,7 @@ _engines_lock = threading.Lock()
 
 def _shared_engine(threads: Optional[int]) -> Engine:
     """One process-wide engine per thread count, kept for reuse (like a BLAS pool)."""
-    n = default_threads() if threads is None else threads
+    n = usable_cores() if threads is None else threads
     with _engines_lock:
         engine = _engines.get(n)
         if engine is None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import _C
 from ..errors import DecodeError
+from .host import usable_cores
 from .pillow_fallback import decode_with_pillow
 from .transforms import CenterCrop, RandomResizedCrop, Transform
 
@@ -26,14 +27,6 @@ DEFAULT_MAX_PIXELS = 89_478_485
 _NOT_JPEG = 1
 
 Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
-
-
-def default_threads() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def scale_bias_for(mean: Sequence[float], std: Sequence[float]) -> Tuple[List[float], List[float]]:
@@ -107,7 +100,7 @@ class Engine:
 
     def __init__(self, threads: Optional[int] = None):
         if threads is None:
-            threads = default_threads()
+            threads = usable_cores()
         if not isinstance(threads, int) or threads < 1 or threads > 1024:
             raise ValueError(f"threads must be an int in 1..1024, got {threads!r}")
         self._native: Optional[_C.Engine] = _C.Engine(threads)

@@ -29,7 +29,8 @@ import torch
 
 from ..diagnostics.tracing import stage
 from ..errors import BatchDecodeError, DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
+from ..io.engine import DEFAULT_MAX_PIXELS, Engine, native_spec, scale_bias_for
+from ..io.host import usable_cores
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
 from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff, to_device
@@ -103,7 +104,7 @@ class Loader:
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         if threads is None:
-            threads = num_workers if num_workers else default_threads()
+            threads = num_workers if num_workers else usable_cores()
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         if int(batch_size) < 1:
