@@ -47,8 +47,8 @@ import numpy as np
 
 import fastdata
 from fastdata.cli import demo
-from fastdata.cli.bench_contenders import IMAGENET_MEAN, IMAGENET_STD
 from fastdata.io.host import usable_cores
+from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 Row = Tuple[str, str, Callable[[int], None]]  # key, label, fn(round) doing one pass over all images
 

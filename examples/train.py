@@ -41,8 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # small_resnet b
 import fastdata  # noqa: E402
 from fastdata.diagnostics.stall import StallMeter, StallReport  # noqa: E402
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGENET_MEAN, IMAGENET_STD = fastdata.IMAGENET_MEAN, fastdata.IMAGENET_STD
 
 
 # ---------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_PIXELS, CropPlan, Engine
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
 from ..io.transforms import CenterCrop, RandomResizedCrop, Transform
 from ..loader.cuda import GpuNormalizer, to_device
 
@@ -176,17 +177,14 @@ class BatchBackend:
 
     def __init__(self, transform: Transform, *, device: Union[str, torch.device] = "cuda",
                  dtype: Union[torch.dtype, str, None] = torch.float16,
-                 mean: Sequence[float] = (0.485, 0.456, 0.406), std: Sequence[float] = (0.229, 0.224, 0.225),
+                 mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  channels_last: bool = True, seed: int = 0, strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None):
         self.out_hw = check_transform(transform)
         self.transform = transform
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
-        if len(mean) != 3 or len(std) != 3 or any(s <= 0 for s in std):
-            raise ValueError(f"mean and std need 3 values, std positive; got {mean!r}, {std!r}")
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
+        self.mean, self.std = check_mean_std(mean, std)
         self.channels_last = bool(channels_last)
         if seed < 0:
             raise ValueError("seed must be non-negative")

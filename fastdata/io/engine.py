@@ -17,6 +17,7 @@ import numpy as np
 from .. import _C
 from ..errors import DecodeError
 from .host import usable_cores
+from .normalization import scale_bias_for
 from .pillow_fallback import decode_with_pillow
 from .transforms import CenterCrop, RandomResizedCrop, Transform
 
@@ -27,13 +28,6 @@ DEFAULT_MAX_PIXELS = 89_478_485
 _NOT_JPEG = 1
 
 Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
-
-
-def scale_bias_for(mean: Sequence[float], std: Sequence[float]) -> Tuple[List[float], List[float]]:
-    """(x / 255 - mean) / std as x * scale + bias, per channel."""
-    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-        raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
-    return [1.0 / (255.0 * s) for s in std], [-m / s for m, s in zip(mean, std)]
 
 
 def native_spec(transform: Transform, roi: bool = True) -> tuple:

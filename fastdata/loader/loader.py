@@ -29,17 +29,15 @@ import torch
 
 from ..diagnostics.tracing import stage
 from ..errors import BatchDecodeError, DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, Engine, native_spec, scale_bias_for
+from ..io.engine import DEFAULT_MAX_PIXELS, Engine, native_spec
 from ..io.host import usable_cores
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
 from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff, to_device
 from .pinned_ring import PinnedRing
 from .sampler import ShardedOrder
 from .stats import LoaderStats, StatsCounter
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 # How many following indices a failed sample may be replaced by before giving up.
 _MAX_REPLACEMENT_TRIES = 16
@@ -149,7 +147,7 @@ class Loader:
                            if cuda and dtype != torch.uint8 else None)
         self._cpu_norm = None if cuda or dtype == torch.uint8 else (tuple(mean), tuple(std))
         if self._cpu_norm is not None:
-            scale_bias_for(*self._cpu_norm)  # validates mean/std now, not on the producer thread
+            check_mean_std(*self._cpu_norm)  # now, not on the producer thread
         self._backend = None  # a GPU decoding backend (fastdata.decoders), or the native path below
         if backend != "native":
             if not cuda and backend == "nvjpeg":
