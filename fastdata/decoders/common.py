@@ -24,12 +24,11 @@ import numpy as np
 import torch
 
 from ..errors import DecodeError
+from ..io.encoded import Item
 from ..io.engine import DEFAULT_MAX_PIXELS, CropPlan, Engine
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
 from ..io.transforms import CenterCrop, RandomResizedCrop, Transform
 from ..loader.cuda import GpuNormalizer, to_device
-
-Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
 
 _SOF_PROGRESSIVE = {0xC2, 0xC6, 0xCA, 0xCE}
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import _C
 from ..errors import DecodeError
+from .encoded import Item
 from .host import usable_cores
 from .normalization import scale_bias_for
 from .pillow_fallback import decode_with_pillow
@@ -26,9 +27,6 @@ DEFAULT_MAX_PIXELS = 89_478_485
 
 # Status codes of fastdata._C (csrc/core/engine.h: SampleStatus).
 _NOT_JPEG = 1
-
-Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
-
 
 def native_spec(transform: Transform, roi: bool = True) -> tuple:
     """The tuple fastdata._C expects (kind, h, w, scale, ratio, hflip, resize, roi)."""
