@@ -256,24 +256,6 @@ def check_libjpeg() -> List[Finding]:
     return [Finding("libjpeg_turbo", "ok", info, "")]
 
 
-def _photo_like_jpegs(n: int = 20, size: Tuple[int, int] = (500, 375), seed: int = 0) -> List[bytes]:
-    """ImageNet-like test JPEGs: smooth structure + sensor-like noise, quality 90 (~60-90 KB)."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    w, h = size
-    out = []
-    for _ in range(n):
-        coarse = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
-        base = np.asarray(Image.fromarray(coarse).resize((w, h), Image.BICUBIC), dtype=np.float32)
-        noisy = base + rng.normal(0, 10, (h, w, 3))
-        buf = io.BytesIO()
-        Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
-        out.append(buf.getvalue())
-    return out
-
-
 def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
     """Images/s of ``fn`` over ``datas`` on this thread, looping for ~_DECODE_BUDGET_S."""
     fn(datas[0])  # warm-up: first call loads codecs / allocates
@@ -290,7 +272,12 @@ def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
 def check_decode_rate(samples: Optional[Sequence[bytes]], origin: str) -> List[Finding]:
     from PIL import Image
 
-    datas = list(samples) if samples else _photo_like_jpegs()
+    if samples:
+        datas = list(samples)
+    else:  # the demo set's generator: ImageNet-like photos of the size bench_decode.py uses
+        from .demo import photo_like_jpeg
+
+        datas = [photo_like_jpeg(0, i, 500, 375) for i in range(20)]
     origin = origin if samples else "20 generated photo-like 500x375 JPEGs"
 
     def pil(d: bytes) -> Any:
