@@ -25,7 +25,7 @@ def photo_like(height: int, width: int, index: int = 0, seed: int = 0) -> Image.
     Red rises left→right and green top→bottom, so any wrong flip/rotation is visible;
     noise (sigma ~5 levels) gives realistic JPEG bit rates. The top-left strip holds
     ``index`` as 8 black/white cells (bit 0 first), readable with ``read_index``.
-    Not the library's ``fastdata.demo.photo_like``: tests that need only realistic photos use
+    Not the library's ``fastdata.cli.demo.photo_like``: tests that need only realistic photos use
     that one (``photo_like_jpeg``); this one exists for the index and the orientation cues.
     """
     rng = np.random.default_rng(seed * 1_000_003 + index)
