@@ -7,18 +7,17 @@ assembly — is checked against the native backend without a GPU.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import fastdata
 from fastdata.decoders import BACKENDS, make_backend
 from fastdata.decoders.common import ends_with_eoi, frame_info
 from fastdata.decoders.nvjpeg import NvjpegBackend
 from fastdata.cli.demo import photo_like_jpeg
+from imagegen import hard_case_folder, psnr
 
 pytest.importorskip("torchvision")
 from torchvision.io.image import ImageReadMode  # noqa: E402
@@ -46,48 +45,9 @@ class CpuStandIn(NvjpegBackend):
         self._decode_jpegs = decode
 
 
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a.double() - b.double()) ** 2).mean())
-    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
-
-
-def make_folder(root: Path) -> list:
-    """Files whose content encodes their index (photo-like, per-index tint), plus hard cases."""
-    paths = []
-    for i in range(6):
-        p = root / f"{i:02d}_plain.jpg"
-        p.write_bytes(photo_like_jpeg(11, i, 180 + 7 * i, 140))
-        paths.append(str(p))
-    base = Image.open(io.BytesIO(photo_like_jpeg(11, 99, 160, 120)))
-    cases = {
-        "cmyk.jpg": lambda f: base.convert("CMYK").save(f, "JPEG", quality=92),
-        "progressive.jpg": lambda f: base.save(f, "JPEG", quality=92, progressive=True),
-        "gray.jpg": lambda f: base.convert("L").save(f, "JPEG", quality=92),
-        "png.png": lambda f: base.save(f, "PNG"),
-        "exif6.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=_exif(6)),
-        "exif7.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=_exif(7)),
-    }
-    for name, save in cases.items():
-        p = root / name
-        with open(p, "wb") as f:
-            save(f)
-        paths.append(str(p))
-    good = Path(paths[0]).read_bytes()
-    (root / "truncated.jpg").write_bytes(good[: len(good) // 2])
-    (root / "garbage.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg at all")
-    paths += [str(root / "truncated.jpg"), str(root / "garbage.jpg"), str(root / "missing.jpg")]
-    return paths
-
-
-def _exif(orientation: int) -> bytes:
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    return exif.tobytes()
-
-
 @pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(64), fastdata.CenterCrop(64)])
 def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform):
-    paths = make_folder(tmp_path)
+    paths = hard_case_folder(tmp_path)
     indices = np.arange(1000, 1000 + len(paths))
     cfg = dict(device="cpu", dtype=None, seed=4, threads=2)
     with CpuStandIn(transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
@@ -111,7 +71,7 @@ def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform)
 
 
 def test_normalized_output_and_layout(tmp_path):
-    paths = make_folder(tmp_path)[:7]
+    paths = hard_case_folder(tmp_path)[:7]
     t = fastdata.RandomResizedCrop((48, 40))
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     with CpuStandIn(t, device="cpu", dtype=None, seed=1, threads=2) as raw:
@@ -128,7 +88,7 @@ def test_normalized_output_and_layout(tmp_path):
 
 
 def test_strict_routes_truncated_to_native_and_reports_it(tmp_path):
-    paths = make_folder(tmp_path)
+    paths = hard_case_folder(tmp_path)
     trunc = paths.index(str(tmp_path / "truncated.jpg"))
     with CpuStandIn(fastdata.RandomResizedCrop(32), device="cpu", dtype=None, strict=True, threads=2) as be:
         _, failures, rows = be.run(paths, np.arange(len(paths)), 0)

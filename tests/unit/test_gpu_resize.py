@@ -13,10 +13,7 @@ from fastdata.decoders.gpu_resize import ImageLayout, axis_tables, filter_reach,
 from fastdata.loader.cuda import GpuNormalizer
 from fastdata.cli.demo import photo_like_jpeg
 
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+from imagegen import psnr
 
 
 def photos(sizes):
