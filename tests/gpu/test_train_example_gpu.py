@@ -11,14 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-torch = pytest.importorskip("torch")
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,16 +41,6 @@ def data(tmp_path_factory) -> Path:
             img = np.clip(np.array(colour) + rng.normal(0, 30, (80, 96, 3)), 0, 255).astype(np.uint8)
             Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
     return root
-
-
-def _has_fastdata_loader() -> bool:
-    import fastdata
-
-    try:
-        fastdata.Loader, fastdata.ImageFolder  # noqa: B018
-    except (ImportError, AttributeError):
-        return False
-    return True
 
 
 def _kernel_seconds(work, reps: int = 5) -> float:
@@ -112,12 +98,10 @@ def test_dataloader_bf16(train, data):
     _check(train.main([str(data), "--loader", "dataloader", "--amp", "bf16", *COMMON]), "dataloader")
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
 def test_fastdata_bf16(train, data):
     _check(train.main([str(data), "--loader", "fastdata", "--amp", "bf16", *COMMON]), "fastdata")
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
 def test_fastdata_fp16_gradscaler(train, data):
     _check(train.main([str(data), "--loader", "fastdata", "--amp", "fp16", *COMMON]), "fastdata")
 

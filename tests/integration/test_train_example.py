@@ -30,16 +30,6 @@ def _load_train():
 train = _load_train()
 
 
-def _has_fastdata_loader() -> bool:
-    import fastdata
-
-    try:
-        fastdata.Loader, fastdata.ImageFolder  # noqa: B018 - probing the lazy exports
-    except (ImportError, AttributeError):
-        return False
-    return True
-
-
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     # On 2 shared cores, torch's 2 spinning OpenMP threads run a tiny model ~10x slower
@@ -88,7 +78,6 @@ def test_dataloader_pipeline_trains(data, tmp_path):
     assert json.loads(line)["top1"] == s["top1"]
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader / fastdata.ImageFolder not built yet")
 def test_fastdata_pipeline_trains(data):
     s = train.main([str(data), "--loader", "fastdata", "--workers", "2", *COMMON])
     _check_run(s, "fastdata")
