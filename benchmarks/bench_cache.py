@@ -1,6 +1,6 @@
 """Caches side by side: loader throughput from a folder, LMDB and RAM; convert throughput.
 
-Exact command (the README's cache table comes from it; 2-core CPU box):
+Exact command (docs/results.md's cache table comes from it; 2-core CPU box):
 
     /work/venv/bin/python benchmarks/bench_cache.py --json bench_cache.json
 

@@ -1,6 +1,6 @@
 """Per-core decode throughput of the native engine against the usual Python paths.
 
-Exact commands (the README's decode table comes from these):
+Exact commands (docs/results.md's decode table comes from these):
 
     # 2-core CPU box
     /work/venv/bin/python benchmarks/bench_decode.py --json bench_decode.json

@@ -1,6 +1,6 @@
 """fastdata.Loader vs torch DataLoader(torchvision ImageFolder) and FFCV, side by side in one run.
 
-Exact commands (the README's loader table comes from them):
+Exact commands (docs/results.md's loader tables come from them):
 
     # 2-core CPU box
     /work/venv/bin/python benchmarks/bench_loader.py --json bench_loader_cpu.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands behind the README's GPU-machine tables (one H200, 16 cores), in stages so
+# The commands behind the GPU-machine tables in docs/results.md (one H200, 16 cores), in stages so
 # that each fits one 10-minute call. Results go to $OUT (default ./gpu_results).
 #   bash benchmarks/gpu_suite.sh setup   # build fastdata in place; install carried wheels
 #   bash benchmarks/gpu_suite.sh decode  # CPU decode tests, core_contention probe, bench_decode (1..16 threads); no DALI
