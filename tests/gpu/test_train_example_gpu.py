@@ -4,7 +4,6 @@ Run: python -m pytest tests/gpu/test_train_example_gpu.py -q   (add -m "gpu" to 
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import time
 from pathlib import Path
@@ -14,21 +13,14 @@ import pytest
 import torch
 from PIL import Image
 
+from repo import load_example
+
 pytestmark = pytest.mark.gpu
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_train():
-    spec = importlib.util.spec_from_file_location("fastdata_example_train_gpu", ROOT / "examples" / "train.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def train():
-    return _load_train()
+    return load_example("train")
 
 
 @pytest.fixture(scope="module")

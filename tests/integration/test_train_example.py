@@ -6,28 +6,18 @@ misaligned labels or garbage stays near chance: the accuracy checks the whole pi
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-torch = pytest.importorskip("torch")
+from repo import ROOT, load_example
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_train():
-    spec = importlib.util.spec_from_file_location("fastdata_example_train", ROOT / "examples" / "train.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-train = _load_train()
+train = load_example("train")
 
 
 @pytest.fixture(autouse=True)
