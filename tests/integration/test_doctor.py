@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import fastdata
 from fastdata.cli import doctor
 from fastdata.cli.doctor import Finding, check_storage, exit_status, main
 
@@ -157,7 +158,7 @@ def test_finding_rejects_unknown_status():
 
 
 def test_text_output_and_process_exit_code(data, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(Path(doctor.__file__).parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(fastdata.__file__).resolve().parents[1]))  # this checkout
     ok = subprocess.run([sys.executable, "-m", "fastdata.cli.doctor", "--no-gpu", str(data)],
                         capture_output=True, text=True, env=env, timeout=60)
     assert ok.returncode == 0, ok.stderr
