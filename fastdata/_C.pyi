@@ -129,6 +129,15 @@ class CropPlan:
     def orientations(self) -> npt.NDArray[np.int32]:
         """[N]: EXIF orientation 1..8."""
     @property
+    def components(self) -> npt.NDArray[np.int32]:
+        """[N]: colour components in the header (1, 3, or 4 for CMYK/YCCK)."""
+    @property
+    def precisions(self) -> npt.NDArray[np.int32]:
+        """[N]: bits per sample in the header."""
+    @property
+    def arithmetic(self) -> npt.NDArray[np.bool_]:
+        """[N]: arithmetic-coded entropy data instead of Huffman."""
+    @property
     def failures(self) -> list[SampleFailure]: ...
 
 class Engine:

@@ -71,12 +71,18 @@ class BatchReport:
 class CropPlan:
     """Per sample: source box (x0, y0, x1, y1) in EXIF-oriented pixels (float64 [N, 4]; the
     output samples it with Pillow's pixel-centre convention), flip (bool [N]), oriented size
-    (int32 [N, 2] as height, width) and EXIF orientation (int32 [N])."""
+    (int32 [N, 2] as height, width), EXIF orientation (int32 [N]), and from the header the
+    native reader parsed: components (int32 [N]), bits per sample (int32 [N]) and whether the
+    entropy coding is arithmetic (bool [N]). Rows in ``failed_rows`` or ``not_jpeg_rows`` hold
+    zeros."""
 
     boxes: np.ndarray
     flips: np.ndarray
     sizes: np.ndarray
     orientations: np.ndarray
+    components: np.ndarray
+    precisions: np.ndarray
+    arithmetic: np.ndarray
     failures: List[DecodeError] = field(default_factory=list)
     failed_rows: List[int] = field(default_factory=list)
     not_jpeg_rows: List[int] = field(default_factory=list)
@@ -186,7 +192,8 @@ class Engine:
             if self._native is None:
                 raise RuntimeError("Engine is closed")
             raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels)
-        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations)
+        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations,
+                        components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic)
         for failure in raw.failures:
             row = failure.row
             if failure.status == _C.SampleStatus.NOT_JPEG:

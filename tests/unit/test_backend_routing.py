@@ -15,10 +15,10 @@ import torch
 import fastdata
 from fastdata.decoders import BACKENDS
 from fastdata.decoders.nvjpeg import NvjpegDecoder
-from fastdata.decoders.routing import ends_with_eoi, frame_info
+from fastdata.decoders.routing import ends_with_eoi, gpu_decodable, plan_batch
 from fastdata.loader.pipeline import make_backend
 from fastdata.cli.demo import photo_like_jpeg
-from imagegen import hard_case_folder, psnr
+from imagegen import encode_jpeg, hard_case_folder, make_12bit, patch_sof, photo_like, psnr
 
 pytest.importorskip("torchvision")
 from torchvision.io.image import ImageReadMode  # noqa: E402
@@ -36,9 +36,9 @@ class CpuStandInDecoder(NvjpegDecoder):
         def decode(tensors, device):
             out = []
             for t in tensors:
-                info = frame_info(t.numpy())
+                info = fastdata.probe(t.numpy())
                 self.seen.append(info)
-                if info is not None and info.progressive:
+                if info.progressive:
                     raise RuntimeError("progressive not supported (stand-in)")
                 out.append(torch.ops.image.decode_jpeg(t, ImageReadMode.RGB.value, False))
             return out
@@ -73,7 +73,7 @@ def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform)
     assert (sims.argmax(1) == torch.arange(6)).all()
     # CMYK and PNG never reach the GPU decoder; the progressive file was rejected and fell back.
     assert stats["gpu_rejected"] >= 1 and stats["native_fallbacks"] >= 3
-    assert not any(info is not None and info.components == 4 for info in gpu.decoders[0].seen)
+    assert not any(info.components == 4 for info in gpu.decoders[0].seen)
 
 
 def test_normalized_output_and_layout(tmp_path):
@@ -101,11 +101,35 @@ def test_strict_routes_truncated_to_native_and_reports_it(tmp_path):
     assert trunc in rows and any(e.name.endswith("truncated.jpg") for e in failures)
 
 
-def test_header_helpers():
+def test_routing_reads_the_header_facts_the_native_reader_parsed():
+    img = photo_like(30, 40)
+    rgb = encode_jpeg(img)
+    cases = {  # name: (data, components, bits, arithmetic, a GPU decoder takes it)
+        "rgb": (rgb, 3, 8, False, True),
+        "progressive": (encode_jpeg(img, progressive=True), 3, 8, False, True),
+        "extended": (patch_sof(rgb, marker=0xC1), 3, 8, False, True),
+        "gray": (encode_jpeg(img.convert("L")), 1, 8, False, True),
+        "cmyk": (encode_jpeg(img.convert("CMYK")), 4, 8, False, False),
+        "arithmetic": (patch_sof(rgb, marker=0xC9), 3, 8, True, False),
+        "truncated": (rgb[:-10], 3, 8, False, False),  # no EOI
+    }
+    items = [c[0] for c in cases.values()] + [make_12bit(rgb), b"\x89PNG\r\n"]
+    with fastdata.Engine(1) as engine:
+        batch = plan_batch(items, np.arange(len(items)), 0, [None] * len(items), engine,
+                           fastdata.RandomResizedCrop(8), seed=0)
+    plan = batch.plan
+    for row, (name, (_, comps, bits, arith, gpu)) in enumerate(cases.items()):
+        got = (int(plan.components[row]), int(plan.precisions[row]), bool(plan.arithmetic[row]))
+        assert got == (comps, bits, arith), name
+        assert gpu_decodable(batch, row) == gpu, name
+    # libjpeg-turbo's 8-bit header reader refuses 12-bit, so such a file is unplanned: native.
+    twelve, png = len(cases), len(cases) + 1
+    assert batch.unplanned == {twelve} and batch.not_jpeg == {png}
+    assert not gpu_decodable(batch, twelve) and not gpu_decodable(batch, png)
+
+
+def test_ends_with_eoi():
     jpeg = photo_like_jpeg(0, 0, 40, 30)
-    info = frame_info(jpeg)
-    assert info is not None and (info.precision, info.components, info.progressive) == (8, 3, False)
-    assert frame_info(b"\x89PNG\r\n") is None and frame_info(b"") is None
     assert ends_with_eoi(jpeg) and ends_with_eoi(jpeg + b"\x00\x00") and not ends_with_eoi(jpeg[:-10])
 
 
