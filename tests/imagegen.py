@@ -164,6 +164,20 @@ def exif_bytes(orientation: int) -> bytes:
     return exif.tobytes()
 
 
+def two_colour_classes(root: Path, per_class: int, size: Optional[Tuple[int, int]] = None) -> Path:
+    """An ImageFolder of noisy red (c0/) and blue (c1/) JPEGs: a model that sees them with their
+    right labels reaches high accuracy in a few dozen steps. ``size`` (h, w), or random sides
+    in 40..71 per image. Returns ``root``."""
+    rng = np.random.default_rng(0)
+    for c, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
+        (root / f"c{c}").mkdir()
+        for i in range(per_class):
+            h, w = size if size is not None else (int(rng.integers(40, 72)), int(rng.integers(40, 72)))
+            img = np.clip(np.array(colour) + rng.normal(0, 30, (h, w, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
+    return root
+
+
 def with_each_exif_orientation(base: Image.Image, quality: int = 95) -> Tuple[List[bytes], List[Image.Image]]:
     """``base`` saved with EXIF orientations 1..8 (the stored pixels are the same in each), and
     Pillow's oriented RGB image of each: what a decoder must return for it."""

@@ -8,11 +8,10 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
+from imagegen import two_colour_classes
 from repo import load_example
 
 pytestmark = pytest.mark.gpu
@@ -25,14 +24,7 @@ def train():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("colours_gpu")
-    rng = np.random.default_rng(0)
-    for c, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
-        (root / f"c{c}").mkdir()
-        for i in range(96):
-            img = np.clip(np.array(colour) + rng.normal(0, 30, (80, 96, 3)), 0, 255).astype(np.uint8)
-            Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
-    return root
+    return two_colour_classes(tmp_path_factory.mktemp("colours_gpu"), 96, size=(80, 96))
 
 
 def _kernel_seconds(work, reps: int = 5) -> float:

@@ -10,11 +10,10 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
+from imagegen import two_colour_classes
 from repo import ROOT, load_example
 
 train = load_example("train")
@@ -32,15 +31,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("colours")
-    rng = np.random.default_rng(0)
-    for c, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
-        (root / f"c{c}").mkdir()
-        for i in range(40):
-            h, w = int(rng.integers(40, 72)), int(rng.integers(40, 72))
-            img = np.clip(np.array(colour) + rng.normal(0, 30, (h, w, 3)), 0, 255).astype(np.uint8)
-            Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
-    return root
+    return two_colour_classes(tmp_path_factory.mktemp("colours"), 40)
 
 
 COMMON = ["--arch", "small_resnet", "--batch-size", "8", "--image-size", "32", "--steps", "24",
