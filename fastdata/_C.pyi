@@ -1,6 +1,6 @@
 """Typed stub of fastdata._C, the native core (csrc/bindings/).
 
-Kept in step with the extension by tests/unit/test_c_stub.py: every name, class, method and
+Kept in step with the extension by tests/package/test_c_stub.py: every name, class, method and
 property registered in C++ appears here and nothing else does, with the same parameters
 (names, order, keyword-only markers, defaults) and the same scalar and bound-class types.
 Arguments are converted with the GIL held; the work runs with the GIL released.

@@ -22,7 +22,7 @@ synchronization in the loop (``cuda_timing="sync"`` instead synchronizes at ever
 end: simpler numbers, but it stops the CPU from running ahead).
 
 The meter's own cost is two clock reads, one length probe and a few appends per step
-(~1-2 µs on the 2-core CPU box; see tests/unit/test_stall_meter.py), plus two event
+(~1-2 µs on the 2-core CPU box; see tests/diagnostics/test_stall_meter.py), plus two event
 records per step in CUDA-event mode. It never prints; ``report()`` is cheap enough to
 call every few hundred steps.
 
