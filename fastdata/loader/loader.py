@@ -27,11 +27,13 @@ import torch
 from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
 from ..errors import DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, default_threads, native_spec
+from ..io.engine import DEFAULT_MAX_PIXELS, native_spec
+from ..io.host import usable_cores
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
 from .cuda import handoff
-from .pipeline import IMAGENET_MEAN, IMAGENET_STD, BatchPipeline
+from .pipeline import BatchPipeline
 from .producer import END, BatchProducer, Feed, ProducerThread
 from .sampler import ShardedOrder
 from .stats import LoaderStats, StatsCounter
@@ -91,7 +93,7 @@ class Loader:
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         if threads is None:
-            threads = num_workers if num_workers else default_threads()
+            threads = num_workers if num_workers else usable_cores()
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         if int(batch_size) < 1:
