@@ -16,11 +16,11 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...io.decoding import decode, probe
+from ...io.encoded import is_jpeg
 from ...io.engine import DEFAULT_MAX_PIXELS
 from .. import format as cf
 
 DEFAULT_QUALITY = 90
-_JPEG_MAGIC = b"\xff\xd8\xff"
 
 
 def _target_size(w: int, h: int, max_side: int) -> Tuple[int, int]:
@@ -66,7 +66,7 @@ def _transcodable(data: bytes) -> bool:
     """Progressive grayscale/YCbCr/RGB JPEGs: those whose decode pays for entropy-decoding every
     scan of the whole image. CMYK/YCCK stay as they are (rare, and an Adobe marker would
     have to be reproduced exactly)."""
-    if data[:3] != _JPEG_MAGIC:
+    if not is_jpeg(data):
         return False
     info = probe(data)
     return info.progressive and info.color_space in ("gray", "ycbcr", "rgb")
@@ -99,7 +99,7 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
     uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
     is: the transcode is only a speed-up, and a good image is never dropped for it.
     """
-    if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(oriented_size(data)) <= max_side):
+    if max_side is not None and not (is_jpeg(data) and max(oriented_size(data)) <= max_side):
         return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
     pixels = validate(data)
     if not keep_progressive and _transcodable(data):

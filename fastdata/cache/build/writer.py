@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, TextIO
 import numpy as np
 
 from ... import __version__
-from ...io.engine import default_threads
+from ...io.host import usable_cores
 from .. import format as cf
 from ..errors import ConvertError
 from ..lmdb_file import check_lmdb_dir
@@ -175,7 +175,7 @@ def convert(
 def worker_count(workers: Optional[int]) -> int:
     """``--workers``: default and upper bound are the usable cores (more processes than cores
     only add memory and scheduling; 100,000 would fork until the machine stops)."""
-    usable = default_threads()
+    usable = usable_cores()
     if workers is None:
         return usable
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

@@ -18,7 +18,7 @@ import fastdata
 from fastdata.cache.build.writer import convert
 from fastdata.cli.demo import usable_cores
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import ROOT as REPO
 
 
 def _cli(*args: str, as_nobody: bool = False) -> subprocess.CompletedProcess:

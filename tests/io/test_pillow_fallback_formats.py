@@ -18,7 +18,7 @@ from PIL import Image, PngImagePlugin
 import fastdata
 from fastdata.io.pillow_fallback import FALLBACK_FORMATS
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import ROOT as REPO
 RRC = fastdata.RandomResizedCrop(16)
 
 

@@ -25,7 +25,7 @@ from fastdata.cache.build.writer import convert
 from fastdata.cache.lmdb_file import read_lmdb_meta
 from fastdata.sources.lmdb import LMDBSource
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import ROOT as REPO
 N = 12
 
 

@@ -15,7 +15,7 @@ from torchvision.datasets import ImageFolder as TVImageFolder
 
 import fastdata
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import ROOT as REPO
 
 
 def _jpeg(path: Path, i: int) -> None:
