@@ -82,10 +82,10 @@ class LMDBSource:
             ``DecodeError`` naming its index and key in the place of its bytes, which the
             engine reports as that sample's failure (so ``on_error`` raises or skips and
             counts it). Costs one SHA-256 per record, on the fetching thread with the GIL
-            released: 213 µs for a 119 KB photo-like 500x375 JPEG on the shared 2-core box
-            (1.8 µs/KB), 7.7% of the same JPEG's fused RandomResizedCrop(224) decode on one
-            thread (2.75 ms) measured alongside; ``verify=False`` skips it (bench_cache.py's
-            fetch row shows both).
+            released: ~217 µs for a 119 KB photo-like 500x375 JPEG (1.8 µs/KB) on the shared
+            2-core box, 8-10% of the same JPEG's fused RandomResizedCrop(224) decode on one
+            thread (2.2-2.8 ms there); benchmarks/bench_cache_checksum.py measures both side
+            by side. ``verify=False`` skips it.
             Caches written before the stored-bytes checksum existed are checked only for
             records stored as the source's bytes (``checked`` says which).
 
