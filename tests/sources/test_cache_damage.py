@@ -113,6 +113,19 @@ def test_gpu_routing_reads_a_failed_record_as_its_failure(built: Tuple[Path, Pat
     assert [(f.index, "SHA-256" in f.reason) for f in report.failures] == [(3, True)]
 
 
+def test_ram_cache_over_a_damaged_cache_names_the_record(built: Tuple[Path, Path], tmp_path: Path) -> None:
+    """Copying a cache into RAM reads every record once: a failing one stops it, named."""
+    import uuid
+
+    from fastdata.sources.ram import RAMCache
+
+    _, db = built
+    bad = _copy(db, tmp_path / "bad")
+    _flip_in_record(bad, 9)
+    with pytest.raises(fastdata.DecodeError, match=r"sample 9 .*SHA-256"):
+        RAMCache(LMDBSource(str(bad)), key=uuid.uuid4().hex)
+
+
 def test_flip_in_a_reencoded_record_is_found(built: Tuple[Path, Path], tmp_path: Path) -> None:
     src, _ = built
     db = tmp_path / "small"
