@@ -21,6 +21,7 @@ _EXPORTS = {
     "decode": "fastdata.decoding",
     "decode_batch": "fastdata.decoding",
     "DEFAULT_MAX_PIXELS": "fastdata.decoding",
+    "DEFAULT_MAX_FILE_BYTES": "fastdata.decoding",
     "Engine": "fastdata.engine",
     "Source": "fastdata.sources.base",
     "ImageFolder": "fastdata.sources.folder",

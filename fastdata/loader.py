@@ -15,8 +15,10 @@ The CUDA stream handoff lives in fastdata.cuda.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -27,7 +29,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
+from .engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
 from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff, to_device
 from .errors import BatchDecodeError, DecodeError
 from .pinned_ring import PinnedRing
@@ -43,6 +45,32 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # How many following indices a failed sample may be replaced by before giving up.
 _MAX_REPLACEMENT_TRIES = 16
 _STATE_VERSION = 1
+# At interpreter exit, how long a loader's thread may take to leave its batch (one batch's
+# decode) before the exit goes on without it.
+_EXIT_TIMEOUT_S = 10.0
+
+_live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+def _close_loaders_at_exit() -> None:
+    """Stop every loader's threads before the interpreter finalizes.
+
+    A producer thread still running at finalization (e.g. after Ctrl-C, whose traceback keeps
+    the loader alive) is inside native code or DALI; CPython ends such a thread when it takes
+    the GIL back, which aborted the process (SIGABRT, exit 134 instead of 130; #16 item 3), and
+    DALI's own atexit hook shut its pipelines down under a thread still using them. Runs before
+    DALI's hook: it is registered again (moved last, so run first) whenever a producer starts.
+    """
+    for loader in list(_live_loaders):
+        try:
+            loader._close(timeout=_EXIT_TIMEOUT_S)
+        except Exception:  # exiting: one loader's trouble must not keep the others running
+            pass
+
+
+def _run_before_other_exit_hooks() -> None:
+    atexit.unregister(_close_loaders_at_exit)
+    atexit.register(_close_loaders_at_exit)
 
 
 class _Names:
@@ -94,7 +122,8 @@ class Loader:
                  prefetch: int = 3, device: Optional[str] = None, dtype: torch.dtype = torch.float32,
                  channels_last: bool = True, mean: Sequence[float] = IMAGENET_MEAN,
                  std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, rank: Optional[int] = None,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 rank: Optional[int] = None,
                  world_size: Optional[int] = None, roi: bool = True, backend: str = "native",
                  backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
                  pin_memory: bool = True):
@@ -116,6 +145,9 @@ class Loader:
         self.on_error = on_error
         self.strict = bool(strict)
         self.max_pixels = int(max_pixels)
+        if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
+            raise ValueError(f"max_file_bytes must be an int >= 0 (0: no limit), got {max_file_bytes!r}")
+        self.max_file_bytes = max_file_bytes
         self.roi = bool(roi)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -156,7 +188,8 @@ class Loader:
             from .backends import make_backend
             self._backend = make_backend(backend, self.transform, device=self.device, dtype=dtype, mean=mean, std=std,
                                          channels_last=channels_last, seed=self.order.seed, strict=self.strict,
-                                         max_pixels=self.max_pixels, threads=int(threads), **(backend_options or {}))
+                                         max_pixels=self.max_pixels, threads=int(threads),
+                                         max_file_bytes=self.max_file_bytes, **(backend_options or {}))
         # One pool of native threads per loader: a backend brings its own (it reads, plans and
         # decodes its CPU fallbacks there), so a second, idle one is not started beside it.
         self._engine = self._backend.engine if self._backend is not None else Engine(int(threads))
@@ -180,6 +213,8 @@ class Loader:
         self._producer = _ProducerThread(f"fastdata-loader-{id(self):x}")
         self._warned: set = set()
         self._closed = False
+        self._pid = os.getpid()
+        _live_loaders.add(self)
 
     # ---- DataLoader-like surface ----
     def __len__(self) -> int:
@@ -201,12 +236,21 @@ class Loader:
     def __iter__(self) -> "_EpochIterator":
         if self._closed:
             raise RuntimeError("Loader is closed")
+        self._check_process()
         self._stop_current()
         epoch, start = self._next_epoch, self._resume_batch
         self._next_epoch, self._resume_batch = epoch + 1, 0
         it = _EpochIterator(self, epoch, start)
         self._current = weakref.ref(it)
         return it
+
+    def _check_process(self) -> None:
+        """fork() copies only the calling thread: in a child (a DataLoader worker, say) this
+        loader's producer and native threads do not exist."""
+        if os.getpid() != self._pid:
+            raise RuntimeError(f"this fastdata Loader was created before fork (in process {self._pid}); its threads "
+                               f"do not exist in process {os.getpid()}: create the Loader in the process that "
+                               "iterates it")
 
     def stats(self) -> LoaderStats:
         return self._stats.snapshot()
@@ -239,11 +283,23 @@ class Loader:
 
     def close(self) -> None:
         """Stop the producer and join the native threads. Idempotent."""
+        self._close(timeout=None)
+
+    def _close(self, timeout: Optional[float]) -> None:
+        """``close``, waiting at most ``timeout`` seconds for the producer to stop (at exit);
+        past it, the rest is left to the process's end (the native side never aborts it)."""
         if self._closed:
             return
         self._closed = True
-        self._stop_current()
-        self._producer.close()
+        if os.getpid() != self._pid:  # a forked child: the threads to stop and join are not here
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cur = self._current() if self._current is not None else None
+        self._current = None
+        if cur is not None and not cur.close(deadline):
+            return
+        if not self._producer.close(deadline):
+            return
         if self._backend is not None:
             self._backend.close()
         if self._ring is not None:
@@ -297,7 +353,7 @@ class Loader:
                     names: Sequence[str]) -> Any:
         report = self._engine.run(items, self.transform, out, seed=self.order.seed, epoch=epoch, indices=indices,
                                   strict=self.strict, max_pixels=self.max_pixels, names=names, roi=self.roi,
-                                  normalize=self._cpu_norm)
+                                  normalize=self._cpu_norm, max_file_bytes=self.max_file_bytes)
         self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
                         warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
         return report
@@ -498,6 +554,7 @@ class _ProducerThread:
     def submit(self, job: _Job) -> None:
         if not self._started:
             self._started = True
+            _run_before_other_exit_hooks()  # after the backend's imports (DALI registers its own hook)
             self._thread.start()
         self._jobs.put(job)
 
@@ -507,13 +564,16 @@ class _ProducerThread:
     def on_this_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def close(self) -> None:
-        """End the thread after its current job (stop the job first). Idempotent."""
+    def close(self, deadline: Optional[float] = None) -> bool:
+        """End the thread after its current job (stop the job first). Idempotent. False when
+        it is still running at ``deadline`` (time.monotonic())."""
         if not self._started:
-            return
+            return True
         self._jobs.put(None)
         if not self.on_this_thread():  # the loader may be freed on this thread; it ends by itself
-            self._thread.join()
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            return not self._thread.is_alive()
+        return True
 
 
 class _EpochIterator:
@@ -540,6 +600,7 @@ class _EpochIterator:
         if self.finished:
             raise StopIteration
         loader = self._loader
+        loader._check_process()
         t0 = time.perf_counter()
         with stage("fastdata.wait"):
             while True:
@@ -566,13 +627,16 @@ class _EpochIterator:
             loader._warn_skipped(failures)
         return images, labels
 
-    def close(self) -> None:
-        """Stop producing this epoch; return once the thread has left it. Safe to call twice."""
+    def close(self, deadline: Optional[float] = None) -> bool:
+        """Stop producing this epoch; return once the thread has left it. Safe to call twice.
+        False when it has not left by ``deadline`` (time.monotonic())."""
         job = self._job
         job.stop.set()
         self.finished = True
         if self._producer.on_this_thread():
-            return  # dropped by the producer itself (garbage collection there): it is stopping
+            return True  # dropped by the producer itself (garbage collection there): it is stopping
+        if os.getpid() != self._loader._pid:
+            return True  # a forked child: no producer here to wait for
         while not job.finished.wait(0.05):
             try:  # unblock a producer waiting to put
                 job.queue.get_nowait()
@@ -580,6 +644,9 @@ class _EpochIterator:
                 pass
             if not self._producer.is_alive():
                 break
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+        return True
 
     def __del__(self) -> None:
         try:

@@ -1,6 +1,6 @@
 // pybind11 surface of fastdata._C. Arguments are checked and converted with the GIL
-// held; the work itself runs with the GIL released. No Python object is touched by a
-// worker thread.
+// held; the work itself runs with the GIL released (ReleasedGil, which survives a thread
+// still working at interpreter exit). No Python object is touched by a worker thread.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -15,6 +15,7 @@
 #include "core/engine.h"
 #include "core/sample.h"
 #include "core/transcode.h"
+#include "bindings/released_gil.h"
 
 namespace py = pybind11;
 using namespace fastdata;
@@ -80,7 +81,7 @@ py::dict probe(const py::object& data) {
   const Py_buffer& v = views.add(data);
   JpegInfo info;
   {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     info = thread_scratch().decoder.read_header(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), false);
   }
   py::dict d;
@@ -101,7 +102,7 @@ py::bytes transcode_to_baseline_py(const py::object& data, int64_t max_pixels) {
   const Py_buffer& v = views.add(data);
   std::vector<uint8_t> out;
   {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     out = transcode_to_baseline(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), max_pixels);
   }
   return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
@@ -113,10 +114,10 @@ py::tuple decode_full_py(const py::object& data, bool strict, int64_t max_pixels
   py::array_t<uint8_t> out;
   int warnings;
   {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     warnings = decode_full(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), strict, max_pixels,
                            &thread_scratch(), [&](int h, int w) {
-                             py::gil_scoped_acquire gil;
+                             ReleasedGil::Held gil(nogil);
                              out = py::array_t<uint8_t>({h, w, 3});
                              return out.mutable_data();
                            });
@@ -158,7 +159,7 @@ void entropy_floor_py(const py::list& datas, const py::tuple& spec_t, uint64_t s
   const TransformSpec spec = spec_from_tuple(spec_t);
   BufferViews views;
   const std::vector<SampleInput> inputs = buffers_only(datas, &views);
-  py::gil_scoped_release nogil;
+  ReleasedGil nogil;
   for (size_t i = 0; i < inputs.size(); ++i) {
     entropy_floor(inputs[i].data, inputs[i].size, spec, SampleKey{seed, epoch, i}, &thread_scratch());
   }
@@ -167,7 +168,7 @@ void entropy_floor_py(const py::list& datas, const py::tuple& spec_t, uint64_t s
 void plain_decode_py(const py::list& datas) {
   BufferViews views;
   const std::vector<SampleInput> inputs = buffers_only(datas, &views);
-  py::gil_scoped_release nogil;
+  ReleasedGil nogil;
   JpegDecoder decoder;  // its own, switched to libjpeg-turbo's Huffman decoder for good
   decoder.set_fast_huffman(false);
   for (const auto& in : inputs) {
@@ -180,13 +181,32 @@ struct EngineDeleter {
   // Joining workers needs no Python, but other Python threads should not wait on it.
   void operator()(Engine* e) const {
     if (PyGILState_Check()) {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       delete e;
     } else {
       delete e;
     }
   }
 };
+
+// A str path as the file system spells it, i.e. os.fsencode(path): a file name that is not
+// valid UTF-8 comes from os.listdir as a str with lone surrogates (surrogateescape), which a
+// plain UTF-8 cast refuses ("Unable to cast Python instance of type str", #16 item 11).
+std::string fs_path(const py::handle& path, size_t row) {
+  PyObject* encoded = PyUnicode_EncodeFSDefault(path.ptr());
+  if (encoded == nullptr) throw py::error_already_set();
+  std::string out = py::reinterpret_steal<py::bytes>(encoded);
+  if (out.empty()) throw py::value_error("empty file path at row " + std::to_string(row));
+  if (out.find('\0') != std::string::npos) throw py::value_error("file path with a NUL byte at row " + std::to_string(row));
+  return out;
+}
+
+// Bytes read by the engine, handed to Python without a copy: a uint8 array owning them.
+py::array_t<uint8_t> owned_array(std::vector<uint8_t>&& bytes) {
+  auto* owned = new std::vector<uint8_t>(std::move(bytes));
+  py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, owned->data(), free_when_done);
+}
 
 // str items are paths the native threads read; anything else must be a byte buffer.
 std::vector<SampleInput> inputs_from_items(const py::sequence& items, BufferViews* views) {
@@ -195,8 +215,7 @@ std::vector<SampleInput> inputs_from_items(const py::sequence& items, BufferView
   for (size_t i = 0; i < n; ++i) {
     py::handle item = items[i];
     if (py::isinstance<py::str>(item)) {
-      inputs[i].path = item.cast<std::string>();
-      if (inputs[i].path.empty()) throw py::value_error("empty file path at row " + std::to_string(i));
+      inputs[i].path = fs_path(item, i);
     } else {
       const Py_buffer& v = views->add(item);
       inputs[i].data = static_cast<const uint8_t*>(v.buf);
@@ -217,7 +236,7 @@ std::vector<int64_t> indices_from(const py::object& indices_obj, size_t n) {
 }
 
 py::tuple engine_plan(Engine& engine, const py::sequence& items, const py::tuple& spec_t, uint64_t seed,
-                      uint64_t epoch, const py::object& indices_obj, int64_t max_pixels) {
+                      uint64_t epoch, const py::object& indices_obj, int64_t max_pixels, int64_t max_file_bytes) {
   const TransformSpec spec = spec_from_tuple(spec_t);
   BufferViews views;
   const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
@@ -226,8 +245,9 @@ py::tuple engine_plan(Engine& engine, const py::sequence& items, const py::tuple
   std::vector<Engine::SamplePlan> plans;
   std::vector<SampleResult> results;
   {
-    py::gil_scoped_release nogil;
-    engine.plan(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), max_pixels, &plans, &results);
+    ReleasedGil nogil;
+    engine.plan(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), max_pixels, max_file_bytes,
+                &plans, &results);
   }
   py::array_t<double> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
   py::array_t<int32_t> meta({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(4)});
@@ -247,21 +267,37 @@ py::tuple engine_plan(Engine& engine, const py::sequence& items, const py::tuple
 
 // Files read on the engine's threads (GIL released), each returned as a uint8 array that
 // owns the bytes read (no copy), or the reason it could not be read.
-py::tuple engine_read_files(Engine& engine, const std::vector<std::string>& paths) {
+py::tuple engine_read_files(Engine& engine, const py::sequence& path_objs, int64_t max_file_bytes) {
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < static_cast<size_t>(py::len(path_objs)); ++i) paths.push_back(fs_path(path_objs[i], i));
   std::vector<std::vector<uint8_t>> bufs;
   std::vector<std::string> errors;
   {
-    py::gil_scoped_release nogil;
-    engine.read_files(paths, &bufs, &errors);
+    ReleasedGil nogil;
+    engine.read_files(paths, max_file_bytes, &bufs, &errors);
   }
   py::list arrays, reasons;
   for (size_t i = 0; i < paths.size(); ++i) {
-    auto* owned = new std::vector<uint8_t>(std::move(bufs[i]));
-    py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
-    arrays.append(py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, owned->data(), free_when_done));
+    arrays.append(owned_array(std::move(bufs[i])));
     reasons.append(errors[i].empty() ? py::object(py::none()) : py::object(py::str(errors[i])));
   }
   return py::make_tuple(arrays, reasons);
+}
+
+// One file, read as the engine reads files (read_file in engine.h): (uint8 array, None) or
+// (empty array, the reason). For Python code that needs a file's bytes (the Pillow
+// fallback, fastdata-convert, the RAM cache), so every input file is opened in one place.
+py::tuple read_file_py(const py::str& path, int64_t max_file_bytes) {
+  const std::string p = fs_path(path, 0);
+  std::vector<uint8_t> buf;
+  std::string error;
+  bool ok;
+  {
+    ReleasedGil nogil;
+    ok = read_file(p, max_file_bytes, &buf, &error);
+  }
+  if (!ok) return py::make_tuple(owned_array(std::vector<uint8_t>()), py::str(error));
+  return py::make_tuple(owned_array(std::move(buf)), py::none());
 }
 
 // out: uint8 or float32 [N, H, W, 3] with contiguous rows; float32 needs (scale, bias).
@@ -293,7 +329,7 @@ BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpe
 
 py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple& spec_t, const py::object& out_obj,
                      uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels,
-                     const py::object& scale_bias) {
+                     int64_t max_file_bytes, const py::object& scale_bias) {
   const TransformSpec spec = spec_from_tuple(spec_t);
   BufferViews views;
   const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
@@ -304,16 +340,19 @@ py::tuple engine_run(Engine& engine, const py::sequence& items, const py::tuple&
   std::vector<SampleResult> results;
   BatchTimes times;
   {
-    py::gil_scoped_release nogil;
-    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels, out,
-               &results, &times);
+    ReleasedGil nogil;
+    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels,
+               max_file_bytes, out, &results, &times);
   }
-  py::list failures;
+  py::list failures;  // (row, status, message, the file's bytes for a non-JPEG read from a path, else None)
   int warnings = 0;
   for (size_t i = 0; i < n; ++i) {
-    warnings += results[i].warnings;
-    if (results[i].status != SampleStatus::kOk) {
-      failures.append(py::make_tuple(i, static_cast<int>(results[i].status), results[i].message));
+    SampleResult& r = results[i];
+    warnings += r.warnings;
+    if (r.status != SampleStatus::kOk) {
+      const bool read = r.status == SampleStatus::kNotJpeg && !inputs[i].path.empty();
+      failures.append(py::make_tuple(i, static_cast<int>(r.status), r.message,
+                                     read ? py::object(owned_array(std::move(r.file_bytes))) : py::object(py::none())));
     }
   }
   return py::make_tuple(failures, warnings, times.read_seconds, times.decode_seconds);
@@ -332,7 +371,7 @@ void engine_transform_pixels(Engine& engine, py::array_t<uint8_t, py::array::c_s
   const BatchOutput out = batch_output(out_obj, static_cast<size_t>(rows), spec, scale_bias, &info);
   const int h = static_cast<int>(rgb.shape(0)), w = static_cast<int>(rgb.shape(1));
   const uint8_t* src = rgb.data();
-  py::gil_scoped_release nogil;
+  ReleasedGil nogil;
   engine.transform_pixels_into(src, h, w, static_cast<ptrdiff_t>(w) * 3, spec, SampleKey{seed, epoch, index}, out,
                                row);
 }
@@ -352,6 +391,8 @@ PYBIND11_MODULE(_C, m) {
         "Lossless rewrite of a grayscale/YCbCr/RGB JPEG as sequential JPEG (same DCT coefficients, optimized "
         "Huffman tables, APP1/APP2 kept). NativeDecodeError for corrupt data (warnings included) or above "
         "max_pixels (> 0); ValueError for CMYK/YCCK.");
+  m.def("read_file", &read_file_py, py::arg("path"), py::arg("max_file_bytes"),
+        "A whole regular file as the engine reads it: (uint8 array, None), or (empty array, reason).");
   m.def("sample_crop_boxes", &sample_crop_boxes, py::arg("height"), py::arg("width"), py::arg("scale"),
         py::arg("ratio"), py::arg("hflip"), py::arg("seed"), py::arg("epoch"), py::arg("indices"),
         "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");
@@ -380,12 +421,15 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<int>(), py::arg("threads"))
       .def_property_readonly("threads", &Engine::threads)
       .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
-           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("scale_bias") = py::none())
+           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("max_file_bytes"),
+           py::arg("scale_bias") = py::none(),
+           "Failures [(row, status, message, bytes read for a non-JPEG path item or None)], warnings, read s, "
+           "decode s")
       .def("plan", &engine_plan, py::arg("items"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
-           py::arg("indices"), py::arg("max_pixels"),
+           py::arg("indices"), py::arg("max_pixels"), py::arg("max_file_bytes"),
            "Source boxes without decoding: (boxes f64 [N,4] x0,y0,x1,y1 oriented; meta i32 [N,4] flip,h,w,orientation; "
            "failures [(row, status, message)])")
-      .def("read_files", &engine_read_files, py::arg("paths"),
+      .def("read_files", &engine_read_files, py::arg("paths"), py::arg("max_file_bytes"),
            "Read files on the pool: ([uint8 array per file], [None or the reason it could not be read])")
       .def("transform_pixels", &engine_transform_pixels, py::arg("pixels"), py::arg("spec"), py::arg("out"),
            py::arg("row"), py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("scale_bias") = py::none());

@@ -3,7 +3,8 @@
 Every backend has the same small interface, called from the Loader's producer thread::
 
     backend = make_backend(name, transform, device=..., dtype=..., mean=..., std=...,
-                           channels_last=..., seed=..., strict=..., max_pixels=..., threads=...)
+                           channels_last=..., seed=..., strict=..., max_pixels=..., threads=...,
+                           max_file_bytes=...)
     images, failures, failed_rows = backend.run(items, indices, epoch)
     backend.close()
 
@@ -27,7 +28,8 @@ DALI_MISSING = "backend='dali' needs NVIDIA DALI: pip install fastdata[dali] (nv
 def make_backend(name: str, transform: Transform, **config: Any) -> BatchBackend:
     """Build backend ``name`` ("native", "nvjpeg" or "dali") for ``transform``.
 
-    config: device, dtype, mean, std, channels_last, seed, strict, max_pixels, threads, and
+    config: device, dtype, mean, std, channels_last, seed, strict, max_pixels, threads,
+    max_file_bytes, and
     for "dali" also hw_decoder_load, batch_size, prefetch (see DaliBackend).
     Raises ImportError with the install command when DALI is asked for but missing.
     """

@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..engine import DEFAULT_MAX_PIXELS, CropPlan, Engine
+from ..engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, CropPlan, Engine
 from ..errors import DecodeError
 from ..transforms import CenterCrop, RandomResizedCrop, Transform
 from ..cuda import GpuNormalizer, to_device
@@ -100,7 +100,8 @@ def ends_with_eoi(data: Union[bytes, memoryview, np.ndarray]) -> bool:
     return end >= 2 and view[end - 2] == 0xFF and view[end - 1] == 0xD9
 
 
-def read_items(items: Sequence[Item], engine: Engine) -> Tuple[List[np.ndarray], List[Optional[str]], List[Optional[str]]]:
+def read_items(items: Sequence[Item], engine: Engine,
+               max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Tuple[List[np.ndarray], List[Optional[str]], List[Optional[str]]]:
     """Encoded bytes of each item as a writable uint8 numpy array, its name (path or None),
     and why it could not be read (None when it was).
 
@@ -114,7 +115,7 @@ def read_items(items: Sequence[Item], engine: Engine) -> Tuple[List[np.ndarray],
     reasons: List[Optional[str]] = [None] * len(items)
     rows = [i for i, it in enumerate(items) if isinstance(it, str)]
     if rows:
-        arrays, errors = engine.read_files([items[i] for i in rows])
+        arrays, errors = engine.read_files([items[i] for i in rows], max_file_bytes)
         for i, array, error in zip(rows, arrays, errors):
             datas[i] = array
             reasons[i] = error if error is not None else ("empty file" if array.size == 0 else None)
@@ -178,7 +179,8 @@ class BatchBackend:
                  dtype: Union[torch.dtype, str, None] = torch.float16,
                  mean: Sequence[float] = (0.485, 0.456, 0.406), std: Sequence[float] = (0.229, 0.224, 0.225),
                  channels_last: bool = True, seed: int = 0, strict: bool = False,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None):
+                 max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES):
         self.out_hw = check_transform(transform)
         self.transform = transform
         self.device = torch.device(device)
@@ -193,6 +195,7 @@ class BatchBackend:
         self.seed = int(seed)
         self.strict = bool(strict)
         self.max_pixels = int(max_pixels)
+        self.max_file_bytes = int(max_file_bytes)
         self.engine = Engine(threads)
         self.threads = self.engine.threads
         self._closed = False
@@ -244,7 +247,7 @@ class BatchBackend:
         index_arr = self._check_batch(items, indices, epoch)
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
-        datas, names, unreadable = read_items(items, self.engine)
+        datas, names, unreadable = read_items(items, self.engine, self.max_file_bytes)
         plan = self.engine.plan(datas, self.transform, seed=self.seed, epoch=epoch, indices=index_arr,
                                 max_pixels=self.max_pixels)
         batch = PendingBatch(n, index_arr, datas, names, plan, epoch, [], [])
