@@ -121,6 +121,10 @@ Engine::Engine(int threads) : pool_(new ThreadPool(threads < 1 ? 1 : threads)) {
   file_buffers_.resize(pool_->size());
 }
 
+Engine::~Engine() {
+  if (!pool_->made_here()) static_cast<void>(pool_.release());  // deliberately leaked
+}
+
 void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
                  const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes,
                  const BatchOutput& out,

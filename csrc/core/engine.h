@@ -53,6 +53,7 @@ struct BatchTimes {
 class Engine {
  public:
   explicit Engine(int threads);
+  ~Engine();  // in a forked child the pool is leaked, not destroyed (ThreadPool says why)
   int threads() const { return pool_->size(); }
 
   // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels). Never throws for

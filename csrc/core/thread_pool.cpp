@@ -11,14 +11,9 @@ ThreadPool::ThreadPool(int threads) : owner_pid_(::getpid()) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this, i);
 }
 
+bool ThreadPool::made_here() const { return ::getpid() == owner_pid_; }
+
 ThreadPool::~ThreadPool() {
-  if (::getpid() != owner_pid_) {
-    // A forked child: the workers (and maybe a locked mutex_) are the parent's. Joining
-    // would wait forever; destroying a joinable std::thread calls std::terminate. Leak the
-    // handles, deliberately.
-    new std::vector<std::thread>(std::move(workers_));
-    return;
-  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -53,7 +48,7 @@ void ThreadPool::worker_main(int worker) {
 }
 
 void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, int)>& fn) {
-  if (!workers_.empty() && ::getpid() != owner_pid_) {
+  if (!workers_.empty() && !made_here()) {
     throw std::runtime_error("this thread pool was created in process " + std::to_string(owner_pid_) +
                              " before a fork; its threads do not exist in process " +
                              std::to_string(::getpid()) + ": create a new one here");

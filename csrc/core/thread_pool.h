@@ -2,8 +2,10 @@
 // The calling thread works too, so a pool of size 1 has no extra thread.
 //
 // fork() copies only the calling thread: in a child the workers do not exist. A pool made
-// before a fork refuses to run there (it would wait for them forever) and its destructor
-// forgets them instead of joining threads that are not there.
+// before a fork refuses to run there (it would wait for them forever), and it must not be
+// destroyed there either: joining would wait for threads that are not there, and destroying
+// a condition variable the parent's workers waited on blocks for good. Its owner leaks it in
+// a child (see made_here; Engine does).
 #pragma once
 #include <sys/types.h>
 
@@ -20,11 +22,12 @@ namespace fastdata {
 class ThreadPool {
  public:
   explicit ThreadPool(int threads);
-  ~ThreadPool();  // joins the workers (in the process that made them)
+  ~ThreadPool();  // joins the workers; only in the process that made them (made_here())
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  bool made_here() const;  // false in a process forked after this pool was made
 
   // Calls fn(i, worker) for i in [0, n) across the pool; worker in [0, size()) names the
   // thread, for per-thread scratch. Returns when every call has returned. fn must not throw.
