@@ -81,7 +81,8 @@ def test_decode_batch_in_a_forked_child_after_the_parent_used_it(folder):
 
 
 def _decode_one(path: str) -> bytes:
-    return fastdata.decode_batch([path], RRC, threads=2, seed=1).tobytes()
+    # Two rows: a single row runs on the calling thread alone and never meets the pool.
+    return fastdata.decode_batch([path, path], RRC, threads=2, seed=1).tobytes()
 
 
 def test_decode_batch_in_multiprocessing_fork_workers(folder):
