@@ -62,9 +62,9 @@ def source_identity(source: Any) -> str:
 
 def _as_buffer(item: Any) -> Any:
     """A source item's encoded bytes; a path is read as the engine reads files
-    (fastdata.engine.read_file: DecodeError naming it when it is not a regular file or too large)."""
+    (fastdata.io.engine.read_file: DecodeError naming it when it is not a regular file or too large)."""
     if isinstance(item, str):
-        from ..engine import read_file
+        from ..io.engine import read_file
         return read_file(item)
     return item
 

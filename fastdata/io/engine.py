@@ -1,0 +1,276 @@
+"""The batch engine: native threads decode, crop, resize and flip a batch into caller memory.
+
+``Engine.run`` is the one place where a batch is decoded; ``decode_batch`` and the Loader
+both go through it. Non-JPEG samples come back from the native pass untouched, are decoded
+here with Pillow, and go through the same native crop/resize/flip (native threads never
+call Python).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .. import _C
+from ..errors import DecodeError
+from .encoded import Item
+from .host import usable_cores
+from .normalization import scale_bias_for
+from .pillow_fallback import decode_with_pillow
+from .transforms import CenterCrop, RandomResizedCrop, Transform
+
+# Pillow's own default Image.MAX_IMAGE_PIXELS: ~89.5 MP (a 3-channel image of 1/4 GiB).
+DEFAULT_MAX_PIXELS = 89_478_485
+
+# Input files above this size are refused from their size, before a byte is read. 256 MiB is
+# the raw RGB pixels of an image at DEFAULT_MAX_PIXELS (89.5 MP x 3 B): a compressed image
+# that is larger is beyond the pixel limit or mostly not image data (real photos at that pixel
+# count are 10-60 MB as JPEGs). Without a cap a 3 GB sparse .jpg was read whole, twice for a
+# non-JPEG (#16 item 9). Each native thread holds at most one file of this size.
+DEFAULT_MAX_FILE_BYTES = 256 << 20
+
+
+def _check_max_file_bytes(max_file_bytes: int) -> int:
+    if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
+        raise ValueError(f"max_file_bytes must be an int >= 0 (0: no limit), got {max_file_bytes!r}")
+    return max_file_bytes
+
+
+def read_file(path: Union[str, "os.PathLike[str]"], max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> np.ndarray:
+    """A whole file as a uint8 array, read the way the native threads read inputs (the one place
+    fastdata opens an input file): regular files only (a named pipe or a device is refused, never
+    waited on), at most ``max_file_bytes`` (0: no limit; checked from the size before reading).
+    Raises DecodeError naming the file."""
+    path = os.fspath(path)
+    array, reason = _C.read_file(path, _check_max_file_bytes(max_file_bytes))
+    if reason is not None:
+        raise DecodeError(reason, name=path)
+    return array
+
+
+# The last spec built, by transform identity: transforms are frozen, and a training loop passes
+# the same one every batch, so this keeps building a spec (~2 us of keyword parsing) out of
+# the per-batch cost. A tuple is replaced whole, so a reader on another thread sees either
+# the old entry or the new one.
+_last_spec: Tuple[object, bool, Optional[_C.TransformSpec]] = (object(), True, None)
+
+
+def native_spec(transform: Transform, roi: bool = True) -> _C.TransformSpec:
+    """The engine's spec of a fastdata transform (validated again, in C++, on construction)."""
+    global _last_spec
+    last_transform, last_roi, spec = _last_spec
+    if transform is last_transform and roi == last_roi:
+        return spec
+    if isinstance(transform, RandomResizedCrop):
+        h, w = transform.output_size
+        spec = _C.TransformSpec(kind=_C.TransformKind.RANDOM_RESIZED_CROP, out_h=h, out_w=w,
+                                scale_lo=float(transform.scale[0]), scale_hi=float(transform.scale[1]),
+                                ratio_lo=float(transform.ratio[0]), ratio_hi=float(transform.ratio[1]),
+                                hflip=float(transform.hflip), roi=bool(roi))
+    elif isinstance(transform, CenterCrop):
+        h, w = transform.output_size
+        spec = _C.TransformSpec(kind=_C.TransformKind.CENTER_CROP, out_h=h, out_w=w, hflip=0.0,
+                                resize_to=transform.resize_to, roi=bool(roi))
+    else:
+        raise TypeError("transform must be fastdata.RandomResizedCrop or fastdata.CenterCrop, "
+                        f"got {type(transform).__name__}")
+    _last_spec = (transform, roi, spec)
+    return spec
+
+
+@dataclass
+class BatchReport:
+    """What happened in one ``Engine.run``. Times are summed over native threads."""
+
+    failures: List[DecodeError] = field(default_factory=list)
+    failed_rows: List[int] = field(default_factory=list)
+    read_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    warnings: int = 0
+    fallbacks: int = 0
+
+
+@dataclass
+class CropPlan:
+    """Per sample: source box (x0, y0, x1, y1) in EXIF-oriented pixels (float64 [N, 4]; the
+    output samples it with Pillow's pixel-centre convention), flip (bool [N]), oriented size
+    (int32 [N, 2] as height, width), EXIF orientation (int32 [N]), and from the header the
+    native reader parsed: components (int32 [N]), bits per sample (int32 [N]) and whether the
+    entropy coding is arithmetic (bool [N]). Rows in ``failed_rows`` or ``not_jpeg_rows`` hold
+    zeros."""
+
+    boxes: np.ndarray
+    flips: np.ndarray
+    sizes: np.ndarray
+    orientations: np.ndarray
+    components: np.ndarray
+    precisions: np.ndarray
+    arithmetic: np.ndarray
+    failures: List[DecodeError] = field(default_factory=list)
+    failed_rows: List[int] = field(default_factory=list)
+    not_jpeg_rows: List[int] = field(default_factory=list)
+
+
+def check_out(out: np.ndarray, n: int, hw: tuple, normalized: bool = False) -> None:
+    """Raise unless ``out`` is a writable C-contiguous array of shape [n, h, w, 3]: uint8,
+    or float32 when ``normalized``."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array (use tensor.numpy() for torch), got {type(out).__name__}")
+    want = np.float32 if normalized else np.uint8
+    if out.dtype != want:
+        raise TypeError(f"out must have dtype {np.dtype(want).name}, got {out.dtype}")
+    if out.shape != (n, hw[0], hw[1], 3):
+        raise ValueError(f"out must have shape {(n, hw[0], hw[1], 3)}, got {out.shape}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    if not out.flags.writeable:
+        raise ValueError("out must be writable")
+
+
+class Engine:
+    """A persistent pool of ``threads`` native threads (the calling thread counts as one).
+
+    ``run`` releases the GIL while it works, so it can run on a Python background thread
+    while the training step runs. Calls on one engine are serialized.
+    """
+
+    def __init__(self, threads: Optional[int] = None):
+        if threads is None:
+            threads = usable_cores()
+        if not isinstance(threads, int) or threads < 1 or threads > 1024:
+            raise ValueError(f"threads must be an int in 1..1024, got {threads!r}")
+        self._native: Optional[_C.Engine] = _C.Engine(threads)
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _check_process(self) -> None:
+        """fork() copies only the calling thread: in a child this engine's native threads (and
+        perhaps a lock another thread held) are the parent's, and a run would wait forever."""
+        if os.getpid() != self._pid:
+            raise RuntimeError(f"this fastdata Engine was created before fork (in process {self._pid}); its native "
+                               f"threads do not exist in process {os.getpid()}: create a new Engine here "
+                               "(decode_batch does so by itself)")
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    def run(self, items: Sequence[Item], transform: Transform, out: np.ndarray, *, seed: int = 0,
+            epoch: int = 0, indices: Optional[Sequence[int]] = None, strict: bool = False,
+            max_pixels: int = DEFAULT_MAX_PIXELS, names: Optional[Sequence[str]] = None,
+            roi: bool = True, normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
+            max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> BatchReport:
+        """Decode + transform ``items[i]`` into ``out[i]`` (uint8 [N, H, W, 3]).
+
+        With ``normalize=(mean, std)``, ``out`` is float32 [N, H, W, 3] and receives
+        (x / 255 - mean) / std per channel, computed by the native threads.
+
+        ``items`` are file paths (``str``, read by native threads) or encoded buffers.
+        Sample i's crop and flip come from (seed, epoch, indices[i]) (default indices: 0..N-1).
+        Failed rows are zero-filled and listed in the report; nothing is raised for bad data.
+        ``names`` label samples in errors (defaults to the path for ``str`` items).
+        ``roi=False`` turns off region-of-interest and DCT-scaled decoding (benchmarks only).
+        ``max_file_bytes``: files above it fail unread (see ``read_file``).
+        """
+        self._check_process()
+        spec = native_spec(transform, roi)
+        _check_max_file_bytes(max_file_bytes)
+        n = len(items)
+        check_out(out, n, transform.output_size, normalized=normalize is not None)
+        scale_bias = None if normalize is None else scale_bias_for(*normalize)
+        index_arr = None
+        if indices is not None:
+            index_arr = np.ascontiguousarray(indices, dtype=np.int64)
+            if index_arr.shape != (n,):
+                raise ValueError(f"indices must have {n} entries, got shape {index_arr.shape}")
+            if n and index_arr.min() < 0:
+                raise ValueError("indices must be non-negative")
+        if seed < 0 or epoch < 0:
+            raise ValueError("seed and epoch must be non-negative")
+        with self._lock:
+            native = self._native
+            if native is None:
+                raise RuntimeError("Engine is closed")
+            raw = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels, max_file_bytes,
+                             scale_bias)
+            report = BatchReport(read_seconds=raw.read_seconds, decode_seconds=raw.decode_seconds,
+                                 warnings=raw.warnings)
+            for failure in raw.failures:
+                row, message = failure.row, failure.message
+                index = int(index_arr[row]) if index_arr is not None else row
+                item = items[row]
+                name = names[row] if names is not None else (item if isinstance(item, str) else None)
+                if failure.status == _C.SampleStatus.NOT_JPEG:
+                    try:  # a path's bytes come back from the native read: the file is read once
+                        pixels = decode_with_pillow(item if failure.file_bytes is None else failure.file_bytes,
+                                                    max_pixels)
+                        native.transform_pixels(pixels, spec, out, row, seed, epoch, index, scale_bias)
+                        report.fallbacks += 1
+                        continue
+                    except DecodeError as e:
+                        message = e.reason
+                        out[row] = 0
+                report.failures.append(DecodeError(message, index=index, name=name))
+                report.failed_rows.append(row)
+        return report
+
+    def plan(self, items: Sequence[Item], transform: Transform, *, seed: int = 0, epoch: int = 0,
+             indices: Optional[Sequence[int]] = None,
+             max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> "CropPlan":
+        """Where each sample's output comes from, reading headers only (for GPU decoders).
+
+        Same crops and flips as ``run`` for the same (seed, epoch, indices). Samples whose
+        header cannot be read are listed in ``failures`` (non-JPEGs among them, with
+        ``not_jpeg_rows`` set so a caller can fall back to ``run`` for them).
+        """
+        self._check_process()
+        spec = native_spec(transform)
+        index_arr = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
+        _check_max_file_bytes(max_file_bytes)
+        with self._lock:
+            if self._native is None:
+                raise RuntimeError("Engine is closed")
+            raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels, max_file_bytes)
+        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations,
+                        components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic)
+        for failure in raw.failures:
+            row = failure.row
+            if failure.status == _C.SampleStatus.NOT_JPEG:
+                plan.not_jpeg_rows.append(row)
+            else:
+                index = int(index_arr[row]) if index_arr is not None else row
+                item = items[row]
+                plan.failures.append(DecodeError(failure.message, index=index,
+                                                 name=item if isinstance(item, str) else None))
+                plan.failed_rows.append(row)
+        return plan
+
+    def read_files(self, paths: Sequence[str],
+                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Tuple[List[np.ndarray], List[Optional[str]]]:
+        """Read whole files on the native threads (as ``read_file`` does): a uint8 array per path
+        (empty when it could not be read) and, per path, None or the reason it could not be read."""
+        self._check_process()
+        _check_max_file_bytes(max_file_bytes)
+        with self._lock:
+            if self._native is None:
+                raise RuntimeError("Engine is closed")
+            return self._native.read_files([os.fspath(p) for p in paths], max_file_bytes)
+
+    def close(self) -> None:
+        """Join the native threads. Idempotent."""
+        if os.getpid() != self._pid:  # a forked child: nothing to join (the native side forgets the threads)
+            self._native = None
+            return
+        with self._lock:
+            native, self._native = self._native, None
+        del native  # the native destructor joins its threads with the GIL released
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,150 @@
+"""`fastdata-bench` end to end on a tiny generated ImageFolder, with short windows."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fastdata.cli import bench, bench_contenders
+
+ABLATION_ORDER = ["baseline", "pin_memory", "workers", "native_decode", "roi_decode", "lmdb", "ram",
+                  "cuda_prefetch"]
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 classes x 16 JPEGs, 96-200 px, each encoding its class and index in its colours."""
+    root = tmp_path_factory.mktemp("tiny")
+    rng = np.random.default_rng(0)
+    for c in range(3):
+        (root / f"c{c}").mkdir()
+        for i in range(16):
+            h, w = int(rng.integers(96, 160)), int(rng.integers(120, 200))
+            arr = rng.integers(0, 40, (h, w, 3), dtype=np.uint8)
+            arr[..., 0] += np.uint8(70 * c)
+            arr[..., 1] += np.uint8(10 * i)
+            Image.fromarray(arr).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
+    return root
+
+
+def _check_measured(r: dict) -> None:
+    assert r["status"] == "ok", r
+    for key in ("images_per_s", "mean_images_per_s", "cpu_cores_busy", "cpu_percent", "peak_rss_mb"):
+        assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r[key])
+    s = r["spread"]
+    assert s["min"] <= s["q1"] <= s["q3"] <= s["max"]
+    # images/s is the time-weighted mean of the window rates (tests/cli/test_bench_runner.py)
+    assert s["min"] <= r["images_per_s"] <= s["max"]
+    assert r["images_per_s"] == pytest.approx(r["timed_images"] / r["timed_seconds"])
+    assert r["timed_batches"] >= 2 and r["timed_images"] == 8 * r["timed_batches"]
+    assert r["output"].startswith("float32[8x3x224x224] cpu"), r["output"]
+
+
+def test_compare_json_table_and_plot(tiny_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    rc = bench.main([str(tiny_folder), "--seconds", "3", "--batch-size", "8", "--device", "cpu",
+                     "--json", str(out_json), "--plot", str(out_png), "--quiet"])
+    assert rc == 0
+    report = json.loads(out_json.read_text())
+    names = [r["name"] for r in report["results"]]
+    assert names == list(bench_contenders.CONTENDERS)
+    for r in report["results"]:
+        if r["status"] == "skipped":
+            assert isinstance(r["reason"], str) and r["reason"].strip(), r
+        else:
+            _check_measured(r)
+    by = {r["name"]: r for r in report["results"]}
+    assert by["dataloader"]["status"] == "ok" or by["simd"]["status"] == "ok"
+    assert by["dali"]["status"] == "skipped" and "cuda" in by["dali"]["reason"].lower()
+    assert report["dataset"]["images"] == 48 and report["config"]["batch_size"] == 8
+    assert report["machine"]["cores_usable"] >= 1 and report["machine"]["versions"]["torch"]
+    # --seconds bounds the measurement: shares plus at most a batch or two of overrun each.
+    ran = [r for r in report["results"] if r["status"] == "ok"]
+    assert sum(r["total_seconds"] for r in ran) < 3 + 4 * len(ran)
+
+    table = capsys.readouterr().out
+    for r in report["results"]:
+        assert r["label"] in table
+
+    data = out_png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(out_png) as im:
+        im.verify()
+    with Image.open(out_png) as im:
+        assert im.format == "PNG" and im.size[0] > 300 and im.size[1] > 200
+
+
+def test_ablation_steps_in_order_with_speedups(tiny_folder: Path, tmp_path: Path) -> None:
+    out_json = tmp_path / "a.json"
+    rc = bench.main([str(tiny_folder), "--ablation", "--seconds", "3", "--batch-size", "8", "--threads", "1",
+                     "--device", "cpu", "--json", str(out_json), "--quiet"])
+    assert rc == 0
+    report = json.loads(out_json.read_text())
+    assert report["ablation"] is True
+    steps = report["results"]
+    assert [r["name"] for r in steps] == ABLATION_ORDER
+    by = {r["name"]: r for r in steps}
+    assert by["pin_memory"]["status"] == "skipped" and "cuda" in by["pin_memory"]["reason"]
+    assert by["cuda_prefetch"]["status"] == "skipped"
+    measured = [r for r in steps if r["status"] == "ok"]
+    assert measured[0]["name"] == "baseline"
+    base = measured[0]["images_per_s"]
+    prev = None
+    for r in measured:
+        _check_measured(r)
+        assert r["speedup_vs_baseline"] == pytest.approx(r["images_per_s"] / base)
+        assert r["speedup_vs_previous"] == pytest.approx(r["images_per_s"] / prev if prev else 1.0)
+        prev = r["images_per_s"]
+    for r in steps:
+        if r["status"] != "ok":
+            assert r["reason"].strip()
+    # The tuned worker count never reports worse than the count it started from.
+    if by["workers"]["status"] == "ok":
+        assert by["workers"]["images_per_s"] >= by["baseline"]["images_per_s"]
+
+
+def test_windows_median_spread_and_list_file(tmp_path: Path) -> None:
+    # 10 batches of 4 images arriving every 0.1 s, then one slow batch.
+    times = [0.1 * (k + 1) for k in range(10)] + [2.0]
+    rates = bench.windows(times, [4] * 11, 0.0)
+    assert len(rates) == bench.MAX_WINDOWS
+    # Groups of 2, 2, 3, 2, 2 batches; each window starts where the previous one ended.
+    assert rates[:4] == pytest.approx([40.0] * 4)
+    assert rates[4] == pytest.approx(8 / 1.1)  # the slow batch shows in the spread, not hidden
+
+    lst = tmp_path / "list.csv"
+    (tmp_path / "a.jpg").write_bytes(b"")
+    lst.write_text("# comment\na.jpg,1\n/abs/b.jpg,0\n\n")
+    paths, labels, classes = bench.read_list_file(lst)
+    assert paths == [str(tmp_path / "a.jpg"), "/abs/b.jpg"] and labels == [1, 0] and classes == ["0", "1"]
+    lst.write_text("a.jpg;1\n")
+    with pytest.raises(ValueError, match="list.csv:1"):
+        bench.read_list_file(lst)
+
+
+def test_uint8_output_in_interleaved_rounds(tiny_folder: Path, tmp_path: Path) -> None:
+    """The old benchmarks/bench_loader.py job: raw uint8 NHWC batches, rounds interleaved and pooled."""
+    out_json = tmp_path / "u.json"
+    rc = bench.main([str(tiny_folder), "--compare", "dataloader,ffcv,fastdata,dali", "--dtype", "uint8",
+                     "--rounds", "2", "--seconds", "4", "--batch-size", "8", "--device", "cpu",
+                     "--json", str(out_json), "--quiet"])
+    assert rc == 0
+    report = json.loads(out_json.read_text())
+    assert report["config"]["rounds"] == 2 and report["config"]["dtype"] == "uint8"
+    by = {r["name"]: r for r in report["results"]}
+    assert [r["name"] for r in report["results"]] == ["dataloader", "ffcv", "fastdata", "dali"]
+    for name in ("dataloader", "fastdata"):
+        r = by[name]
+        assert r["status"] == "ok", r
+        assert r["output"].startswith("uint8[8x224x224x3] cpu"), r["output"]
+        assert len(r["round_rates"]) == 2 and min(r["round_rates"]) > 0
+        # pooled over both rounds: images over seconds of both, not a mean of the two rates
+        assert r["images_per_s"] == pytest.approx(r["timed_images"] / r["timed_seconds"])
+        assert min(r["round_rates"]) <= r["images_per_s"] <= max(r["round_rates"])
+        assert 0 < r["wait_fraction"] <= 1.0 and r["wait_ms_p50"] > 0
+    assert by["dali"]["status"] == "skipped" and "uint8" in by["dali"]["reason"]
+    assert by["ffcv"]["status"] in ("ok", "skipped")  # installed or not, never dropped

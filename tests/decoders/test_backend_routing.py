@@ -1,0 +1,141 @@
+"""Backend plumbing on CPU: routing to the native fallback, failures, assembly, dtypes.
+
+The nvJPEG decoder runs here with torchvision's CPU JPEG decoder standing in for nvJPEG
+(``_allow_cpu``), so the code around the GPU decoder — plan, routing, fallback, resampling,
+assembly — is checked against the native backend without a GPU.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+import fastdata
+from fastdata.decoders import BACKENDS
+from fastdata.decoders.nvjpeg import NvjpegDecoder
+from fastdata.decoders.routing import ends_with_eoi, gpu_decodable, plan_batch
+from fastdata.loader.pipeline import make_backend
+from fastdata.cli.demo import photo_like_jpeg
+from imagegen import encode_jpeg, hard_case_folder, make_12bit, patch_sof, photo_like, psnr
+
+pytest.importorskip("torchvision")
+from torchvision.io.image import ImageReadMode  # noqa: E402
+
+
+class CpuStandInDecoder(NvjpegDecoder):
+    """nvJPEG's role played by torchvision's CPU decoder; it rejects progressive files as nvJPEG may."""
+
+    _allow_cpu = True
+
+    def __init__(self, transform):
+        super().__init__(transform, device=torch.device("cpu"))
+        self.seen = []
+
+        def decode(tensors, device):
+            out = []
+            for t in tensors:
+                info = fastdata.probe(t.numpy())
+                self.seen.append(info)
+                if info.progressive:
+                    raise RuntimeError("progressive not supported (stand-in)")
+                out.append(torch.ops.image.decode_jpeg(t, ImageReadMode.RGB.value, False))
+            return out
+
+        self._decode_jpegs = decode
+
+
+def CpuStandIn(transform, **config):
+    """The nvJPEG backend's pipeline with the stand-in decoder (``.decoders[0]``) in nvJPEG's place."""
+    return make_backend(CpuStandInDecoder(transform), transform, **config)
+
+
+@pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(64), fastdata.CenterCrop(64)])
+def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform):
+    paths = hard_case_folder(tmp_path)
+    indices = np.arange(1000, 1000 + len(paths))
+    cfg = dict(device="cpu", dtype=None, seed=4, threads=2)
+    with CpuStandIn(transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
+        a, fa, ra = gpu.run(paths, indices, 3)
+        b, fb, rb = native.run(paths, indices, 3)
+        stats = dict(gpu.stats)
+    assert a.shape == b.shape == (len(paths), 64, 64, 3) and a.dtype == torch.uint8
+    # Same failures, same rows, named by path and dataset index.
+    assert ra == rb == [len(paths) - 2, len(paths) - 1]
+    assert [(e.index, e.name) for e in fa] == [(e.index, e.name) for e in fb]
+    assert fa[0].name.endswith("garbage.jpg") and "missing.jpg" in fa[1].name and fa[1].index == indices[-1]
+    assert (a[ra] == 0).all()
+    for row in range(len(paths) - 2):
+        assert psnr(a[row], b[row]) >= 30, (paths[row], psnr(a[row], b[row]))
+    # Row order: each row is closest to its own native row.
+    sims = torch.tensor([[psnr(a[i], b[j]) for j in range(6)] for i in range(6)])
+    assert (sims.argmax(1) == torch.arange(6)).all()
+    # CMYK and PNG never reach the GPU decoder; the progressive file was rejected and fell back.
+    assert stats["gpu_rejected"] >= 1 and stats["native_fallbacks"] >= 3
+    assert not any(info.components == 4 for info in gpu.decoders[0].seen)
+
+
+def test_normalized_output_and_layout(tmp_path):
+    paths = hard_case_folder(tmp_path)[:7]
+    t = fastdata.RandomResizedCrop((48, 40))
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    with CpuStandIn(t, device="cpu", dtype=None, seed=1, threads=2) as raw:
+        u8, _, _ = raw.run(paths, np.arange(7), 0)
+    for dtype, cl in [(torch.float16, True), (torch.float32, False), (torch.bfloat16, True)]:
+        with CpuStandIn(t, device="cpu", dtype=dtype, mean=mean, std=std, channels_last=cl, seed=1, threads=2) as be:
+            y, failures, rows = be.run(paths, np.arange(7), 0)
+        assert not failures and not rows
+        assert y.shape == (7, 3, 48, 40) and y.dtype == dtype
+        assert y.is_contiguous(memory_format=torch.channels_last) if cl else y.is_contiguous()
+        ref = (u8.double() / 255 - torch.tensor(mean, dtype=torch.float64)) / torch.tensor(std, dtype=torch.float64)
+        tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+        torch.testing.assert_close(y.double(), ref.permute(0, 3, 1, 2), atol=tol, rtol=0)
+
+
+def test_strict_routes_truncated_to_native_and_reports_it(tmp_path):
+    paths = hard_case_folder(tmp_path)
+    trunc = paths.index(str(tmp_path / "truncated.jpg"))
+    with CpuStandIn(fastdata.RandomResizedCrop(32), device="cpu", dtype=None, strict=True, threads=2) as be:
+        _, failures, rows = be.run(paths, np.arange(len(paths)), 0)
+    assert trunc in rows and any(e.name.endswith("truncated.jpg") for e in failures)
+
+
+def test_routing_reads_the_header_facts_the_native_reader_parsed():
+    img = photo_like(30, 40)
+    rgb = encode_jpeg(img)
+    cases = {  # name: (data, components, bits, arithmetic, a GPU decoder takes it)
+        "rgb": (rgb, 3, 8, False, True),
+        "progressive": (encode_jpeg(img, progressive=True), 3, 8, False, True),
+        "extended": (patch_sof(rgb, marker=0xC1), 3, 8, False, True),
+        "gray": (encode_jpeg(img.convert("L")), 1, 8, False, True),
+        "cmyk": (encode_jpeg(img.convert("CMYK")), 4, 8, False, False),
+        "arithmetic": (patch_sof(rgb, marker=0xC9), 3, 8, True, False),
+        "truncated": (rgb[:-10], 3, 8, False, False),  # no EOI
+    }
+    items = [c[0] for c in cases.values()] + [make_12bit(rgb), b"\x89PNG\r\n"]
+    with fastdata.Engine(1) as engine:
+        batch = plan_batch(items, np.arange(len(items)), 0, [None] * len(items), engine,
+                           fastdata.RandomResizedCrop(8), seed=0)
+    plan = batch.plan
+    for row, (name, (_, comps, bits, arith, gpu)) in enumerate(cases.items()):
+        got = (int(plan.components[row]), int(plan.precisions[row]), bool(plan.arithmetic[row]))
+        assert got == (comps, bits, arith), name
+        assert gpu_decodable(batch, row) == gpu, name
+    # libjpeg-turbo's 8-bit header reader refuses 12-bit, so such a file is unplanned: native.
+    twelve, png = len(cases), len(cases) + 1
+    assert batch.unplanned == {twelve} and batch.not_jpeg == {png}
+    assert not gpu_decodable(batch, twelve) and not gpu_decodable(batch, png)
+
+
+def test_ends_with_eoi():
+    jpeg = photo_like_jpeg(0, 0, 40, 30)
+    assert ends_with_eoi(jpeg) and ends_with_eoi(jpeg + b"\x00\x00") and not ends_with_eoi(jpeg[:-10])
+
+
+def test_make_backend_rejects_unknown_names_and_cpu_nvjpeg():
+    assert BACKENDS == ("native", "nvjpeg", "dali")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        make_backend("opencv", fastdata.RandomResizedCrop(8))
+    with pytest.raises(ValueError, match="CUDA device"):
+        make_backend("nvjpeg", fastdata.RandomResizedCrop(8), device="cpu")

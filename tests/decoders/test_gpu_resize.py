@@ -1,0 +1,145 @@
+"""gpu_resize on CPU tensors: the batched resampler against Pillow and the native engine."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+
+import fastdata
+from fastdata.decoders.gpu_resize import ImageLayout, axis_tables, filter_reach, resample_batch
+from fastdata.loader.cuda import GpuNormalizer
+from fastdata.cli.demo import photo_like_jpeg
+
+from imagegen import psnr
+
+
+def photos(sizes):
+    return [np.asarray(Image.open(io.BytesIO(photo_like_jpeg(7, i, w, h))).convert("RGB")) for i, (w, h) in enumerate(sizes)]
+
+
+def run(images, boxes, flips, orientations, out_hw, clip=True, chw=False):
+    if chw:
+        flat = torch.cat([torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))).reshape(-1) for a in images])
+    else:
+        flat = torch.cat([torch.from_numpy(a.copy()).reshape(-1) for a in images])
+    layout = ImageLayout.packed([a.shape[:2] for a in images], chw=chw)
+    return resample_batch(flat, layout, np.asarray(boxes, float), np.asarray(flips, bool),
+                          np.asarray(orientations, np.int64), out_hw, clip).numpy()
+
+
+def test_matches_pillow_crop_resize_with_flips_upscale_and_big_downscale():
+    sizes = [(120, 90), (200, 150), (64, 100), (300, 220), (90, 90)]
+    images = photos(sizes)
+    rng = np.random.default_rng(0)
+    boxes, flips = [], []
+    for w, h in sizes:
+        x0, y0 = rng.integers(0, w // 3), rng.integers(0, h // 3)
+        boxes.append([x0, y0, rng.integers(x0 + 8, w + 1), rng.integers(y0 + 8, h + 1)])
+        flips.append(bool(rng.integers(0, 2)))
+    boxes[3] = [0, 0, 300, 220]  # 300 -> 40: a 7.5x antialiased reduction
+    for out_hw in [(40, 48), (160, 130)]:  # downscale and upscale
+        got = run(images, boxes, flips, [1] * 5, out_hw)
+        assert got.shape == (5, out_hw[0], out_hw[1], 3)
+        for i, a in enumerate(images):
+            ref = Image.fromarray(a).crop(tuple(int(v) for v in boxes[i])).resize(out_hw[::-1], Image.BILINEAR)
+            if flips[i]:
+                ref = ref.transpose(Image.FLIP_LEFT_RIGHT)
+            ref = np.asarray(ref)
+            assert psnr(got[i], ref) >= 45, (i, out_hw, psnr(got[i], ref))
+            assert np.abs(got[i] - ref).max() <= 2
+    # Wrong flip would be visibly different: the oracle distinguishes flips.
+    unflipped = run(images[:1], boxes[:1], [not flips[0]], [1], (40, 48))[0]
+    assert psnr(unflipped, run(images[:1], boxes[:1], flips[:1], [1], (40, 48))[0]) < 30
+
+
+def test_fused_resize_center_crop_matches_pillow_box_resize():
+    images = photos([(200, 150), (150, 230)])
+    boxes = [[12.5, 3.25, 180.75, 140.0], [0.4, 20.2, 149.9, 200.1]]
+    got = run(images, boxes, [False, True], [1, 1], (56, 64), clip=False)
+    for i, a in enumerate(images):
+        ref = Image.fromarray(a).resize((64, 56), Image.BILINEAR, box=tuple(boxes[i]))
+        if i == 1:
+            ref = ref.transpose(Image.FLIP_LEFT_RIGHT)
+        assert psnr(got[i], np.asarray(ref)) >= 45
+
+
+@pytest.mark.parametrize("chw", [False, True])
+def test_exif_orientations_fold_into_the_gather(chw):
+    rng = np.random.default_rng(1)
+    stored = rng.integers(0, 256, (30, 50, 3), dtype=np.uint8)
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        buf = io.BytesIO()
+        Image.fromarray(stored).save(buf, "PNG", exif=exif.tobytes())
+        oriented = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue()))))
+        h, w = oriented.shape[:2]
+        whole = run([stored], [[0, 0, w, h]], [False], [orientation], (h, w), chw=chw)[0]
+        np.testing.assert_array_equal(whole, oriented)
+        box = (3, 5, w - 4, h - 2)
+        part = run([stored], [box], [True], [orientation], (20, 24), chw=chw)[0]
+        ref = Image.fromarray(oriented).crop(box).resize((24, 20), Image.BILINEAR).transpose(Image.FLIP_LEFT_RIGHT)
+        assert np.abs(part - np.asarray(ref)).max() <= 1
+
+
+def test_matches_native_engine_for_the_same_plan():
+    # Crops below 2x the output: the native engine decodes at full scale (no DCT scaling),
+    # so the same libjpeg pixels through both resamplers should agree to rounding.
+    datas = [photo_like_jpeg(3, i, 200, 150) for i in range(8)]
+    transform = fastdata.RandomResizedCrop(128)
+    indices = np.arange(40, 48)
+    with fastdata.Engine(2) as engine:
+        plan = engine.plan(datas, transform, seed=5, epoch=2, indices=indices)
+        native = np.empty((8, 128, 128, 3), np.uint8)
+        report = engine.run(datas, transform, native, seed=5, epoch=2, indices=indices)
+    assert not report.failures and not plan.failures
+    images = [fastdata.decode(d) for d in datas]
+    got = run(images, plan.boxes, plan.flips, plan.orientations, (128, 128))
+    for i in range(8):
+        assert psnr(got[i], native[i]) >= 45, (i, psnr(got[i], native[i]))
+    assert plan.flips.any() and not plan.flips.all()  # both branches were exercised
+
+
+def test_filter_reach_holds_every_source_pixel_the_filter_reads():
+    # DALI's decode window for a fused resize + center crop is the box widened by
+    # filter_reach; the filter (axis_tables, the native engine's in Python) must never read
+    # outside it, for up- and downscales, fractional boxes and boxes at the image edges.
+    rng = np.random.default_rng(3)
+    size = 400
+    for out in (1, 7, 16, 224):
+        x0 = rng.uniform(0, size - 2, 500)
+        x1 = np.minimum(size, x0 + rng.uniform(1, size, 500))
+        x1[:20] = size  # boxes touching the far edge
+        x0[20:40] = 0.0  # and the near one
+        scale = (x1 - x0) / out
+        tables = axis_tables(x0, scale, np.zeros(500, np.int64), np.full(500, size, np.int64), out)
+        reach = filter_reach(scale)
+        assert (tables.need_lo >= np.maximum(0, np.floor(x0 - reach))).all()
+        assert (tables.need_hi <= np.minimum(size, np.ceil(x1 + reach))).all()
+
+
+def test_gpu_normalizer_against_float_reference():
+    # The one normalizer of GPU outputs (Loader and backends); runs on CPU tensors too.
+    x = torch.randint(0, 256, (2, 5, 7, 3), dtype=torch.uint8)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    ref = (x.double() / 255 - torch.tensor(mean, dtype=torch.float64)) / torch.tensor(std, dtype=torch.float64)
+    ref = ref.permute(0, 3, 1, 2)
+    y = GpuNormalizer(mean, std, torch.float32, True, torch.device("cpu"))(x)
+    assert y.shape == (2, 3, 5, 7) and y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y.double(), ref, atol=1e-5, rtol=0)
+    y16 = GpuNormalizer(mean, std, torch.float16, False, torch.device("cpu"))(x)
+    assert y16.dtype == torch.float16 and y16.is_contiguous()
+    torch.testing.assert_close(y16.double(), ref, atol=3e-3, rtol=0)
+    with pytest.raises(ValueError, match="std"):
+        GpuNormalizer(mean, (0.2, 0.0, 0.2), torch.float32, True, torch.device("cpu"))
+
+
+def test_bad_boxes_raise():
+    images = photos([(64, 64)])
+    with pytest.raises(ValueError, match="positive"):
+        run(images, [[10, 10, 10, 20]], [False], [1], (8, 8))
+    with pytest.raises(ValueError, match="orientation"):
+        run(images, [[0, 0, 8, 8]], [False], [9], (8, 8))
