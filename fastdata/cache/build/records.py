@@ -17,7 +17,7 @@ import numpy as np
 
 from ...io.decoding import decode, probe
 from ...io.encoded import is_jpeg
-from ...io.engine import DEFAULT_MAX_PIXELS
+from ...io.engine import DEFAULT_MAX_PIXELS, read_file
 from .. import format as cf
 
 DEFAULT_QUALITY = 90
@@ -117,10 +117,13 @@ Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, int]
 def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep_progressive: bool = False) -> Result:
     """Read, hash, validate and store (:func:`stored_bytes`) one input. Never raises for bad data."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        # the engine's reader: regular files only, never blocking on a named pipe, and at most
+        # DEFAULT_MAX_FILE_BYTES (fastdata.io.engine.read_file)
+        data = read_file(path).tobytes()
     except OSError as exc:
         return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", cf.STORED_ORIGINAL
+    except ValueError as exc:  # fastdata.DecodeError from the reader: not a regular file, too large
+        return pos, None, f"cannot read: {getattr(exc, 'reason', exc)}", 0, b"", cf.STORED_ORIGINAL
     digest = hashlib.sha256(data).digest()
     try:
         stored, kind = stored_bytes(data, max_side, quality, keep_progressive)
