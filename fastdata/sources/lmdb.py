@@ -97,11 +97,12 @@ class LMDBSource:
         verify: check every fetched record's SHA-256. A record that fails comes back as a
             ``DecodeError`` naming its index and key in the place of its bytes, which the
             engine reports as that sample's failure (so ``on_error`` raises or skips and
-            counts it). Costs one SHA-256 per record, on the fetching thread with the GIL
-            released: ~217 µs for a 119 KB photo-like 500x375 JPEG (1.8 µs/KB) on the shared
-            2-core box, 8-10% of the same JPEG's fused RandomResizedCrop(224) decode on one
-            thread (2.2-2.8 ms there); benchmarks/bench_cache_checksum.py measures both side
-            by side. ``verify=False`` skips it.
+            counts it). Costs one SHA-256 per record, ~217 µs of CPU for a 119 KB photo-like
+            500x375 JPEG (1.8 µs/KB) on the shared 2-core box, 8-10% of the same JPEG's fused
+            RandomResizedCrop(224) decode on one thread. A batch's records hash on a thread
+            pool with the GIL released, so a fetch waits ~97 µs per record there on 2 cores
+            (2026-12-01); benchmarks/bench_cache_checksum.py measures it beside the decode.
+            ``verify=False`` skips it.
             Caches written before the stored-bytes checksum existed are checked only for
             records stored as the source's bytes (``checked`` says which).
 
