@@ -50,7 +50,7 @@ def _filesystem(url: str) -> Tuple[Any, str]:
 
 
 class ShardFile:
-    """One shard: ``read(start, end)`` with retries; ``size()``; ``retried`` counts retries."""
+    """One shard: ``read(start, end)`` with retries (``on_retry(url, error)`` before each retry); ``size()``."""
 
     def __init__(self, url: str, policy: RetryPolicy, on_retry: Optional[Callable[[str, BaseException], None]] = None):
         self.url = url
@@ -72,8 +72,14 @@ class ShardFile:
                 return call()
             except _PERMANENT as e:
                 raise ShardReadError(f"{self.url}: {what}: {e}") from e
-            except Exception as e:  # network and server errors: transient until the tries run out
+            except Exception as e:
+                status = getattr(e, "status", None)  # aiohttp's ClientResponseError, via fsspec
+                if status == 416:  # range not satisfiable: the object ends before ``start``
+                    return b""
+                if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
+                    raise ShardReadError(f"{self.url}: {what}: HTTP {status}: {e}") from e
                 if attempt >= self.policy.retries:
+                # network errors, 5xx, 408, 429: transient until the tries run out
                     raise ShardReadError(f"{self.url}: {what} failed after {attempt + 1} tries: "
                                          f"{type(e).__name__}: {e}") from e
                 if self._on_retry is not None:

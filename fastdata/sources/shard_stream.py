@@ -111,7 +111,7 @@ def read_members(shard: ShardFile, wanted: List[Tuple[int, int, int]], chunk_byt
                     deliver(key, e)
                 k += 1
             if k < len(members):  # drop what no remaining member needs
-                cut = members[k][1] - HEADER - buf_at
+                cut = min(members[k][1] - HEADER - buf_at, len(buf))
                 if cut > 0:
                     del buf[:cut]
                     buf_at += cut
