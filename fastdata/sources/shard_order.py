@@ -11,7 +11,8 @@ Per epoch e:
    the fewest (most) samples any rank can be dealt, so every rank has the same number of
    batches without communicating;
 3. the stream passes through a shuffle buffer of ``shuffle_buffer`` samples (the
-   WebDataset/tf.data buffer: fill, then emit a random slot and refill it).
+   WebDataset buffer: emit a random slot and refill it; it starts emitting a tenth full
+   and grows to its size).
 A sample's global index (its place in the shard index) keys its crop, so crops do not
 depend on the number of ranks.
 """
@@ -114,18 +115,21 @@ class ShardOrder:
             return np.arange(n, dtype=np.int64)
         size = min(self.shuffle_buffer, n)
         draws = self._rng(epoch, self.rank).random(n)
-        buf = list(range(size))
+        # Start emitting at a tenth of the buffer and grow it by one per output (two reads
+        # per emit) until full, as WebDataset's shuffle does: the first batch does not wait
+        # for the whole buffer to be read.
+        nxt = max(1, size // 10)
+        buf = list(range(nxt))
         out = np.empty(n, dtype=np.int64)
-        nxt = size
         for p in range(n):
+            for _ in range(2 if len(buf) < size else 1):
+                if nxt < n and len(buf) < size:
+                    buf.append(nxt)
+                    nxt += 1
             j = int(draws[p] * len(buf))
             out[p] = buf[j]
-            if nxt < n:
-                buf[j] = nxt
-                nxt += 1
-            else:
-                buf[j] = buf[-1]
-                buf.pop()
+            buf[j] = buf[-1]
+            buf.pop()
         return out
 
     def rank_indices(self, epoch: int) -> np.ndarray:
