@@ -8,7 +8,7 @@ Exact commands (the README's loader table comes from them):
     python benchmarks/bench_loader.py --device cuda --dtype uint8 float16 --json bench_loader_cuda.json
 
 Job (identical for both): the same ImageFolder (default: fastdata's cached photo-like demo
-set, ``fastdata.demo.ensure_demo``: ImageNet-like sizes around 500x375, a few gray, CMYK,
+set, ``fastdata.cli.demo.ensure_demo``: ImageNet-like sizes around 500x375, a few gray, CMYK,
 progressive and EXIF-rotated files; or ``--data DIR``), RandomResizedCrop(``--size``) +
 horizontal flip, shuffled, ``--batch-size``, the same output dtype and device:
 - ``uint8``: NHWC uint8 images (DataLoader: PILToTensor, then a free NHWC view);
@@ -46,9 +46,9 @@ import psutil
 import torch
 
 import fastdata
-from fastdata import demo
-from fastdata.bench_contenders import RepeatedSource
-from fastdata.bench_report import machine_info
+from fastdata.cli import demo
+from fastdata.cli.bench_contenders import RepeatedSource
+from fastdata.cli.bench_report import machine_info
 
 DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 Batches = Iterator[Tuple[torch.Tensor, torch.Tensor]]

@@ -4,7 +4,7 @@ Exact command (2-core CPU box; run on an otherwise idle machine):
 
     /work/venv/bin/python benchmarks/bench_transcode.py --json bench_transcode.json
 
-Data: ``fastdata.demo.ensure_demo()`` (500 photo-like JPEGs, 10% progressive).
+Data: ``fastdata.cli.demo.ensure_demo()`` (500 photo-like JPEGs, 10% progressive).
 
 Rows:
 * decode: ms per image of ``fastdata.decode_batch`` with RandomResizedCrop(224), one
@@ -36,8 +36,9 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 import fastdata
-from fastdata import _C, demo
-from fastdata.convert import convert
+from fastdata import _C
+from fastdata.cli import demo
+from fastdata.cli.convert import convert
 from fastdata.sources.lmdb import LMDBSource
 
 

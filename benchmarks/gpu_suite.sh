@@ -46,7 +46,7 @@ case "$stage" in
       | tee "$OUT/bench_loader_cuda.log" | tail -20
     ;;
   train)
-    python3 -m fastdata.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null
+    python3 -m fastdata.cli.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null
     rm -f "$OUT/runs.jsonl"
     for arch in resnet50 resnet18; do
       python3 examples/train.py --synthetic --arch $arch --batch-size 256 --steps 120 --warmup-steps 30 \

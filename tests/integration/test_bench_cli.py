@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastdata import bench, bench_contenders
+from fastdata.cli import bench, bench_contenders
 
 ABLATION_ORDER = ["baseline", "pin_memory", "workers", "native_decode", "roi_decode", "lmdb", "ram",
                   "cuda_prefetch"]

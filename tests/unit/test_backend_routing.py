@@ -15,10 +15,10 @@ import torch
 from PIL import Image
 
 import fastdata
-from fastdata.backends import BACKENDS, make_backend
-from fastdata.backends.common import ends_with_eoi, frame_info
-from fastdata.backends.nvjpeg import NvjpegBackend
-from fastdata.demo import photo_like_jpeg
+from fastdata.decoders import BACKENDS, make_backend
+from fastdata.decoders.common import ends_with_eoi, frame_info
+from fastdata.decoders.nvjpeg import NvjpegBackend
+from fastdata.cli.demo import photo_like_jpeg
 
 pytest.importorskip("torchvision")
 from torchvision.io.image import ImageReadMode  # noqa: E402

@@ -14,8 +14,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _C
-from .errors import DecodeError
+from .. import _C
+from ..errors import DecodeError
 from .pillow_fallback import decode_with_pillow
 from .transforms import CenterCrop, RandomResizedCrop, Transform
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..transforms import Transform
+from ..io.transforms import Transform
 from .common import BatchBackend
 
 __all__ = ["BACKENDS", "BatchBackend", "make_backend", "DALI_MISSING"]

@@ -12,7 +12,7 @@ from typing import Union
 import numpy as np
 from PIL import Image, ImageOps
 
-from .errors import DecodeError
+from ..errors import DecodeError
 
 
 def _read(item: Union[str, bytes, memoryview, np.ndarray]) -> bytes:

@@ -7,9 +7,9 @@ from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union, overlo
 
 import numpy as np
 
-from . import _C
+from .. import _C
+from ..errors import BatchDecodeError, DecodeError
 from .engine import DEFAULT_MAX_PIXELS, Engine, Item, default_threads, native_spec
-from .errors import BatchDecodeError, DecodeError
 from .pillow_fallback import decode_with_pillow
 from .transforms import Transform
 

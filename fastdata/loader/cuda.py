@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import torch
 
-from .tracing import stage
+from ..diagnostics.tracing import stage
 
 
 class GpuNormalizer:

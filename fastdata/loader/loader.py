@@ -7,11 +7,11 @@ ended by ``close``) runs the pipeline ahead of the training loop:
     ring slot -> [CUDA] H2D copy + normalize on a side stream, event recorded
     -> queue -> next(): the consumer's stream waits on the event (no host sync)
 
-Memory is planned once (fastdata.pinned_ring): on CUDA ``prefetch`` pinned uint8 slots
+Memory is planned once (fastdata.loader.pinned_ring): on CUDA ``prefetch`` pinned uint8 slots
 [B, H, W, 3] are allocated at start and each is rewritten only after its copy event has
 completed; the producer thread (not the training thread) waits for that. CPU outputs are
 the slots themselves (no copy): a slot a user still holds is never rewritten.
-The CUDA stream handoff lives in fastdata.cuda.
+The CUDA stream handoff lives in fastdata.loader.cuda.
 """
 from __future__ import annotations
 
@@ -27,15 +27,15 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .engine import DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
+from ..diagnostics.tracing import stage
+from ..errors import BatchDecodeError, DecodeError
+from ..io.engine import DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
+from ..io.transforms import RandomResizedCrop, Transform
+from ..sources.base import Source
 from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff, to_device
-from .errors import BatchDecodeError, DecodeError
 from .pinned_ring import PinnedRing
 from .sampler import ShardedOrder
-from .sources.base import Source
 from .stats import LoaderStats, StatsCounter
-from .tracing import stage
-from .transforms import RandomResizedCrop, Transform
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -149,11 +149,11 @@ class Loader:
         self._cpu_norm = None if cuda or dtype == torch.uint8 else (tuple(mean), tuple(std))
         if self._cpu_norm is not None:
             scale_bias_for(*self._cpu_norm)  # validates mean/std now, not on the producer thread
-        self._backend = None  # a GPU decoding backend (fastdata.backends), or the native path below
+        self._backend = None  # a GPU decoding backend (fastdata.decoders), or the native path below
         if backend != "native":
             if not cuda and backend == "nvjpeg":
                 raise ValueError("backend='nvjpeg' decodes on the GPU: it needs device='cuda'")
-            from .backends import make_backend
+            from ..decoders import make_backend
             self._backend = make_backend(backend, self.transform, device=self.device, dtype=dtype, mean=mean, std=std,
                                          channels_last=channels_last, seed=self.order.seed, strict=self.strict,
                                          max_pixels=self.max_pixels, threads=int(threads), **(backend_options or {}))

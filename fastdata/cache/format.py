@@ -1,7 +1,7 @@
 """The on-disk format of a fastdata LMDB cache: keys, metadata schema, version checks.
 
 This module is the one place that defines the format (docs/cache-format.md describes it
-for humans); the writer (``fastdata.convert``) and the reader (``fastdata.LMDBSource``)
+for humans); the writer (``fastdata.cli.convert``) and the reader (``fastdata.LMDBSource``)
 both go through it.
 
 Layout (one LMDB environment, a directory holding ``data.mdb``, main database only):

@@ -1,7 +1,7 @@
 """``fastdata-convert SRC DST``: pack an image dataset into a crash-safe LMDB cache.
 
 SRC is an ImageFolder tree (torchvision semantics) or a ``path,label`` list file; DST is
-an LMDB directory in the format defined by :mod:`fastdata.cache_format`.
+an LMDB directory in the format defined by :mod:`fastdata.cache.format`.
 
 What is stored for each input is decided in one place, :func:`stored_bytes`: the source
 bytes, a lossy re-encode (``--max-side``), or, for progressive JPEGs, a lossless
@@ -33,9 +33,9 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
-from . import __version__
-from . import cache_format as cf
-from .sources.folder import read_file_list, scan_image_folder
+from .. import __version__
+from ..cache import format as cf
+from ..sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_QUALITY = 90
 DEFAULT_BATCH = 512  # records per write transaction (also capped by DEFAULT_BATCH_BYTES)
@@ -207,7 +207,7 @@ def _transcode(data: bytes, pixels: Optional[np.ndarray]) -> bytes:
     """
     import fastdata
     from fastdata import _C
-    from fastdata.engine import DEFAULT_MAX_PIXELS
+    from fastdata.io.engine import DEFAULT_MAX_PIXELS
 
     try:
         out = _C.transcode_to_baseline(data, DEFAULT_MAX_PIXELS)
@@ -612,7 +612,7 @@ _VERIFY_SRC: Any = None
 def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
     """Re-read records [lo, hi) of a finished cache; return problems found."""
     global _VERIFY_SRC
-    from .sources.lmdb import LMDBSource
+    from ..sources.lmdb import LMDBSource
 
     dst, max_side, lo, hi = args
     if _VERIFY_SRC is None or _VERIFY_SRC.path != os.path.abspath(dst):
@@ -647,7 +647,7 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
 
 
 def _verify(dst: str, max_side: Optional[int], workers: int) -> None:
-    from .sources.lmdb import LMDBSource
+    from ..sources.lmdb import LMDBSource
 
     n = len(LMDBSource(dst))
     step = 256

@@ -390,7 +390,7 @@ def ensure_lmdb(job: Job) -> Path:
     import hashlib
 
     import fastdata
-    from fastdata import convert
+    from fastdata.cli import convert
 
     src = job.folder if job.folder is not None else job.list_file
     if src is None:

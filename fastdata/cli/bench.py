@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from fastdata import bench_contenders as bc
-from fastdata import bench_report, demo
+from fastdata.cli import bench_contenders as bc
+from fastdata.cli import bench_report, demo
 from fastdata.sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_SECONDS = 20.0

@@ -23,10 +23,10 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..engine import DEFAULT_MAX_PIXELS, CropPlan, Engine
 from ..errors import DecodeError
-from ..transforms import CenterCrop, RandomResizedCrop, Transform
-from ..cuda import GpuNormalizer, to_device
+from ..io.engine import DEFAULT_MAX_PIXELS, CropPlan, Engine
+from ..io.transforms import CenterCrop, RandomResizedCrop, Transform
+from ..loader.cuda import GpuNormalizer, to_device
 
 Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
 
@@ -199,7 +199,7 @@ class BatchBackend:
         self.stream: Optional[torch.cuda.Stream] = None
         if self.device.type == "cuda":
             self.stream = torch.cuda.Stream(device=self.device)
-        # Constants on the device once, not per batch (see fastdata.cuda.GpuNormalizer).
+        # Constants on the device once, not per batch (see fastdata.loader.cuda.GpuNormalizer).
         self._normalizer = (None if self.dtype is None else
                             GpuNormalizer(self.mean, self.std, self.dtype, True, self.device))
         self._pinned: Optional[torch.Tensor] = None

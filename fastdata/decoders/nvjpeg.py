@@ -14,8 +14,8 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..engine import CropPlan
-from ..transforms import RandomResizedCrop
+from ..io.engine import CropPlan
+from ..io.transforms import RandomResizedCrop
 from .common import BatchBackend
 from .gpu_resize import ImageLayout, resample_batch
 

@@ -27,8 +27,8 @@ from typing import Any, Deque, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..engine import CropPlan
-from ..transforms import RandomResizedCrop
+from ..io.engine import CropPlan
+from ..io.transforms import RandomResizedCrop
 from .common import BatchBackend
 
 
@@ -74,6 +74,7 @@ class DaliBackend(BatchBackend):
         self._max_batch = int(batch_size)
         self._pipe = None
         self._inflight: Deque[_Ticket] = deque()  # scheduled on a pipeline, outputs not taken yet
+        self._retired: Deque[Any] = deque(maxlen=4)  # failed pipelines, destroyed late (see _lose)
         self._crop_only = isinstance(transform, RandomResizedCrop)
 
     # -- the pipeline -------------------------------------------------------------------
@@ -127,8 +128,11 @@ class DaliBackend(BatchBackend):
         ih = plan.sizes[sel, 0].astype(np.float64)
         iw = plan.sizes[sel, 1].astype(np.float64)
         if self._crop_only:
-            x0, y0 = np.floor(boxes[:, 0]), np.floor(boxes[:, 1])
-            x1, y1 = np.ceil(boxes[:, 2]), np.ceil(boxes[:, 3])
+            # Clipped: a box edge computed in floating point can lie a hair past the image
+            # (459.00000000000006 for a 459-row image), and its ceiling one pixel past it.
+            # DALI rejects such a window and fails the whole batch (issue 14's crash began so).
+            x0, y0 = np.maximum(0, np.floor(boxes[:, 0])), np.maximum(0, np.floor(boxes[:, 1]))
+            x1, y1 = np.minimum(iw, np.ceil(boxes[:, 2])), np.minimum(ih, np.ceil(boxes[:, 3]))
         else:
             h, w = self.out_hw
             rx = np.ceil(np.maximum((boxes[:, 2] - boxes[:, 0]) / w, 1.0)) + 1
@@ -213,6 +217,10 @@ class DaliBackend(BatchBackend):
         self._inflight = deque(t for t in self._inflight if t.pipe is not pipe)
         if self._pipe is pipe:
             self._pipe = None
+        # Destroying a pipeline right after its critical error segfaulted DALI 2.4's worker
+        # threads (still inside the mixed ImageDecoder; H200 box, 2026-12-01): keep the failed
+        # pipeline alive until a few later ones have failed too, by when its threads are idle.
+        self._retired.append(pipe)
 
     def _drain(self) -> None:
         while self._inflight:

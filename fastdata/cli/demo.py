@@ -317,10 +317,10 @@ def ensure_demo(count: int = DEFAULT_COUNT, seed: int = DEFAULT_SEED, classes: i
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m fastdata.demo [--count N] [--seed S] [--classes C] [--out DIR]``: build and print the path."""
+    """``python -m fastdata.cli.demo [--count N] [--seed S] [--classes C] [--out DIR]``: build and print the path."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m fastdata.demo", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m fastdata.cli.demo", description=main.__doc__)
     p.add_argument("--count", type=int, default=DEFAULT_COUNT)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
     p.add_argument("--classes", type=int, default=DEFAULT_CLASSES)

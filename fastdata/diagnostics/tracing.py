@@ -16,7 +16,7 @@ but not in ``torch.profiler``; spans on the training thread (waiting for a batch
 enqueue, GPU normalize) show up in both.
 
 torch is never imported here: when the process has not imported it, there is no profiler
-to talk to, and ``import fastdata.tracing`` stays cheap for decode-only users.
+to talk to, and ``import fastdata.diagnostics.tracing`` stays cheap for decode-only users.
 """
 from __future__ import annotations
 
