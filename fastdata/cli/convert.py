@@ -29,7 +29,7 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
@@ -279,6 +279,33 @@ def _worker_init(max_side: Optional[int], quality: int, keep_progressive: bool) 
 
 def _worker_chunk(chunk: Sequence[Tuple[int, str]]) -> List[Result]:
     return [process_one(pos, path, *_WORKER_ARGS) for pos, path in chunk]
+
+
+def processed_in_order(todo: Sequence[Tuple[int, str]], workers: int, max_side: Optional[int], quality: int,
+                       keep_progressive: bool) -> Iterator[Result]:
+    """:func:`process_one` of each ``(position, path)`` in ``todo``, yielded in that order
+    (``workers`` forked processes; a bounded look-ahead keeps memory flat)."""
+    if workers <= 1:
+        for pos, path in todo:
+            yield process_one(pos, path, max_side, quality, keep_progressive)
+        return
+    chunk = max(1, min(32, len(todo) // (workers * 8) or 1))
+    chunks = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
+    # fork: workers need only this module; forking is ~ms where spawn re-imports numpy.
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers, initializer=_worker_init, initargs=(max_side, quality, keep_progressive)) as pool:
+        inflight: deque = deque()
+        it = iter(chunks)
+        for c in it:
+            inflight.append(pool.apply_async(_worker_chunk, (c,)))
+            if len(inflight) >= workers * 4:
+                break
+        while inflight:
+            results = inflight.popleft().get()
+            nxt = next(it, None)
+            if nxt is not None:
+                inflight.append(pool.apply_async(_worker_chunk, (nxt,)))
+            yield from results
 
 
 # --------------------------------------------------------------------------- LMDB writing
@@ -539,29 +566,8 @@ def _run(env: Any, plan: Plan, st: _State, dst: str, max_side: Optional[int], qu
         prog.update(r[0] + 1, run_bytes_in, len(st.skipped) + sum(1 for p in pending if p[1] is None))
 
     try:
-        if workers <= 1:
-            for pos, path in todo:
-                consume(process_one(pos, path, max_side, quality, keep_progressive))
-        else:
-            chunk = max(1, min(32, len(todo) // (workers * 8) or 1))
-            chunks = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
-            # fork: workers need only this module; forking is ~ms where spawn re-imports numpy.
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers, initializer=_worker_init, initargs=(max_side, quality, keep_progressive)) as pool:
-                inflight: deque = deque()
-                it = iter(chunks)
-                # bounded look-ahead keeps memory flat while results are consumed in order
-                for c in it:
-                    inflight.append(pool.apply_async(_worker_chunk, (c,)))
-                    if len(inflight) >= workers * 4:
-                        break
-                while inflight:
-                    results = inflight.popleft().get()
-                    nxt = next(it, None)
-                    if nxt is not None:
-                        inflight.append(pool.apply_async(_worker_chunk, (nxt,)))
-                    for r in results:
-                        consume(r)
+        for r in processed_in_order(todo, workers, max_side, quality, keep_progressive):
+            consume(r)
         if pending or st.next_pos < total:
             commit(total)
     finally:
@@ -684,11 +690,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="re-read and check every record after writing")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, metavar="N", help="records per write transaction")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--format", choices=("lmdb", "tar"), default="lmdb",
+                   help="lmdb: one LMDB cache (default); tar: WebDataset tar shards plus index.json "
+                        "(fastdata.TarShards; docs/shards.md), in a seeded random order")
+    p.add_argument("--shard-size", default="1GB", metavar="SIZE", help="tar: largest shard (default 1GB)")
+    p.add_argument("--seed", type=int, default=0, help="tar: seed of the order samples are written in")
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.format == "tar":
+        return _main_tar(args)
     try:
         summary = convert(
             args.src, args.dst, max_side=args.max_side, quality=args.quality,
@@ -705,6 +718,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if summary.already_complete:
         print(f"fastdata-convert: {args.dst} is already complete ({summary.written} images)", file=sys.stderr)
     else:
+        print(summary.text(), file=sys.stderr)
+    return 0
+
+
+def convert_tar(src: str, dst: str, *, shard_size: int, max_side: Optional[int] = None,
+                quality: int = DEFAULT_QUALITY, keep_progressive: bool = False, workers: Optional[int] = None,
+                on_error: str = "raise", seed: int = 0) -> Any:
+    """``fastdata-convert SRC DST --format tar``: SRC (ImageFolder or list file) as WebDataset
+    tar shards plus ``index.json`` in DST (fastdata.cache.shard_writer), each image stored as
+    :func:`stored_bytes` decides, in a seeded random order. Returns a ShardWriterSummary."""
+    from ..cache.shard_writer import write_order, write_shards
+
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    plan = scan(src)
+    todo = [(int(pos), plan.abspath(int(pos))) for pos in write_order(len(plan.items), seed)]
+    results = ((r[0], r[1], r[2]) for r in processed_in_order(todo, workers or len(os.sched_getaffinity(0)),
+                                                               max_side, quality, keep_progressive))
+    try:
+        return write_shards(dst, results, plan.items, plan.classes, shard_size, on_error)
+    except ValueError as e:
+        raise ConvertError(str(e)) from None
+
+
+def _main_tar(args: argparse.Namespace) -> int:
+    from ..sources.tar_shards import parse_size
+
+    if args.resume or args.verify:
+        print("fastdata-convert: error: --resume and --verify are for --format lmdb", file=sys.stderr)
+        return 1
+    try:
+        summary = convert_tar(args.src, args.dst, shard_size=parse_size(args.shard_size), max_side=args.max_side,
+                              quality=args.quality, keep_progressive=args.keep_progressive, workers=args.workers,
+                              on_error=args.on_error, seed=args.seed)
+    except (RuntimeError, ValueError, OSError) as exc:  # ConvertError is a RuntimeError (also under python -m)
+        print(f"fastdata-convert: error: {exc}", file=sys.stderr)
+        return 1
+    if not args.quiet or summary.skipped:
         print(summary.text(), file=sys.stderr)
     return 0
 

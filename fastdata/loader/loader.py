@@ -59,7 +59,8 @@ class Loader:
     """Batches of decoded, cropped, normalized images and their labels.
 
     Args:
-        source: a ``fastdata.Source`` (ImageFolder, FileList, BytesSource, LMDBSource, RAMCache).
+        source: a ``fastdata.Source`` (ImageFolder, FileList, BytesSource, LMDBSource, RAMCache),
+            or ``TarShards`` (streamed: its shards decide the epoch order, see docs/shards.md).
         batch_size: samples per batch (per rank).
         transform: ``RandomResizedCrop`` (training) or ``CenterCrop`` (evaluation).
         shuffle, seed, drop_last: epoch order; epoch e's order and crops depend only on
@@ -137,8 +138,13 @@ class Loader:
                 world_size = dist.get_world_size() if world_size is None else world_size
             else:
                 rank, world_size = rank or 0, world_size or 1
-        self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                                  rank=rank, world_size=world_size)
+        make_order = getattr(source, "make_order", None)
+        if make_order is not None:  # a streaming source (TarShards): its shards decide the order
+            self.order = make_order(self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank,
+                                    world_size=world_size)
+        else:
+            self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                                      rank=rank, world_size=world_size)
         self._labels = np.ascontiguousarray(source.labels, dtype=np.int64)
         self._channels_last = bool(channels_last)
         self._memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -268,6 +274,9 @@ class Loader:
         if cur is not None:
             cur.close()
         self._current = None
+        end_epoch = getattr(self.source, "end_epoch", None)
+        if end_epoch is not None:  # a streaming source's read-ahead for the epoch left
+            end_epoch()
 
     # ---- producer side (runs on the loader's background thread) ----
     def _fetch(self, indices: Sequence[int]) -> list:
@@ -525,6 +534,9 @@ class _EpochIterator:
         self.finished = False
         self._loader = loader
         self._total = loader.order.num_batches
+        begin_epoch = getattr(loader.source, "begin_epoch", None)
+        if begin_epoch is not None:  # a streaming source reads ahead in this epoch's order
+            begin_epoch(loader.order, epoch, start, loader.on_error)
         self._job = _Job(loader, epoch, list(loader.order.batches(epoch, start)), loader.prefetch)
         self._producer = loader._producer
         loader._stats.start_clock()

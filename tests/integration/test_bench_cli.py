@@ -121,3 +121,31 @@ def test_windows_median_spread_and_list_file(tmp_path: Path) -> None:
     lst.write_text("a.jpg;1\n")
     with pytest.raises(ValueError, match="list.csv:1"):
         bench.read_list_file(lst)
+
+
+def test_shard_url_as_data(tiny_folder: Path, tmp_path: Path) -> None:
+    """DATA may be tar shards over HTTP: the shards row runs fastdata.TarShards, the webdataset
+    row DataLoader + WebDataset (skipped, with why, where webdataset is not installed)."""
+    import sys
+
+    from fastdata.cli.convert import main as convert_main
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from shardserver import ShardServer
+
+    assert convert_main([str(tiny_folder), str(tmp_path / "shards"), "--format", "tar", "--shard-size", "60KB",
+                         "--workers", "1", "--quiet"]) == 0
+    out_json = tmp_path / "r.json"
+    with ShardServer(tmp_path / "shards") as srv:
+        rc = bench.main([srv.url + "/index.json", "--seconds", "4", "--batch-size", "8", "--device", "cpu",
+                         "--compare", "shards,webdataset,dataloader", "--json", str(out_json), "--quiet"])
+    assert rc == 0
+    report = json.loads(out_json.read_text())
+    by = {r["name"]: r for r in report["results"]}
+    assert report["dataset"]["kind"] == "tar shards" and report["dataset"]["images"] == 48
+    _check_measured(by["shards"])
+    assert by["dataloader"]["status"] == "skipped" and "tar shards" in by["dataloader"]["reason"]
+    if by["webdataset"]["status"] == "skipped":
+        assert "webdataset" in by["webdataset"]["reason"]
+    else:
+        _check_measured(by["webdataset"])

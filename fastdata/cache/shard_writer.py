@@ -2,7 +2,7 @@
 ``fastdata-convert SRC DST --format tar``).
 
 Each kept input becomes one sample ``{k:08d}.jpg`` (the bytes the LMDB cache would store:
-``fastdata.convert.stored_bytes``, so progressive JPEGs are transcoded losslessly and
+``fastdata.cli.convert.stored_bytes``, so progressive JPEGs are transcoded losslessly and
 ``--max-side`` shrinks), ``{k:08d}.cls`` (the label) and ``{k:08d}.json`` (source path,
 label, class name). Samples are written in a seeded random order — a reader shuffles only
 within a bounded buffer, so shards written class by class would give one-class batches —
@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .sources.shard_index import ShardEntry, ShardIndex
+from ..sources.shard_index import ShardEntry, ShardIndex
 
 _MAGIC_EXT = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"))
 INDEX_NAME = "index.json"
@@ -39,6 +39,13 @@ def _padded(n: int) -> int:
     return -(-n // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
 
 
+def _closed_size(offset: int) -> int:
+    """A tar's file size once closed after ``offset`` bytes of members: two zero blocks
+    end it, then tarfile pads to a whole record (RECORDSIZE, 10 KiB)."""
+    end = offset + 2 * tarfile.BLOCKSIZE
+    return -(-end // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
 @dataclass
 class ShardWriterSummary:
     dst: str
@@ -46,6 +53,14 @@ class ShardWriterSummary:
     shards: int = 0
     bytes_out: int = 0
     skipped: List[Dict[str, str]] = field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"fastdata-convert: {self.samples} images in {self.shards} shard(s), "
+                 f"{self.bytes_out / 1e6:.1f} MB, index {os.path.join(self.dst, INDEX_NAME)}"]
+        lines += [f"  skipped {s['path']}: {s['reason']}" for s in self.skipped[:20]]
+        if len(self.skipped) > 20:
+            lines.append(f"  ... {len(self.skipped) - 20} more (listed in the index)")
+        return "\n".join(lines)
 
 
 class ShardWriter:
@@ -61,7 +76,6 @@ class ShardWriter:
         self._tar: Optional[tarfile.TarFile] = None
         self._entries: List[ShardEntry] = []
         self._cur: Dict[str, List[Any]] = {}
-        self._bytes = 0
         self.summary = ShardWriterSummary(dst)
 
     def _open(self) -> None:
@@ -69,7 +83,6 @@ class ShardWriter:
         self._name = name
         self._tar = tarfile.open(os.path.join(self.dst, name + ".part"), "w", format=tarfile.USTAR_FORMAT)
         self._cur = {"names": [], "labels": [], "offsets": [], "sizes": []}
-        self._bytes = 0
 
     def _close_shard(self) -> None:
         if self._tar is None:
@@ -98,7 +111,7 @@ class ShardWriter:
         key = f"{self.summary.samples:08d}"
         meta = json.dumps({"path": path, "label": int(label), "class": self.classes[label]}).encode("utf-8")
         size = 3 * tarfile.BLOCKSIZE + _padded(len(data)) + _padded(len(meta)) + tarfile.BLOCKSIZE
-        if self._tar is not None and self._cur["names"] and self._bytes + size > self.shard_size:
+        if self._tar is not None and self._cur["names"] and _closed_size(self._tar.offset + size) > self.shard_size:
             self._close_shard()
         if self._tar is None:
             self._open()
@@ -111,8 +124,14 @@ class ShardWriter:
         c["labels"].append(int(label))
         c["offsets"].append(offset)
         c["sizes"].append(len(data))
-        self._bytes += size
         self.summary.samples += 1
+
+    def abort(self) -> None:
+        """Stop without an index: the shard being written is removed (closed ones stay)."""
+        if self._tar is not None:
+            self._tar.close()
+            os.unlink(os.path.join(self.dst, self._name + ".part"))
+            self._tar = None
 
     def close(self) -> ShardWriterSummary:
         self._close_shard()
@@ -139,12 +158,17 @@ def write_shards(dst: str, results: Iterable[Tuple[int, Optional[bytes], Optiona
     """Write ``results`` ((input position, stored bytes or None, error reason), in write
     order) as shards; ``items[pos] = (path relative to SRC, label)``."""
     writer = ShardWriter(dst, shard_size, classes)
-    for pos, data, reason in results:
-        path, label = items[pos]
-        if data is None:
-            if on_error == "raise":
-                raise ValueError(f"{path}: {reason} (pass --on-error skip to leave such files out)")
-            writer.summary.skipped.append({"path": path, "reason": str(reason)})
-            continue
-        writer.add(path, label, data)
+    try:
+        for pos, data, reason in results:
+            path, label = items[pos]
+            if data is None:
+                if on_error == "raise":
+                    raise ValueError(f"{path}: {reason} (pass --on-error skip to leave such files out)")
+                writer.summary.skipped.append({"path": path, "reason": str(reason)})
+                continue
+            writer.add(path, label, data)
+    except BaseException:
+        writer.abort()
+        raise
     return writer.close()
+
