@@ -117,3 +117,19 @@ def test_cut_off_shard_raises_or_is_counted_and_replaced(served) -> None:
                                                                            "s000049.jpg]"]
     ref = fastdata.decode_batch([sample_jpeg(int(i)) for i in labels], crop)
     np.testing.assert_array_equal(np.concatenate([x for x, _ in got]), ref)
+
+
+def test_leaving_an_epoch_early_and_closing_stops_the_readers(served) -> None:
+    import threading
+
+    srv, _ = served
+    source = fastdata.TarShards(index=srv.url + "/index.json", shuffle_buffer=4, readahead=2)
+    loader = fastdata.Loader(source, batch_size=5, transform=fastdata.CenterCrop(16), device="cpu",
+                             dtype=torch.uint8, threads=1)
+    for k, _ in enumerate(loader):
+        if k == 2:
+            break
+    first = [y.tolist() for _, y in loader]  # the next epoch starts a new stream, complete
+    assert sorted(sum(first, [])) == list(range(60))
+    loader.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("fastdata-shards")]
