@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import os
-import tarfile
 import threading
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Tuple
@@ -56,70 +55,84 @@ class StreamCounters:
     peak_pending: int = 0
 
 
-def check_header(block: bytes, size: int) -> None:
-    """Raise ValueError unless ``block`` is a valid tar header of a regular file of ``size`` bytes."""
+def check_header(block: Any, size: int) -> None:
+    """Raise ValueError unless ``block`` (512 bytes) is a valid tar header of a regular file
+    of ``size`` bytes: checksum (unsigned, or the signed variant some tars write), type, size.
+    A few µs, where ``tarfile.TarInfo.frombuf`` parses every field."""
+    block = bytes(block)
+    if len(block) != HEADER:
+        raise ValueError("damaged tar header (cut off)")
     try:
-        info = tarfile.TarInfo.frombuf(bytes(block), "utf-8", "surrogateescape")
-    except tarfile.HeaderError as e:
-        raise ValueError(f"damaged tar header ({e})") from None
-    if not info.isfile() or info.size != size:
-        raise ValueError(f"tar header says a {info.size}-byte {'file' if info.isfile() else 'non-file'}, "
-                         f"the index a {size}-byte file")
+        stored = int(block[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        raise ValueError("damaged tar header (unreadable checksum)") from None
+    unsigned = sum(block[:148]) + 256 + sum(block[156:])
+    if stored != unsigned:
+        signed = unsigned - 256 * sum(1 for b in block[:148] + block[156:] if b > 127)
+        if stored != signed:
+            raise ValueError("damaged tar header (bad checksum)")
+    if block[156:157] not in (b"0", b"\0", b"7"):
+        raise ValueError(f"tar header is not a regular file (type {block[156:157]!r})")
+    field = block[124:136]
+    if field[0] & 0x80:  # GNU base-256 size
+        n = int.from_bytes(field[1:], "big")
+    else:
+        n = int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+    if n != size:
+        raise ValueError(f"tar header says a {n}-byte file, the index a {size}-byte file")
 
 
 def read_members(shard: ShardFile, wanted: List[Tuple[int, int, int]], chunk_bytes: int, stop: threading.Event,
                  deliver: Any, tee: Any = None, shard_size: int = 0) -> None:
     """Read the members ``wanted`` ((key, data offset, size), ascending offsets) from
-    ``shard`` in range reads of at most ``chunk_bytes``; ``deliver(key, bytes_or_error)``
-    for each. With ``tee`` (a file), the whole shard ``[0, shard_size)`` is read and written there."""
+    ``shard`` and ``deliver(key, view_or_error)`` each, as a zero-copy ``memoryview`` into
+    the range read that holds it. Range reads end at a member's end and hold whole members
+    (at most ``chunk_bytes``, or one member if larger), so no member is copied twice; runs
+    of members closer than 1 MiB are read through the gap. With ``tee`` (a file), the
+    whole shard ``[0, shard_size)`` is read in order and written there."""
     if tee is not None:
-        runs = [(0, shard_size, wanted)]
+        runs = [(0, wanted)]
     else:
         runs = []
+        last_end = None
         for m in wanted:
-            lo, hi = m[1] - HEADER, m[1] + m[2]
-            if runs and lo - runs[-1][1] < _MERGE_GAP:
-                runs[-1] = (runs[-1][0], max(runs[-1][1], hi), runs[-1][2] + [m])
+            if runs and m[1] - HEADER - last_end < _MERGE_GAP:
+                runs[-1][1].append(m)
             else:
-                runs.append((lo, hi, [m]))
-    for lo, hi, members in runs:
-        buf, buf_at, pos, k = bytearray(), lo, lo, 0
-        ended = False
+                runs.append((m[1] - HEADER, [m]))
+            last_end = m[1] + m[2]
+    for lo, members in runs:
+        pos, k = lo, 0
         while k < len(members) and not stop.is_set():
-            want = min(hi, pos + chunk_bytes) - pos
-            data = shard.read(pos, pos + want) if want > 0 else b""
+            end = members[k][1] + members[k][2]
+            j = k + 1
+            while j < len(members) and members[j][1] + members[j][2] - pos <= chunk_bytes:
+                end = members[j][1] + members[j][2]
+                j += 1
+            data = shard.read(pos, end)
             if tee is not None:
                 tee.write(data)
-            buf += data
-            pos += len(data)
-            ended = len(data) < want or pos >= hi  # short: the shard ends here
-            # hand out every member now complete in the buffer
-            while k < len(members):
-                key, off, size = members[k]
-                if off + size > buf_at + len(buf):
-                    if ended:
-                        deliver(key, ValueError(f"the shard ends at byte {pos} but this member needs bytes "
-                                                f"{off}..{off + size} (cut off)"))
-                        k += 1
-                        continue
-                    break
-                h = off - HEADER - buf_at
+            got = pos + len(data)
+            view = memoryview(data)
+            for key, off, size in members[k:j]:
+                if off + size > got:
+                    deliver(key, ValueError(f"the shard ends at byte {got} but this member needs bytes "
+                                            f"{off}..{off + size} (cut off)"))
+                    continue
                 try:
-                    check_header(buf[h:h + HEADER], size)
-                    deliver(key, bytes(buf[off - buf_at:off - buf_at + size]))
+                    check_header(view[off - HEADER - pos:off - pos], size)
+                    deliver(key, view[off - pos:off - pos + size])
                 except ValueError as e:
                     deliver(key, e)
-                k += 1
-            if k < len(members):  # drop what no remaining member needs
-                cut = min(members[k][1] - HEADER - buf_at, len(buf))
-                if cut > 0:
-                    del buf[:cut]
-                    buf_at += cut
-            if ended:
-                break
+            if got < end:  # the shard ends here: every later member is cut off too
+                for key, off, size in members[j:]:
+                    deliver(key, ValueError(f"the shard ends at byte {got} but this member needs bytes "
+                                            f"{off}..{off + size} (cut off)"))
+                return
+            pos, k = end, j
         if tee is not None:
-            while pos < hi and not stop.is_set():  # finish the copy for the cache
-                data = shard.read(pos, min(hi, pos + chunk_bytes))
+            while pos < shard_size and not stop.is_set():  # finish the copy for the cache
+                data = shard.read(pos, min(shard_size, pos + chunk_bytes))
                 if not data:
                     break
                 tee.write(data)
@@ -155,8 +168,11 @@ class EpochStream:
         self._policy, self._cache, self._counters = policy, cache, counters
         self._chunk = int(chunk_bytes)
         self._limit = int(max_pending)
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)   # readers wait here for room in the pool
+        self._ready = threading.Condition(lock)  # the consumer waits here for its batch
         self._pending: Dict[int, Any] = {}
+        self._missing: set = set()  # positions the consumer waits for (woken only when all came)
         self._waiting = False
         self._fatal: Optional[BaseException] = None
         self._next_work = 0
@@ -173,21 +189,22 @@ class EpochStream:
         with self._cond:
             if not self._batches or not np.array_equal(self._stream[self._batches[0]], np.asarray(indices)):
                 return None
-            positions = self._batches.popleft()
-            self._waiting = True
-            self._cond.notify_all()
-            try:
-                while True:
-                    if self._fatal is not None:
-                        raise self._fatal
-                    if all(int(p) in self._pending for p in positions):
-                        break
-                    if not any(t.is_alive() for t in self._threads):
-                        raise RuntimeError("fastdata shard readers ended before the batch was read")
-                    self._cond.wait(0.5)
-            finally:
-                self._waiting = False
-            out = [self._pending.pop(int(p)) for p in positions]
+            positions = self._batches.popleft().tolist()
+            self._missing = {p for p in positions if p not in self._pending}
+            if self._missing:
+                self._waiting = True
+                self._cond.notify_all()  # readers may go past the bound now
+                try:
+                    while self._missing:
+                        if self._fatal is not None:
+                            raise self._fatal
+                        if not any(t.is_alive() for t in self._threads):
+                            raise RuntimeError("fastdata shard readers ended before the batch was read")
+                        self._ready.wait(0.5)
+                finally:
+                    self._waiting = False
+                    self._missing = set()
+            out = [self._pending.pop(p) for p in positions]
             self._cond.notify_all()
         return out
 
@@ -195,6 +212,7 @@ class EpochStream:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+            self._ready.notify_all()
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join()
@@ -215,7 +233,10 @@ class EpochStream:
             c = self._counters
             if len(self._pending) > c.peak_pending:
                 c.peak_pending = len(self._pending)
-            self._cond.notify_all()
+            if pos in self._missing:
+                self._missing.discard(pos)
+                if not self._missing:
+                    self._ready.notify()
 
     def _reader(self) -> None:
         try:
@@ -229,7 +250,7 @@ class EpochStream:
         except BaseException as e:  # a bug, not bad data: end the epoch with it
             with self._cond:
                 self._fatal = e
-                self._cond.notify_all()
+                self._ready.notify_all()
 
     def _read_segment(self, shard: int, members: List[Tuple[int, int, int]]) -> None:
         entry = self.index.shards[shard]

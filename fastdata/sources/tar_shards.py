@@ -148,7 +148,7 @@ class TarShards:
                 raise ValueError(f"the shard ends at byte {off - HEADER + len(data)} but this member needs bytes "
                                  f"{off}..{off + size} (cut off)")
             check_header(data[:HEADER], size)
-            return data[HEADER:]
+            return memoryview(data)[HEADER:]
         except (ValueError, OSError) as e:
             return ShardSampleError(str(e), index, entry.url, entry.names[k])
 
