@@ -255,23 +255,23 @@ class RepeatedSource:
         return self.inner.fetch([int(i) % self._n for i in indices])
 
 
-def open_shards(spec: str) -> Any:
+def open_shards(spec: str, **options: Any) -> Any:
     """fastdata.TarShards from an index (``*.json``) or a shard pattern/URL."""
     import fastdata
 
-    return fastdata.TarShards(index=spec) if spec.endswith(".json") else fastdata.TarShards(spec)
+    return fastdata.TarShards(index=spec, **options) if spec.endswith(".json") else fastdata.TarShards(spec, **options)
 
 
-def repeat_shards(source: Any, batch_size: int) -> Any:
+def repeat_shards(source: Any, batch_size: int, **options: Any) -> Any:
     """A small shard set listed several times in its index, so one epoch holds at least 400
     batches (as ``_repeat_for`` does for the random-access sources)."""
     import fastdata
     from fastdata.sources.shard_index import ShardIndex
 
     times = max(1, -(-400 * batch_size // max(len(source), 1)))
-    if times == 1:
+    if times == 1 and not options:
         return source
-    return fastdata.TarShards(index=ShardIndex(source.index.shards * times, source.classes))
+    return fastdata.TarShards(index=ShardIndex(source.index.shards * times, source.classes), **options)
 
 
 def _repeat_for(source: Any, batch_size: int) -> Any:
@@ -293,7 +293,9 @@ class FastdataContender:
     """
 
     def __init__(self, source: str = "files", roi: bool = True, host_normalize: bool = False,
-                 threads: Optional[int] = None, label: Optional[str] = None, backend: str = "native") -> None:
+                 threads: Optional[int] = None, label: Optional[str] = None, backend: str = "native",
+                 shard_cache: bool = False) -> None:
+        self.shard_cache = shard_cache  # shards: TarShards' local disk cache on (a temporary folder)
         if source not in ("files", "lmdb", "ram", "shards"):
             raise ValueError(f"unknown fastdata source {source!r}")
         self.source, self.roi, self.host_normalize, self.threads = source, roi, host_normalize, threads
@@ -356,7 +358,13 @@ class FastdataContender:
         import fastdata
 
         if self.source == "shards":
-            return repeat_shards(open_shards(job.shards), job.batch_size)
+            options: Dict[str, Any] = {}
+            if self.shard_cache:  # a fresh cache folder per run: the first pass reads over the network
+                import tempfile
+
+                self._cache_dir = tempfile.TemporaryDirectory(prefix="fastdata-bench-shards-")
+                options.update(cache_dir=self._cache_dir.name, cache_size="100GB")
+            return repeat_shards(open_shards(job.shards), job.batch_size, **options)
         if self.source == "lmdb" or job.lmdb is not None:
             path = job.lmdb if job.lmdb is not None else ensure_lmdb(job)
             src: Any = fastdata.LMDBSource(str(path))
@@ -411,6 +419,10 @@ class FastdataContender:
                 epoch += 1
         finally:
             loader.close()
+            cache_dir = getattr(self, "_cache_dir", None)
+            if cache_dir is not None:
+                cache_dir.cleanup()
+                self._cache_dir = None
 
 
 def ensure_lmdb(job: Job) -> Path:
@@ -622,6 +634,8 @@ def make_contender(name: str) -> Any:
         "fastdata": lambda: FastdataContender("files"),
         "lmdb": lambda: FastdataContender("lmdb"),
         "shards": lambda: FastdataContender("shards"),
+        "shards-cache": lambda: FastdataContender("shards", shard_cache=True,
+                                                  label="fastdata (shards + cache)"),
         "webdataset": WebDatasetContender,
         "ram": lambda: FastdataContender("ram"),
         "fastdata-dali": lambda: FastdataContender("files", backend="dali"),
@@ -636,5 +650,5 @@ def make_contender(name: str) -> Any:
     return c
 
 
-CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "shards", "webdataset", "fastdata-dali",
-              "fastdata-nvjpeg", "dali", "nvjpeg")
+CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "shards", "shards-cache", "webdataset",
+              "fastdata-dali", "fastdata-nvjpeg", "dali", "nvjpeg")

@@ -138,12 +138,13 @@ def test_shard_url_as_data(tiny_folder: Path, tmp_path: Path) -> None:
     out_json = tmp_path / "r.json"
     with ShardServer(tmp_path / "shards") as srv:
         rc = bench.main([srv.url + "/index.json", "--seconds", "4", "--batch-size", "8", "--device", "cpu",
-                         "--compare", "shards,webdataset,dataloader", "--json", str(out_json), "--quiet"])
+                         "--compare", "shards,shards-cache,webdataset,dataloader", "--json", str(out_json), "--quiet"])
     assert rc == 0
     report = json.loads(out_json.read_text())
     by = {r["name"]: r for r in report["results"]}
     assert report["dataset"]["kind"] == "tar shards" and report["dataset"]["images"] == 48
     _check_measured(by["shards"])
+    _check_measured(by["shards-cache"])
     assert by["dataloader"]["status"] == "skipped" and "tar shards" in by["dataloader"]["reason"]
     if by["webdataset"]["status"] == "skipped":
         assert "webdataset" in by["webdataset"]["reason"]
