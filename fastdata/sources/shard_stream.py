@@ -109,6 +109,8 @@ def read_members(shard: ShardFile, wanted: List[Tuple[int, int, int]], chunk_byt
             while j < len(members) and members[j][1] + members[j][2] - pos <= chunk_bytes:
                 end = members[j][1] + members[j][2]
                 j += 1
+            if tee is not None and j == len(members) and shard_size - pos <= chunk_bytes:
+                end = shard_size  # the cache copy's tail too, before the last members are handed out
             data = shard.read(pos, end)
             if tee is not None:
                 tee.write(data)
@@ -283,8 +285,7 @@ class EpochStream:
         finally:
             if tee is not None:
                 tee.close()
-                complete = os.path.getsize(tmp) == entry.size and len(done) == len(members)
-                if complete and not self._stop.is_set():
+                if os.path.getsize(tmp) == entry.size and len(done) == len(members):  # complete, even if stopped now
                     cache.commit(entry.url, tmp)
                 else:
                     cache.abandon(tmp)

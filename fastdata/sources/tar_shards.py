@@ -2,15 +2,15 @@
 
 Unlike the random-access sources, a shard is read front to back, so the epoch order comes
 from the shards (``make_order``: ``fastdata.sources.shard_order.ShardOrder``) and the
-Loader tells the source which epoch and batch it starts (``begin_epoch``); the source then
-reads ahead (``fastdata.sources.shard_stream``) and ``fetch`` hands out each planned batch.
+Loader's producer takes an epoch's batches from ``stream_batches``, which reads ahead in
+that order (``fastdata.sources.shard_stream``) while ``fetch`` hands out each planned batch.
 Any other ``fetch`` (a replacement for a sample that failed to decode) reads the sample's
 byte range directly. Design and guarantees: docs/shards.md.
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -98,6 +98,7 @@ class TarShards:
         elif cache_size is not None:
             raise ValueError("cache_size needs cache_dir")
         self.counters = StreamCounters(threading.Lock())
+        self._lock = threading.Lock()  # guards _stream: the producer thread and the GC may swap it
         self._stream: Optional[EpochStream] = None
         self._on_error = "raise"
         self._damaged: Dict[int, str] = {}
@@ -158,22 +159,43 @@ class TarShards:
         return ShardOrder(tuple(int(c) for c in self.index.counts), int(batch_size), shuffle=shuffle, seed=seed,
                           drop_last=drop_last, rank=rank, world_size=world_size, shuffle_buffer=self.shuffle_buffer)
 
-    def begin_epoch(self, order: ShardOrder, epoch: int, start: int, on_error: str = "raise") -> None:
-        """Start reading ahead for ``epoch`` from batch ``start`` (ends the previous stream)."""
-        self.end_epoch()
-        self._on_error = on_error
-        ahead = self.readahead if self.readahead is not None else max(256, 4 * order.batch_size)
-        self._stream = EpochStream(self.index, order, epoch, start, readers=self.readers,
-                                   chunk_bytes=self.chunk_bytes,
-                                   max_pending=self.shuffle_buffer + order.batch_size + ahead,
-                                   policy=self.policy, cache=self.cache, counters=self.counters)
+    def stream_batches(self, order: ShardOrder, epoch: int, start: int = 0,
+                       on_error: str = "raise") -> Iterator[np.ndarray]:
+        """``order.batches(epoch, start)``, read ahead: the first ``next`` starts reader
+        threads on this epoch's shards (ending any earlier stream), so each batch's ``fetch``
+        finds its samples read; the stream ends with the iteration (or when it is dropped)."""
+        stream = self.begin_epoch(order, epoch, start, on_error)
+        try:
+            yield from order.batches(epoch, start)
+        finally:
+            self.end_stream(stream)
 
-    def end_epoch(self) -> None:
-        stream, self._stream = self._stream, None
+    def begin_epoch(self, order: ShardOrder, epoch: int, start: int, on_error: str = "raise") -> EpochStream:
+        """Start reading ahead for ``epoch`` from batch ``start`` (ends the previous stream)."""
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.end_stream()
+        ahead = self.readahead if self.readahead is not None else max(256, 4 * order.batch_size)
+        stream = EpochStream(self.index, order, epoch, start, readers=self.readers, chunk_bytes=self.chunk_bytes,
+                             max_pending=self.shuffle_buffer + order.batch_size + ahead, policy=self.policy,
+                             cache=self.cache, counters=self.counters)
+        with self._lock:
+            old, self._stream, self._on_error = self._stream, stream, on_error
+        if old is not None:
+            old.close()
+        return stream
+
+    def end_stream(self, stream: Optional[EpochStream] = None) -> None:
+        """Stop reading ahead (only ``stream``, when given and still current)."""
+        with self._lock:
+            if stream is not None and self._stream is not stream:
+                stream.close()  # already replaced: make sure its readers are gone
+                return
+            stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
 
-    close = end_epoch
+    close = end_stream
 
     # ------------------------------------------------------------------ reporting
     @property
@@ -192,7 +214,7 @@ class TarShards:
 
     def __del__(self) -> None:
         try:
-            self.end_epoch()
+            self.end_stream()
         except Exception:
             pass
 
