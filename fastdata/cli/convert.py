@@ -35,13 +35,14 @@ import numpy as np
 
 from .. import __version__
 from ..cache import format as cf
+from ..io.encoded import is_jpeg
+from ..io.host import usable_cores
 from ..sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_QUALITY = 90
 DEFAULT_BATCH = 512  # records per write transaction (also capped by DEFAULT_BATCH_BYTES)
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_MAP_SIZE = 1 << 30  # LMDB files grow with use; the map only bounds them, and grows too
-_JPEG_MAGIC = b"\xff\xd8\xff"
 
 
 class ConvertError(RuntimeError):
@@ -191,7 +192,7 @@ def _transcodable(data: bytes) -> bool:
     """Progressive grayscale/YCbCr/RGB JPEGs: those whose decode pays for entropy-decoding every
     scan of the whole image. CMYK/YCCK stay as they are (rare, and an Adobe marker would
     have to be reproduced exactly); without the native extension nothing is transcoded."""
-    if not _use_native() or data[:3] != _JPEG_MAGIC:
+    if not _use_native() or not is_jpeg(data):
         return False
     import fastdata
 
@@ -228,7 +229,7 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
     uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
     is: the transcode is only a speed-up, and a good image is never dropped for it.
     """
-    if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(_oriented_size(data)) <= max_side):
+    if max_side is not None and not (is_jpeg(data) and max(_oriented_size(data)) <= max_side):
         return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
     pixels = _validate(data)
     if not keep_progressive and _transcodable(data):
@@ -462,7 +463,7 @@ def convert(
         raise ValueError(f"quality must be in 1..100, got {quality}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cores()
     t0 = time.monotonic()
 
     plan = scan(src)
@@ -726,15 +727,15 @@ def convert_tar(src: str, dst: str, *, shard_size: int, max_side: Optional[int] 
                 quality: int = DEFAULT_QUALITY, keep_progressive: bool = False, workers: Optional[int] = None,
                 on_error: str = "raise", seed: int = 0) -> Any:
     """``fastdata-convert SRC DST --format tar``: SRC (ImageFolder or list file) as WebDataset
-    tar shards plus ``index.json`` in DST (fastdata.cache.shard_writer), each image stored as
+    tar shards plus ``index.json`` in DST (fastdata.cli.shard_writer), each image stored as
     :func:`stored_bytes` decides, in a seeded random order. Returns a ShardWriterSummary."""
-    from ..cache.shard_writer import write_order, write_shards
+    from .shard_writer import write_order, write_shards
 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     plan = scan(src)
     todo = [(int(pos), plan.abspath(int(pos))) for pos in write_order(len(plan.items), seed)]
-    results = ((r[0], r[1], r[2]) for r in processed_in_order(todo, workers or len(os.sched_getaffinity(0)),
+    results = ((r[0], r[1], r[2]) for r in processed_in_order(todo, workers or usable_cores(),
                                                                max_side, quality, keep_progressive))
     try:
         return write_shards(dst, results, plan.items, plan.classes, shard_size, on_error)

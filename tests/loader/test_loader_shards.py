@@ -15,8 +15,7 @@ import torch
 import fastdata
 from fastdata.sources.shard_stream import ShardSampleError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shardserver import ShardServer, sample_jpeg, write_shards  # noqa: E402
+from shardserver import ShardServer, sample_jpeg, write_shards
 
 N_SHARDS, PER_SHARD = 6, 10
 

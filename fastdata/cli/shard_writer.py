@@ -21,9 +21,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..io.encoded import JPEG_SIGNATURE
 from ..sources.shard_index import ShardEntry, ShardIndex
 
-_MAGIC_EXT = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"))
+_MAGIC_EXT = ((JPEG_SIGNATURE, "jpg"), (b"\x89PNG", "png"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"))
 INDEX_NAME = "index.json"
 
 

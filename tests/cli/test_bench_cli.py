@@ -37,7 +37,7 @@ def _check_measured(r: dict) -> None:
         assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r[key])
     s = r["spread"]
     assert s["min"] <= s["q1"] <= s["q3"] <= s["max"]
-    # images/s is the time-weighted mean of the window rates (tests/unit/test_bench_runner.py)
+    # images/s is the time-weighted mean of the window rates (tests/cli/test_bench_runner.py)
     assert s["min"] <= r["images_per_s"] <= s["max"]
     assert r["images_per_s"] == pytest.approx(r["timed_images"] / r["timed_seconds"])
     assert r["timed_batches"] >= 2 and r["timed_images"] == 8 * r["timed_batches"]
@@ -129,12 +129,9 @@ def test_windows_median_spread_and_list_file(tmp_path: Path) -> None:
 def test_shard_url_as_data(tiny_folder: Path, tmp_path: Path) -> None:
     """DATA may be tar shards over HTTP: the shards row runs fastdata.TarShards, the webdataset
     row DataLoader + WebDataset (skipped, with why, where webdataset is not installed)."""
-    import sys
+    from shardserver import ShardServer
 
     from fastdata.cli.convert import main as convert_main
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from shardserver import ShardServer
 
     assert convert_main([str(tiny_folder), str(tmp_path / "shards"), "--format", "tar", "--shard-size", "60KB",
                          "--workers", "1", "--quiet"]) == 0

@@ -19,8 +19,7 @@ from fastdata.sources.shard_index import ShardFormatError, ShardIndex
 from fastdata.sources.shard_stream import ShardSampleError
 from fastdata.sources.tar_shards import TarShards, parse_size
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shardserver import ShardServer, sample_jpeg, write_shards  # noqa: E402
+from shardserver import ShardServer, sample_jpeg, write_shards
 
 PATTERN = "/train-{000000..000005}.tar"
 

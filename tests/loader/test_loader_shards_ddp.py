@@ -17,11 +17,10 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-import fastdata  # noqa: E402
+import fastdata
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from shardserver import ShardServer, write_shards  # noqa: E402
-from test_loader_ddp import free_port  # noqa: E402
+from shardserver import ShardServer, write_shards
+from test_loader_ddp import free_port
 
 N_SHARDS, PER_SHARD, BATCH = 8, 9, 3
 
