@@ -19,7 +19,7 @@ import queue
 import time
 import warnings
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -287,7 +287,7 @@ class Loader:
         cur = self._current() if self._current is not None else None
         if cur is not None and not cur.exhausted:
             serial = self._next_serial()
-            if feed.retarget(serial, want[0], self.order.batches(*want)):
+            if feed.retarget(serial, want[0], self._batches(*want)):
                 feed.lookahead = (serial, *want)
             return
         self._stop_current()
@@ -296,13 +296,17 @@ class Loader:
         self._extend(feed, serial, *want)
         feed.lookahead = (serial, *want) if feed.alive else None
 
-    def _extend(self, feed: Feed, serial: int, epoch: int, start: int) -> None:
-        """Queue ``epoch``'s batches from ``start`` on ``feed`` (computed on the producer thread)."""
-        batches = self.order.batches(epoch, start)
+    def _batches(self, epoch: int, start: int) -> Iterator[np.ndarray]:
+        """``epoch``'s batches from ``start`` (a lazy iterator: computed on the producer thread).
+        A streaming source (TarShards) hands them out itself, reading ahead as they are taken."""
         stream_batches = getattr(self.source, "stream_batches", None)
-        if stream_batches is not None:  # a streaming source reads ahead while the producer takes these
-            batches = stream_batches(self.order, epoch, start, self.on_error)
-        if feed.extend(serial, epoch, batches):
+        if stream_batches is not None:
+            return stream_batches(self.order, epoch, start, self.on_error)
+        return self.order.batches(epoch, start)
+
+    def _extend(self, feed: Feed, serial: int, epoch: int, start: int) -> None:
+        """Queue ``epoch``'s batches from ``start`` on ``feed``."""
+        if feed.extend(serial, epoch, self._batches(epoch, start)):
             self._thread.submit(feed)
 
     def _stop_current(self) -> None:

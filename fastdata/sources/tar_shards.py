@@ -102,6 +102,7 @@ class TarShards:
         self._stream: Optional[EpochStream] = None
         self._on_error = "raise"
         self._damaged: Dict[int, str] = {}
+        self._random_reads = 0  # samples read on their own (outside a planned batch): replacements
 
     # ------------------------------------------------------------------ Source protocol
     def __len__(self) -> int:
@@ -139,6 +140,7 @@ class TarShards:
         return got
 
     def _read_one(self, index: int) -> Any:
+        self._random_reads += 1
         shard, k = self.index.locate(index)
         entry = self.index.shards[shard]
         off, size = int(entry.offsets[k]), int(entry.sizes[k])
@@ -207,7 +209,8 @@ class TarShards:
         c = self.counters
         with c.lock:
             out = {"retries": c.retries, "bytes_read": c.bytes_read, "shards_read": c.shards_read,
-                   "peak_pending_samples": c.peak_pending, "damaged": len(self._damaged)}
+                   "peak_pending_samples": c.peak_pending, "damaged": len(self._damaged),
+                   "random_reads": self._random_reads}
         if self.cache is not None:
             out.update(cache_hits=self.cache.hits, cache_misses=self.cache.misses, cache_evicted=self.cache.evicted)
         return out

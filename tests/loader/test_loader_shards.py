@@ -132,3 +132,23 @@ def test_leaving_an_epoch_early_and_closing_stops_the_readers(served) -> None:
     assert sorted(sum(first, [])) == list(range(60))
     loader.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("fastdata-shards")]
+
+
+def test_set_epoch_mid_epoch_still_streams_the_asked_for_epoch(served) -> None:
+    """set_epoch while an epoch is consumed points the producer's lookahead at that epoch; its
+    batches still come through the read-ahead (no sample read on its own)."""
+    srv, _ = served
+    source = fastdata.TarShards(index=srv.url + "/index.json", shuffle_buffer=4)
+    with fastdata.Loader(source, batch_size=5, transform=fastdata.CenterCrop(16), device="cpu",
+                         dtype=torch.uint8, threads=1, seed=3) as loader:
+        it = iter(loader)
+        next(it)
+        loader.set_epoch(5)
+        rest = [y.tolist() for _, y in it]
+        assert len(rest) == 11
+        epoch5 = [y.tolist() for _, y in loader]
+    assert sorted(sum(epoch5, [])) == list(range(60))
+    expected = [b.tolist() for b in source.make_order(5, shuffle=True, seed=3, drop_last=True, rank=0,
+                                                     world_size=1).batches(5)]
+    assert epoch5 == expected
+    assert source.stats()["random_reads"] == 0
