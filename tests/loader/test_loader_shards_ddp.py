@@ -80,4 +80,5 @@ def test_torchrun_two_ranks_read_disjoint_shards_over_http(tmp_path: Path) -> No
         assert sorted(labels[0] + labels[1]) == list(range(N_SHARDS * PER_SHARD)), f"epoch {epoch}"
         shards = [{lab // PER_SHARD for lab in rank_labels} for rank_labels in labels]
         assert not shards[0] & shards[1] and len(shards[0]) == len(shards[1]) == N_SHARDS // 2
-    assert [r["shards_read"] for r in results] == [N_SHARDS, N_SHARDS]  # 4 shards per epoch each, no more
+    # 4 shards per epoch each, and at most the 4 of epoch 2, which the producer may begin ahead before close
+    assert all(N_SHARDS <= r["shards_read"] <= N_SHARDS + N_SHARDS // 2 for r in results), results
