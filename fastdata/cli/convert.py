@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..cache import format as cf
 from ..cache.errors import ConvertError
 from ..cache.build.records import DEFAULT_QUALITY
+from ..cache.build.ordered_pool import processed_in_order
+from ..cache.build.scan import scan
 from ..cache.build.writer import DEFAULT_BATCH, convert, worker_count
 
-__all__ = ["ConvertError", "convert", "main"]  # convert and ConvertError: for callers of the old module
+__all__ = ["ConvertError", "convert", "convert_tar", "main"]  # convert and ConvertError: for callers of the old module
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="re-read and check every record after writing")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, metavar="N", help="records per write transaction")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--format", choices=("lmdb", "tar"), default="lmdb",
+                   help="lmdb: one LMDB cache (default); tar: WebDataset tar shards plus index.json "
+                        "(fastdata.TarShards; docs/shards.md), in a seeded random order")
+    p.add_argument("--shard-size", default="1GB", metavar="SIZE", help="tar: largest shard (default 1GB)")
+    p.add_argument("--seed", type=int, default=0, help="tar: seed of the order samples are written in")
     return p
 
 
@@ -47,6 +54,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import lmdb
 
     args = _parser().parse_args(argv)
+    if args.format == "tar":
+        return _main_tar(args)
     if args.workers is not None and args.workers > 0 and not args.quiet and worker_count(args.workers) < args.workers:
         print(f"fastdata-convert: --workers {args.workers} is more than the {worker_count(None)} usable cores; "
               f"using {worker_count(None)}", file=sys.stderr)
@@ -66,6 +75,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if summary.already_complete:
         print(f"fastdata-convert: {args.dst} is already complete ({summary.written} images)", file=sys.stderr)
     else:
+        print(summary.text(), file=sys.stderr)
+    return 0
+
+
+def convert_tar(src: str, dst: str, *, shard_size: int, max_side: Optional[int] = None,
+                quality: int = DEFAULT_QUALITY, keep_progressive: bool = False, workers: Optional[int] = None,
+                on_error: str = "raise", seed: int = 0) -> Any:
+    """``fastdata-convert SRC DST --format tar``: SRC (ImageFolder or list file) as WebDataset
+    tar shards plus ``index.json`` in DST (fastdata.cli.shard_writer), each image stored as the
+    LMDB writer stores it, in a seeded random order. Returns a ShardWriterSummary."""
+    from .shard_writer import write_order, write_shards
+
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    plan = scan(src)
+    todo = [(int(pos), plan.abspath(int(pos))) for pos in write_order(len(plan.items), seed)]
+    results = ((r[0], r[1], r[2]) for r in processed_in_order(todo, worker_count(workers), max_side, quality,
+                                                               keep_progressive))
+    try:
+        return write_shards(dst, results, plan.items, plan.classes, shard_size, on_error)
+    except ValueError as e:
+        raise ConvertError(str(e)) from None
+
+
+def _main_tar(args: argparse.Namespace) -> int:
+    from ..sources.tar_shards import parse_size
+
+    if args.resume or args.verify:
+        print("fastdata-convert: error: --resume and --verify are for --format lmdb", file=sys.stderr)
+        return 1
+    try:
+        summary = convert_tar(args.src, args.dst, shard_size=parse_size(args.shard_size), max_side=args.max_side,
+                              quality=args.quality, keep_progressive=args.keep_progressive, workers=args.workers,
+                              on_error=args.on_error, seed=args.seed)
+    except (ConvertError, ValueError, OSError) as exc:
+        print(f"fastdata-convert: error: {exc}", file=sys.stderr)
+        return 1
+    if not args.quiet or summary.skipped:
         print(summary.text(), file=sys.stderr)
     return 0
 

@@ -125,6 +125,32 @@ def test_windows_median_spread_and_list_file(tmp_path: Path) -> None:
         bench.read_list_file(lst)
 
 
+def test_shard_url_as_data(tiny_folder: Path, tmp_path: Path) -> None:
+    """DATA may be tar shards over HTTP: the shards row runs fastdata.TarShards, the webdataset
+    row DataLoader + WebDataset (skipped, with why, where webdataset is not installed)."""
+    from shardserver import ShardServer
+
+    from fastdata.cli.convert import main as convert_main
+
+    assert convert_main([str(tiny_folder), str(tmp_path / "shards"), "--format", "tar", "--shard-size", "60KB",
+                         "--workers", "1", "--quiet"]) == 0
+    out_json = tmp_path / "r.json"
+    with ShardServer(tmp_path / "shards") as srv:
+        rc = bench.main([srv.url + "/index.json", "--seconds", "4", "--batch-size", "8", "--device", "cpu",
+                         "--compare", "shards,shards-cache,webdataset,dataloader", "--json", str(out_json), "--quiet"])
+    assert rc == 0
+    report = json.loads(out_json.read_text())
+    by = {r["name"]: r for r in report["results"]}
+    assert report["dataset"]["kind"] == "tar shards" and report["dataset"]["images"] == 48
+    _check_measured(by["shards"])
+    _check_measured(by["shards-cache"])
+    assert by["dataloader"]["status"] == "skipped" and "tar shards" in by["dataloader"]["reason"]
+    if by["webdataset"]["status"] == "skipped":
+        assert "webdataset" in by["webdataset"]["reason"]
+    else:
+        _check_measured(by["webdataset"])
+
+
 def test_uint8_output_in_interleaved_rounds(tiny_folder: Path, tmp_path: Path) -> None:
     """The old benchmarks/bench_loader.py job: raw uint8 NHWC batches, rounds interleaved and pooled."""
     out_json = tmp_path / "u.json"

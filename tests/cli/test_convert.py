@@ -191,14 +191,14 @@ def test_sigkill_then_resume_equals_clean_run(tmp_path: Path) -> None:
     # the reader refused non-regular files), so the kill lands mid-run, after earlier commits.
     child = (
         "import pathlib, sys, time\n"
-        "import fastdata.cli.convert as c, fastdata.cache.build.writer as w\n"
+        "import fastdata.cli.convert as c, fastdata.cache.build.ordered_pool as w\n"
         "real = w.process_one\n"
         "def process_one(pos, path, *args):\n"
         f"    if path == {str(blocker)!r}:\n"
         f"        pathlib.Path({str(reached)!r}).touch()\n"
         "        time.sleep(3600)\n"
         "    return real(pos, path, *args)\n"
-        "w.process_one = process_one  # what the writer calls with --workers 1\n"
+        "w.process_one = process_one  # what the ordered pool calls with --workers 1\n"
         f"sys.exit(c.main([{str(src)!r}, {str(dst)!r}, '--workers', '1', '--batch-size', '4', '--quiet']))\n")
     proc = subprocess.Popen([sys.executable, "-c", child], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

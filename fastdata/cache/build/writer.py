@@ -11,10 +11,8 @@ last, in the final transaction) exists. The format is fastdata.cache.format's.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, TextIO
 
@@ -26,7 +24,8 @@ from .. import format as cf
 from ..errors import ConvertError
 from ..lmdb_file import check_lmdb_dir
 from .progress_line import ProgressLine
-from .records import DEFAULT_QUALITY, Result, process_one, worker_chunk, worker_init
+from .ordered_pool import processed_in_order
+from .records import DEFAULT_QUALITY, Result
 from .resume_state import State, load_state
 from .scan import Plan, check_destination, scan
 from .verify import verify as verify_cache
@@ -231,29 +230,8 @@ def _run(env: Any, plan: Plan, st: State, dst: str, max_side: Optional[int], qua
         prog.update(r[0] + 1, run_bytes_in, len(st.skipped) + sum(1 for p in pending if p[1] is None))
 
     try:
-        if workers <= 1:
-            for pos, path in todo:
-                consume(process_one(pos, path, max_side, quality, keep_progressive))
-        else:
-            chunk = max(1, min(32, len(todo) // (workers * 8) or 1))
-            chunks = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
-            # fork: workers need only this module; forking is ~ms where spawn re-imports numpy.
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers, initializer=worker_init, initargs=(max_side, quality, keep_progressive)) as pool:
-                inflight: deque = deque()
-                it = iter(chunks)
-                # bounded look-ahead keeps memory flat while results are consumed in order
-                for c in it:
-                    inflight.append(pool.apply_async(worker_chunk, (c,)))
-                    if len(inflight) >= workers * 4:
-                        break
-                while inflight:
-                    results = inflight.popleft().get()
-                    nxt = next(it, None)
-                    if nxt is not None:
-                        inflight.append(pool.apply_async(worker_chunk, (nxt,)))
-                    for r in results:
-                        consume(r)
+        for r in processed_in_order(todo, workers, max_side, quality, keep_progressive):
+            consume(r)
         if pending or st.next_pos < total:
             commit(total)
     finally:
