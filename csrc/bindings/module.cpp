@@ -5,7 +5,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +95,7 @@ py::dict probe(const py::object& data) {
   d["progressive"] = info.progressive;
   d["orientation"] = info.orientation;
   d["components"] = info.components;
+  d["restart_indexed"] = info.restart_indexed;
   return d;
 }
 
@@ -105,6 +108,47 @@ py::bytes transcode_to_baseline_py(const py::object& data, int64_t max_pixels) {
     out = transcode_to_baseline(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), max_pixels);
   }
   return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+py::bytes transcode_restart_indexed_py(const py::object& data, int64_t max_pixels, int interval_mcus) {
+  BufferViews views;
+  const Py_buffer& v = views.add(data);
+  std::vector<uint8_t> out;
+  {
+    py::gil_scoped_release nogil;
+    out = transcode_restart_indexed(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), max_pixels,
+                                    interval_mcus);
+  }
+  return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+// Tests' window onto JpegDecoder::decode_region: stored (unoriented) rows [y0, y1) and
+// columns [x0, x1) of the image scaled by 1/denom, as uint8 [h, w, 3], and the warnings.
+py::tuple decode_region_py(const py::object& data, int denom, int x0, int y0, int x1, int y1, bool strict) {
+  if (denom != 1 && denom != 2 && denom != 4 && denom != 8) throw py::value_error("denom must be 1, 2, 4 or 8");
+  BufferViews views;
+  const Py_buffer& v = views.add(data);
+  std::vector<uint8_t> pixels;
+  int h = 0, w = 0, warnings = 0;
+  {
+    py::gil_scoped_release nogil;
+    JpegDecoder& dec = thread_scratch().decoder;
+    dec.read_header(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), strict);
+    const DecodedRegion r = dec.decode_region(denom, x0, y0, x1, y1);
+    // decode_region clamps to the image and may start left of x0 (iMCU alignment).
+    const int cx0 = std::max(x0, r.x0), cx1 = std::min(x1, r.x0 + r.width);
+    h = r.height;
+    w = std::max(0, cx1 - cx0);
+    pixels.resize(static_cast<size_t>(h) * w * 3);
+    for (int y = 0; y < h; ++y) {
+      std::memcpy(pixels.data() + static_cast<size_t>(y) * w * 3, r.pixels + y * r.stride + (cx0 - r.x0) * 3,
+                  static_cast<size_t>(w) * 3);
+    }
+    warnings = dec.warnings();
+  }
+  py::array_t<uint8_t> out({h, w, 3});
+  std::memcpy(out.mutable_data(), pixels.data(), pixels.size());
+  return py::make_tuple(out, warnings);
 }
 
 py::tuple decode_full_py(const py::object& data, bool strict, int64_t max_pixels) {
@@ -352,6 +396,13 @@ PYBIND11_MODULE(_C, m) {
         "Lossless rewrite of a grayscale/YCbCr/RGB JPEG as sequential JPEG (same DCT coefficients, optimized "
         "Huffman tables, APP1/APP2 kept). NativeDecodeError for corrupt data (warnings included) or above "
         "max_pixels (> 0); ValueError for CMYK/YCCK.");
+  m.def("transcode_restart_indexed", &transcode_restart_indexed_py, py::arg("data"), py::arg("max_pixels"),
+        py::arg("interval_mcus"),
+        "transcode_to_baseline with a restart marker every interval_mcus MCUs (0: one per MCU row) and fastdata's "
+        "restart index (APP15), so crop decodes start at the interval where the crop starts. Lossless.");
+  m.def("_decode_region", &decode_region_py, py::arg("data"), py::arg("denom"), py::arg("x0"), py::arg("y0"),
+        py::arg("x1"), py::arg("y1"), py::arg("strict"),
+        "Testing: the decoder's region decode (stored orientation), uint8 [h, w, 3], and the warnings.");
   m.def("sample_crop_boxes", &sample_crop_boxes, py::arg("height"), py::arg("width"), py::arg("scale"),
         py::arg("ratio"), py::arg("hflip"), py::arg("seed"), py::arg("epoch"), py::arg("indices"),
         "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");
@@ -368,6 +419,8 @@ PYBIND11_MODULE(_C, m) {
         "libjpeg-turbo's own. Returns the previous setting.");
   m.def("_fast_huffman_scans", &fast_huffman_scans,
         "Scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
+  m.def("_restart_index_jumps", &restart_index_jumps,
+        "Jumps over skipped restart intervals with a restart index so far in this process (for tests).");
   m.def("jpeg_info", []() {
     py::dict d;
     d["libjpeg_turbo_version"] = libjpeg_version();

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/decoder.h"
+#include "core/restart_index.h"
 
 #include <jerror.h>  // ERREXIT1, JERR_OUT_OF_MEMORY (after jpeglib.h, which decoder.h includes)
 
@@ -91,7 +92,8 @@ class Transcoder {
 
   // No C++ object is constructed between setjmp and the libjpeg calls below, so a
   // longjmp skips no destructor.
-  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels) {
+  // restart_mcus: < 0 no restart markers; 0 one per MCU row; else every restart_mcus MCUs.
+  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels, int restart_mcus) {
     if (size == 0) throw DecodeError("empty input (0 bytes)");
     if (!looks_like_jpeg(data, size)) throw DecodeError("not a JPEG file (no SOI marker)");
     // The output is about as large as the input (same coefficients, other Huffman codes).
@@ -132,9 +134,11 @@ class Transcoder {
     }
     // Quantization tables, sampling factors, component ids, colour space (hence the
     // JFIF/Adobe marker) and JFIF density. jpeg_set_defaults inside leaves no scan script:
-    // the output is sequential. Restart intervals are not copied (none in the output).
+    // the output is sequential. The input's restart intervals are not copied.
     jpeg_copy_critical_parameters(&src_, &dst_);
     dst_.optimize_coding = TRUE;  // per-image Huffman tables: smaller than the standard ones
+    if (restart_mcus == 0) dst_.restart_in_rows = 1;  // libjpeg sets restart_interval per scan
+    if (restart_mcus > 0) dst_.restart_interval = static_cast<unsigned int>(restart_mcus);
     dst_.dest = &dest_.pub;
     jpeg_write_coefficients(&dst_, coefficients);  // writes SOI and JFIF/Adobe APPn
     for (jpeg_saved_marker_ptr m = src_.marker_list; m != nullptr; m = m->next) {
@@ -148,6 +152,7 @@ class Transcoder {
       throw DecodeError("libjpeg did not finish reading the input");
     }
     if (err_.warnings != 0) throw DecodeError(err_.first_warning);  // unreachable while strict
+    if (restart_mcus >= 0) return add_restart_index(out_, static_cast<int>(dst_.restart_interval));
     return std::move(out_);
   }
 
@@ -177,7 +182,16 @@ std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size, int
   // Creating the two libjpeg objects costs microseconds next to the milliseconds of a
   // transcode; a fresh pair per call keeps this free of shared state.
   Transcoder t;
-  return t.to_baseline(data, size, max_pixels);
+  return t.to_baseline(data, size, max_pixels, -1);
+}
+
+std::vector<uint8_t> transcode_restart_indexed(const uint8_t* data, size_t size, int64_t max_pixels,
+                                               int interval_mcus) {
+  if (interval_mcus < 0 || interval_mcus > 65535) {
+    throw std::invalid_argument("transcode_restart_indexed: interval_mcus must be in 0..65535");
+  }
+  Transcoder t;
+  return t.to_baseline(data, size, max_pixels, interval_mcus);
 }
 
 }  // namespace fastdata
