@@ -541,8 +541,13 @@ const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, int interval,
   const long scaled = cinfo->min_DCT_scaled_size;
 #endif
   const long rows_per_mcu_row = cinfo->comps_in_scan == 1 ? scaled : scaled * cinfo->max_v_samp_factor;
-  need_row0 = std::max(0L, static_cast<long>(y0) / rows_per_mcu_row - 1);
-  need_row1 = static_cast<long>(std::max(y1, 1) - 1) / rows_per_mcu_row + 1;
+  // libjpeg's fancy upsampling of vertically subsampled chroma reads one chroma row above
+  // and below each output row: max_v_samp_factor output rows at most (fewer where DCT
+  // scaling enlarged the chroma IDCT). Those rows' MCUs are decoded too, whichever MCU row
+  // they fall in; the rest of libjpeg's context (iMCU rows it reads and discards) may be zeros.
+  const long margin = cinfo->max_v_samp_factor;
+  need_row0 = std::max(0L, static_cast<long>(y0) - margin) / rows_per_mcu_row;
+  need_row1 = (std::max(static_cast<long>(y1), 1L) - 1 + margin) / rows_per_mcu_row;
   offsets = offs;
   interval_count = count;
   interval_mcus = interval;

@@ -82,8 +82,8 @@ class FastHuffman {
   // restart intervals that output rows [y0, y1) (of the possibly DCT-scaled image) and the
   // cropped columns need, jumping over the others with the restart index (restart_index.h;
   // `offsets` holds count + 1 entries, relative to the scan's first byte). MCUs of skipped
-  // intervals come back as zero blocks; one MCU row of margin above and below the rows keeps
-  // libjpeg's context rows (fancy upsampling) exact. Checks every offset against the data
+  // intervals come back as zero blocks; the rows that fancy upsampling reads above and below
+  // the region are decoded too, so the region's pixels are exact. Checks every offset against the data
   // first (each must follow its RSTn marker, the scan must end where the index says) and
   // returns a message for DecodeError if the index does not match; nullptr when in use.
   const char* use_restart_index(j_decompress_ptr cinfo, int interval, const uint32_t* offsets, long count, int y0,
