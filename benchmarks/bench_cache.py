@@ -22,6 +22,10 @@ Rows:
   ``--max-side`` LMDB. Target: >= 2x.
 
 Method: ``--repeats`` rounds, rows interleaved within a round; median with min..max.
+The load rows time whole epochs (start-up included) with their own clock rather than
+fastdata-bench's runner (fastdata.cli.bench_runner), on purpose: a cold row must time the
+first read of every file after the page cache was dropped, and the runner's warm-up would
+read them first.
 """
 from __future__ import annotations
 

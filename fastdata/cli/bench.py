@@ -1,24 +1,30 @@
 """`fastdata-bench`: how much faster is training input with fastdata, and which change buys what.
 
-    fastdata-bench [DATA] [--batch-size B] [--seconds 20] [--threads N]
-                   [--compare dataloader,simd,fastdata,lmdb,ram,fastdata-dali,fastdata-nvjpeg,dali,nvjpeg]
-                   [--ablation] [--device cpu|cuda] [--dtype float32] [--json out.json] [--plot out.png]
+    fastdata-bench [DATA] [--batch-size B] [--seconds 20] [--threads N] [--rounds 1] [--step-ms 0]
+                   [--compare dataloader,simd,fastdata,lmdb,ram,ffcv,fastdata-dali,fastdata-nvjpeg,dali,nvjpeg]
+                   [--ablation] [--device cpu|cuda] [--dtype float32|float16|bfloat16|uint8]
+                   [--json out.json] [--plot out.png]
 
 DATA is an ImageFolder tree, a ``path,label`` list file or a fastdata LMDB cache; without
 it a deterministic photo-like demo set is generated once into the user's cache dir.
 
 Every contender runs the same job (RandomResizedCrop(224) + flip, ImageNet normalization,
-same batch size, output dtype and device). Per contender: start-up and warm-up batches are
-excluded, the timed batches are split into up to 5 consecutive windows, and the median
-images/s over those windows is reported with min/max and quartiles; CPU use (this process
-plus its children, e.g. DataLoader workers, in cores busy) and peak RSS (summed over the
-same processes, so shared pages of forked workers count more than once).
+same batch size, output dtype and device; ``--dtype uint8`` asks for raw uint8 NHWC images
+instead). Per contender: start-up and warm-up batches are excluded; reported are images/s =
+timed images / timed seconds (pooled over ``--rounds``; fastdata.cli.bench_runner says why this
+statistic), the spread of up to 5 consecutive windows per round (min/max and quartiles), CPU
+use (this process plus its children, e.g. DataLoader workers, in cores busy), peak RSS
+(summed over the same processes, so shared pages of forked workers count more than once)
+and, in the JSON, the time the consumer waited per batch (``--step-ms`` simulates a training
+step between batches, so the wait of a compute-bound loop can be read).
 
 Time: ``--seconds`` (default 20) is the budget of the measurement phase, split evenly over
-the contenders (or ablation steps) that can run; start-up and warm-up count against each
-share; a share can overrun by at most the batch in flight. One-time setup (demo set
-generation, ~10 s on 2 cores; LMDB conversion) is cached and comes on top, so a first
-no-argument run on a 2-core machine takes well under a minute.
+the contenders (or ablation steps) that can run and the rounds; start-up and warm-up count
+against each share; a share can overrun by at most the batch in flight. With ``--rounds``
+> 1 the contenders run interleaved (each once per round), so drift on a shared machine hits
+all alike. One-time setup (demo set generation, ~10 s on 2 cores; LMDB conversion; FFCV's
+packed file) is cached and comes on top, so a first no-argument run on a 2-core machine
+takes well under a minute.
 
 ``--ablation`` replaces the side-by-side comparison by the one-change-at-a-time study:
 DataLoader baseline (no pinning) -> pinned memory (CUDA only) -> tuned worker count ->
@@ -31,20 +37,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from fastdata.cli import bench_contenders as bc
 from fastdata.cli import bench_report, demo
+from fastdata.cli.bench_runner import MAX_WINDOWS, measure, pool, windows  # noqa: F401 (MAX_WINDOWS, windows: API)
 from fastdata.sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_SECONDS = 20.0
-MAX_WINDOWS = 5
 
 
 class Progress:
@@ -147,151 +151,7 @@ def make_job(data: Optional[Path], args: argparse.Namespace, progress: Progress)
 
 
 # ---------------------------------------------------------------------------------------
-# Measurement
-
-
-class _Usage:
-    """CPU seconds and peak RSS of this process plus its children (sampled every 50 ms)."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self.proc = psutil.Process()
-        self.peak_rss = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fastdata-bench-rss", daemon=True)
-        self._thread.start()
-
-    def _family(self) -> List[Any]:
-        import psutil
-
-        try:
-            return [self.proc] + self.proc.children(recursive=True)
-        except psutil.Error:
-            return [self.proc]
-
-    def _run(self) -> None:
-        import psutil
-
-        while not self._stop.wait(0.05):
-            total = 0
-            for p in self._family():
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:  # a worker exiting between listing and reading
-                    pass
-            self.peak_rss = max(self.peak_rss, total)
-
-    def cpu_seconds(self) -> float:
-        import psutil
-
-        total = 0.0
-        for p in self._family():
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _describe(images: Any) -> str:
-    shape = "x".join(str(s) for s in getattr(images, "shape", ()))
-    dtype = str(getattr(images, "dtype", type(images).__name__)).replace("torch.", "")
-    return f"{dtype}[{shape}] {getattr(images, 'device', '?')}"
-
-
-def _sync(job: bc.Job) -> Callable[[], None]:
-    if job.device.startswith("cuda"):
-        import torch
-
-        return torch.cuda.synchronize
-    return lambda: None
-
-
-def windows(times: Sequence[float], counts: Sequence[int], t_begin: float) -> List[float]:
-    """Images/s of up to MAX_WINDOWS consecutive groups of timed batches.
-
-    ``times[k]`` is when batch k arrived, ``counts[k]`` its images; the first group starts
-    at ``t_begin`` (the end of warm-up).
-    """
-    n = len(times)
-    groups = min(MAX_WINDOWS, n)
-    rates, start, prev_t = [], 0, t_begin
-    for g in range(groups):
-        end = round((g + 1) * n / groups)
-        imgs = sum(counts[start:end])
-        dt = times[end - 1] - prev_t
-        rates.append(imgs / dt if dt > 0 else float("inf"))
-        start, prev_t = end, times[end - 1]
-    return rates
-
-
-def measure(contender: Any, job: bc.Job, budget: float, progress: Progress, tag: str) -> Dict[str, Any]:
-    """Run ``contender`` for about ``budget`` seconds; the result dict of the JSON."""
-    result: Dict[str, Any] = {"name": contender.name, "label": contender.label}
-    sync = _sync(job)
-    usage = _Usage()
-    t0 = time.perf_counter()
-    gen = contender.batches(job)
-    try:
-        # Warm-up: at least 2 batches and 20% of the share (start-up included), but leave
-        # at least 40% of the share for timing.
-        warm, first_batch_s, output = 0, None, None
-        while True:
-            images, _ = next(gen)
-            sync()
-            warm += 1
-            el = time.perf_counter() - t0
-            if first_batch_s is None:
-                first_batch_s, output = el, _describe(images)
-            progress.status(f"{tag} warm-up: batch {warm} ({el:.1f} s)")
-            if (warm >= 2 and el >= 0.2 * budget) or (warm >= 1 and el >= 0.6 * budget):
-                break
-        t_begin = time.perf_counter()
-        cpu0 = usage.cpu_seconds()
-        times: List[float] = []
-        counts: List[int] = []
-        # At least 2 timed batches, even past the share: one batch is not a measurement.
-        while time.perf_counter() - t0 < budget or len(times) < 2:
-            images, labels = next(gen)
-            sync()
-            times.append(time.perf_counter())
-            counts.append(int(images.shape[0]))
-            el = times[-1] - t_begin
-            progress.status(f"{tag} {sum(counts)} images, {sum(counts) / el:,.0f} img/s")
-        cpu1 = usage.cpu_seconds()
-    except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
-        result.update(status="failed", reason=f"{type(e).__name__}: {e}")
-        return result
-    finally:
-        gen.close()
-        usage.stop()
-        progress.done()
-    elapsed = times[-1] - t_begin
-    rates = windows(times, counts, t_begin)
-    q = statistics.quantiles(rates, n=4, method="inclusive") if len(rates) > 1 else [rates[0]] * 3
-    cores = demo.usable_cores()
-    result.update(
-        status="ok",
-        images_per_s=statistics.median(rates),
-        spread={"min": min(rates), "max": max(rates), "q1": q[0], "q3": q[2]},
-        window_rates=rates,
-        mean_images_per_s=sum(counts) / elapsed,
-        timed_images=sum(counts), timed_batches=len(counts), timed_seconds=elapsed,
-        warmup_batches=warm, first_batch_seconds=first_batch_s,
-        total_seconds=time.perf_counter() - t0,
-        cpu_cores_busy=(cpu1 - cpu0) / elapsed,
-        cpu_percent=100.0 * (cpu1 - cpu0) / elapsed / cores,
-        peak_rss_mb=usage.peak_rss / 2**20,
-        output=output,
-        detail=dict(getattr(contender, "detail", {})),
-    )
-    return result
+# What to run
 
 
 @dataclass
@@ -350,27 +210,38 @@ def compare_plan(job: bc.Job, names: Sequence[str]) -> Plan:
     return plan
 
 
-def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablation: bool) -> List[Dict[str, Any]]:
+def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablation: bool, rounds: int = 1,
+             step_seconds: float = 0.0) -> List[Dict[str, Any]]:
+    """Every runnable contender, ``rounds`` times interleaved (round 1 of each, then round 2
+    of each, ...), each run an equal share of ``seconds``; rounds pooled per contender."""
     if ablation or any(k == "lmdb" for k, _ in plan.runnable()):
         _prepare_lmdb(plan, job, progress)
     todo = plan.runnable()
-    share = seconds / max(1, len(todo))
+    share = seconds / max(1, len(todo) * rounds)
+    runs: Dict[str, List[Dict[str, Any]]] = {key: [] for key, _ in todo}
+    for rnd in range(rounds):
+        for done, (key, contender) in enumerate(todo, 1):
+            if runs[key] and runs[key][-1]["status"] != "ok":
+                continue  # failed in an earlier round: reported once, not retried
+            tag = f"[{done}/{len(todo)}]" + (f" round {rnd + 1}/{rounds}" if rounds > 1 else "") + \
+                f" {contender.label}:"
+            progress.line(f"{tag} running ({share:.1f} s)")
+            r = measure(contender, job, share, status=lambda msg, tag=tag: progress.status(f"{tag} {msg}"),
+                        step_seconds=step_seconds)
+            progress.done()
+            if r["status"] == "ok":
+                progress.line(f"{tag} {r['images_per_s']:,.0f} img/s "
+                              f"({r['timed_images']} images in {r['timed_seconds']:.1f} s)")
+            else:
+                progress.line(f"{tag} {r['status']}: {r['reason']}")
+            runs[key].append(r)
     results: List[Dict[str, Any]] = []
-    done = 0
     for key, contender in plan.entries:
         if key in plan.skipped:
             results.append({"name": key, "label": contender.label, "status": "skipped",
                             "reason": plan.skipped[key]})
-            continue
-        done += 1
-        tag = f"[{done}/{len(todo)}] {contender.label}:"
-        progress.line(f"{tag} running ({share:.1f} s)")
-        r = measure(contender, job, share, progress, tag)
-        if r["status"] == "ok":
-            progress.line(f"{tag} {r['images_per_s']:,.0f} img/s (median of {len(r['window_rates'])} windows)")
         else:
-            progress.line(f"{tag} {r['status']}: {r['reason']}")
-        results.append(r)
+            results.append(pool(runs[key]))
     if ablation:
         _ablation_speedups(results)
     else:
@@ -443,7 +314,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ablation", action="store_true", help="the one-optimization-at-a-time study instead")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None,
                    help="where batches must end up (default: cuda when available)")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "uint8"), default="float32",
+                   help="normalized float output, or uint8 for raw NHWC images (default float32)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every contender this many times, interleaved, and pool the rounds (default 1)")
+    p.add_argument("--step-ms", type=float, default=0.0,
+                   help="simulated training step after each batch, in ms (default 0: batches back to back)")
     p.add_argument("--json", type=Path, default=None, help="write every number here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart here (matplotlib)")
     p.add_argument("--demo-images", type=int, default=demo.DEFAULT_COUNT, help=argparse.SUPPRESS)
@@ -459,8 +335,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.batch_size is None:
         args.batch_size = 256 if args.device == "cuda" else 64
-    if args.batch_size < 1 or args.seconds <= 0:
-        raise SystemExit("fastdata-bench: --batch-size and --seconds must be positive")
+    if args.batch_size < 1 or args.seconds <= 0 or args.rounds < 1 or args.step_ms < 0:
+        raise SystemExit("fastdata-bench: --batch-size, --seconds and --rounds must be positive, --step-ms >= 0")
+    if args.ablation and args.dtype == "uint8":
+        raise SystemExit("fastdata-bench: the ablation measures normalized output; use a float --dtype")
     args.threads = args.threads or demo.usable_cores()
     names = [n.strip() for n in args.compare.split(",") if n.strip()]
     unknown = [n for n in names if n not in bc.CONTENDERS]
@@ -475,12 +353,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     t_start = time.perf_counter()
     job, dataset = make_job(args.data, args, progress)
     plan = ablation_plan(job) if args.ablation else compare_plan(job, names)
-    results = run_plan(plan, job, args.seconds, progress, args.ablation)
+    results = run_plan(plan, job, args.seconds, progress, args.ablation, rounds=args.rounds,
+                       step_seconds=args.step_ms / 1000.0)
     report = bench_report.build_report(
         results, dataset=dataset, ablation=args.ablation,
         config={"batch_size": job.batch_size, "seconds": args.seconds, "threads": job.workers,
-                "device": job.device, "dtype": job.dtype, "size": job.size,
-                "transform": "RandomResizedCrop(224) + hflip + normalize",
+                "device": job.device, "dtype": job.dtype, "size": job.size, "rounds": args.rounds,
+                "step_ms": args.step_ms,
+                "transform": "RandomResizedCrop(224) + hflip" + ("" if job.dtype == "uint8" else " + normalize"),
                 "compare": None if args.ablation else names},
         wall_seconds=time.perf_counter() - t_start)
     bench_report.print_report(report)

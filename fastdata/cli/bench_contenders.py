@@ -4,8 +4,10 @@ Every contender runs the same job (see :class:`Job`): the same encoded images,
 RandomResizedCrop(224) + horizontal flip, ImageNet normalization, the same batch size,
 output dtype and device; each yields ``(images, labels)`` batches forever (epochs are
 chained) until the generator is closed. ``images`` is a normalized ``job.dtype`` tensor
-[B, 3, 224, 224] on ``job.device``; ``labels`` int64 [B]. A contender that cannot run here
-says why through ``unavailable()`` and is reported as skipped, never dropped.
+[B, 3, 224, 224] on ``job.device`` (with ``job.dtype == "uint8"``: raw uint8 [B, 224, 224, 3],
+NHWC, not normalized); ``labels`` int64 [B]. A contender that cannot run here says why
+through ``unavailable()`` and is reported as skipped, never dropped. fastdata.cli.bench_runner
+times them.
 
 Heavy imports (torch, torchvision, DALI, fastdata's loader) happen inside the methods so
 that a missing optional package turns into a skip reason, not an import failure of the tool.
@@ -52,10 +54,16 @@ class Job:
     def num_images(self) -> int:
         return len(self.paths) if self.paths else -1
 
+    @property
+    def uint8(self) -> bool:
+        """Raw uint8 NHWC images instead of normalized NCHW floats."""
+        return self.dtype == "uint8"
+
     def torch_dtype(self) -> Any:
         import torch
 
-        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[self.dtype]
+        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                "uint8": torch.uint8}[self.dtype]
 
 
 def _missing(module: str) -> Optional[str]:
@@ -65,6 +73,10 @@ def _missing(module: str) -> Optional[str]:
     except Exception as e:  # ImportError, or an extension failing to load: both mean "skip"
         return f"{module} not importable: {type(e).__name__}: {e}"
     return None
+
+
+def _float_only(job: Job) -> Optional[str]:
+    return "uint8 output is not implemented for this contender (normalized float only)" if job.uint8 else None
 
 
 def _cuda_reason(job: Job) -> Optional[str]:
@@ -183,12 +195,12 @@ class DataLoaderContender:
         from torch.utils.data import DataLoader, RandomSampler
         from torchvision import datasets, transforms
 
-        tf = transforms.Compose([
-            transforms.RandomResizedCrop(job.size),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-        ])
+        steps: List[Any] = [transforms.RandomResizedCrop(job.size), transforms.RandomHorizontalFlip()]
+        if job.uint8:
+            steps.append(transforms.PILToTensor())
+        else:
+            steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        tf = transforms.Compose(steps)
         if job.lmdb is not None:
             ds: Any = _LMDBDataset(job.lmdb, tf)
         elif job.folder is not None:
@@ -208,6 +220,8 @@ class DataLoaderContender:
         it = iter(loader)
         try:
             for images, labels in it:
+                if job.uint8:
+                    images = images.permute(0, 2, 3, 1)  # NHWC like fastdata's uint8 output (a view)
                 images = images.to(device, non_blocking=pin).to(dtype)
                 yield images, labels.to(device, non_blocking=pin)
         finally:
@@ -314,6 +328,8 @@ class FastdataContender:
                 return ("the engine exposes no switch for a plain full decode "
                         "(needs fastdata.Loader(..., roi=False))")
         if self.backend != "native":
+            if job.uint8:
+                return _float_only(job)
             if not job.device.startswith("cuda"):
                 return f"backend={self.backend} decodes on the GPU (needs --device cuda)"
             if self.backend == "dali":
@@ -416,6 +432,114 @@ def ensure_lmdb(job: Job) -> Path:
 
 
 # ---------------------------------------------------------------------------------------
+# FFCV
+
+
+class FFCVContender:
+    """FFCV's Loader over its own packed ``.beton`` of the same ImageFolder (written once,
+    JPEG q90, not timed): RandomResizedCrop decode + flip (+ normalize), ``workers``
+    threads, random order over one long epoch (the set's indices repeated), as FFCV's
+    documented pipelines do it: on CUDA uint8 goes to the GPU and is normalized there, on
+    the CPU NormalizeImage runs on the host. uint8 output is NHWC; normalized output is
+    NCHW (a channels_last view). FFCV builds from source against OpenCV and libturbojpeg
+    (apt install libopencv-dev libturbojpeg0-dev pkg-config; pip install ffcv numba)."""
+
+    name = "ffcv"
+    label = "FFCV (its .beton)"
+
+    def __init__(self) -> None:
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        reason = _missing("ffcv.loader")
+        if reason:
+            return reason
+        if job.folder is None:
+            return "packs an ImageFolder into its .beton (DATA is not a folder)"
+        if job.dtype == "bfloat16":
+            return "FFCV's NormalizeImage makes float16 or float32 only"
+        if job.device.startswith("cuda"):
+            return _cuda_reason(job)
+        return None
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import numpy as np
+        import torch
+        from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+        from ffcv.loader import Loader, OrderOption
+        from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, Squeeze, ToDevice, ToTensor, ToTorchImage
+
+        if job.folder is None:
+            raise ValueError("FFCV packs an ImageFolder: the job has none")
+        cuda = job.device.startswith("cuda")
+        device = torch.device(job.device)
+        image: List[Any] = [RandomResizedCropRGBImageDecoder((job.size, job.size)), RandomHorizontalFlip()]
+        label: List[Any] = [IntDecoder(), ToTensor(), Squeeze()]
+        normalize = None
+        if not job.uint8:
+            np_dtype = {"float32": np.float32, "float16": np.float16}[job.dtype]
+            normalize = NormalizeImage(255 * np.array(IMAGENET_MEAN), 255 * np.array(IMAGENET_STD), np_dtype)
+        if cuda:
+            image += [ToTensor(), ToDevice(device, non_blocking=True)]
+            label.append(ToDevice(device, non_blocking=True))
+            if normalize is not None:
+                image += [ToTorchImage(channels_last=True), normalize]
+        else:
+            if normalize is not None:
+                image.append(normalize)
+            image.append(ToTensor())
+            if normalize is not None:
+                image.append(ToTorchImage(channels_last=True))
+        n = len(job.labels)
+        indices = np.tile(np.arange(n, dtype=np.uint64), max(1, -(-400 * job.batch_size // n)))
+        beton = ensure_beton(job)
+        self.detail = {"workers": job.workers, "beton": str(beton)}
+        loader = Loader(str(beton), batch_size=job.batch_size, num_workers=job.workers, order=OrderOption.RANDOM,
+                        drop_last=True, os_cache=True, seed=0, indices=indices,
+                        pipelines={"image": image, "label": label})
+        it = None
+        try:
+            while True:
+                it = iter(loader)
+                yield from it
+        finally:
+            if it is not None:
+                it.close()  # stop FFCV's batch thread now
+
+
+def ensure_beton(job: Job) -> Path:
+    """FFCV's packed file of ``job.folder``, cached under ``job.cache_dir/ffcv``.
+
+    Images are stored as JPEG (quality 90, no resizing: FFCV decodes them with
+    libjpeg-turbo, as fastdata decodes the original files); labels as ints. Keyed by the
+    folder's path and every file's name, size and mtime: a changed folder gets a new file.
+    """
+    import hashlib
+
+    from ffcv.fields import IntField, RGBImageField
+    from ffcv.writer import DatasetWriter
+    from torchvision import datasets
+
+    root = Path(job.folder)
+    key = hashlib.sha256(str(root.resolve()).encode())
+    for path_str, _ in datasets.ImageFolder(str(root)).samples:
+        st = os.stat(path_str)
+        key.update(f"{os.path.relpath(path_str, root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    cache = Path(job.cache_dir) if job.cache_dir is not None else Path.home() / ".cache" / "fastdata"
+    path = cache / "ffcv" / f"{root.name}-{key.hexdigest()[:12]}.beton"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    job.log(f"packing {root} -> {path} (FFCV's DatasetWriter, once)")
+    tmp = path.with_suffix(".tmp")
+    writer = DatasetWriter(str(tmp), {"image": RGBImageField(write_mode="jpg", jpeg_quality=90),
+                                      "label": IntField()}, num_workers=job.workers)
+    writer.from_indexed_dataset(datasets.ImageFolder(str(root)))
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------
 # GPU peers
 
 
@@ -430,7 +554,7 @@ class DALIContender:
         self.detail: Dict[str, Any] = {}
 
     def unavailable(self, job: Job) -> Optional[str]:
-        reason = _cuda_reason(job) or _missing("nvidia.dali")
+        reason = _float_only(job) or _cuda_reason(job) or _missing("nvidia.dali")
         if reason:
             return reason
         if not job.paths:
@@ -482,7 +606,7 @@ class TorchvisionGPUContender:
         self.detail: Dict[str, Any] = {}
 
     def unavailable(self, job: Job) -> Optional[str]:
-        reason = _cuda_reason(job) or _missing("torchvision")
+        reason = _float_only(job) or _cuda_reason(job) or _missing("torchvision")
         if reason:
             return reason
         if not job.paths:
@@ -534,6 +658,7 @@ def make_contender(name: str) -> Any:
         "fastdata": lambda: FastdataContender("files"),
         "lmdb": lambda: FastdataContender("lmdb"),
         "ram": lambda: FastdataContender("ram"),
+        "ffcv": FFCVContender,
         "fastdata-dali": lambda: FastdataContender("files", backend="dali"),
         "fastdata-nvjpeg": lambda: FastdataContender("files", backend="nvjpeg"),
         "dali": DALIContender,
@@ -546,4 +671,5 @@ def make_contender(name: str) -> Any:
     return c
 
 
-CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "fastdata-dali", "fastdata-nvjpeg", "dali", "nvjpeg")
+CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "ffcv", "fastdata-dali", "fastdata-nvjpeg", "dali",
+              "nvjpeg")

@@ -1,4 +1,4 @@
-"""Batched crop + antialiased resize + flip + normalize on the GPU (or CPU), in torch only.
+"""Batched crop + antialiased resize + flip on the GPU (or CPU), in torch only (the pipeline normalizes).
 
 One call resamples a whole batch of decoded images of different sizes, with no Python
 loop over images: the decoded images live in one flat uint8 buffer (per-image element
@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..loader.cuda import to_device
+from .base import to_device
 
 __all__ = ["AxisTables", "axis_tables", "ImageLayout", "resample_batch", "orientation_maps"]
 
@@ -177,7 +177,8 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     clip_to_box: the filter reads only inside the box (RandomResizedCrop, like Pillow's
     crop + resize); otherwise the whole image (a fused resize + center crop).
     Returns float32 [B, H, W, 3] on ``flat.device`` with integer values in 0..255 (rounded as
-    Pillow does), ready for ``fastdata.loader.cuda.GpuNormalizer``. Runs on the current CUDA stream.
+    Pillow does), ready for the pipeline's normalize (fastdata.loader.cuda.GpuNormalizer).
+    Runs on the current CUDA stream.
     """
     if flat.dtype != torch.uint8 or flat.dim() != 1:
         raise TypeError(f"flat must be a 1-D uint8 tensor, got {flat.dtype} with {flat.dim()} dims")

@@ -1,11 +1,11 @@
-"""nvJPEG backend: torchvision's batched GPU JPEG decode, then one batched GPU resample.
+"""nvJPEG decoder: torchvision's batched GPU JPEG decode, then one batched GPU resample.
 
 Per batch: encoded bytes (CPU tensors) -> ``decode_jpegs_cuda`` (one call for the batch;
 stored orientation, CHW uint8 on the GPU) -> one ``torch.cat`` into a flat buffer ->
 ``resample_batch`` (crop + antialiased resize + flip, EXIF orientation folded into the
-gather) -> normalize. Crops come from the native engine's plan, so they equal the native
-path's for the same (seed, epoch, index). Samples nvJPEG cannot take go to the native path
-(see common.BatchBackend).
+gather). Crops come from the native engine's plan, so they equal the native path's for the
+same (seed, epoch, index). Rows nvJPEG cannot take go to the native decoder (routing.py);
+the pipeline normalizes.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..io.engine import CropPlan
-from ..io.transforms import RandomResizedCrop
-from .common import BatchBackend
+from ..io.transforms import RandomResizedCrop, Transform
+from .base import DecodedRows, PlannedBatch
 from .gpu_resize import ImageLayout, resample_batch
+from .routing import gpu_decodable
 
 
 def _gpu_decoder() -> Callable[[List[torch.Tensor], torch.device], List[torch.Tensor]]:
@@ -33,30 +33,48 @@ def _gpu_decoder() -> Callable[[List[torch.Tensor], torch.device], List[torch.Te
     return lambda tensors, device: decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device)
 
 
-class NvjpegBackend(BatchBackend):
-    """GPU decode with nvJPEG (through torchvision), crop/resize/flip/normalize batched on the GPU.
+class NvjpegDecoder:
+    """GPU decode with nvJPEG (through torchvision), crop/resize/flip batched on the GPU.
 
-    Output: [B, 3, H, W] ``dtype`` on ``device`` (channels_last memory when asked), queued on
-    ``self.stream``. Needs a CUDA device.
+    ``finish`` returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, queued on
+    the current stream (the pipeline's). Needs a CUDA device.
     """
 
     name = "nvjpeg"
+    depth = 1
     # Tests swap in torchvision's CPU decoder to check routing and assembly without a GPU.
     _allow_cpu = False
 
-    def __init__(self, transform, **config) -> None:
-        device = torch.device(config.get("device", "cuda"))
-        if not self._allow_cpu:  # checked before the base class starts threads
+    def __init__(self, transform: Transform, *, device: torch.device) -> None:
+        device = torch.device(device)
+        if not self._allow_cpu:
             if device.type != "cuda":
                 raise ValueError(f"backend='nvjpeg' decodes on a CUDA device; got device={device}. "
                                  "Use backend='native' for CPU output.")
             if not torch.cuda.is_available():
                 raise RuntimeError("backend='nvjpeg' needs CUDA, but torch.cuda.is_available() is False")
-        super().__init__(transform, **config)
+        self.transform = transform
+        self.out_hw = transform.output_size
+        self.device = device
         self._decode_jpegs = _gpu_decoder()
 
-    def _decode(self, datas: List[np.ndarray], plan: CropPlan, rows: List[int],
-                epoch: int) -> Tuple[Optional[torch.Tensor], List[int]]:
+    def accepts(self, batch: PlannedBatch, row: int) -> bool:
+        return gpu_decodable(batch, row)
+
+    def start(self, batch: PlannedBatch, rows: List[int]) -> DecodedRows:
+        return self._decode(batch, rows)  # synchronous: the work is queued on the stream already
+
+    def finish(self, handle: DecodedRows, host: Optional[np.ndarray]) -> DecodedRows:
+        return handle
+
+    def discard(self, handle: DecodedRows) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def _decode(self, batch: PlannedBatch, rows: List[int]) -> DecodedRows:
+        datas, plan = batch.datas, batch.plan
         tensors = [torch.from_numpy(datas[r]) for r in rows]
         rejected: List[int] = []
         try:
@@ -83,10 +101,10 @@ class NvjpegBackend(BatchBackend):
             else:
                 rejected.append(r)
         if not good:
-            return None, sorted(rejected)
+            return DecodedRows(rejected=sorted(rejected))
         flat = torch.cat([img.reshape(-1) for img in good])
         layout = ImageLayout.packed([(img.shape[1], img.shape[2]) for img in good], chw=True)
         sel = np.asarray(good_rows, np.int64)
         pixels = resample_batch(flat, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
                                 self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
-        return self._normalize(pixels), sorted(rejected)
+        return DecodedRows(pixels=pixels, rejected=sorted(rejected))

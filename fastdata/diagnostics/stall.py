@@ -171,8 +171,10 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _cpu_seconds() -> Optional[float]:
-    """CPU seconds (user+system) of this process plus its worker children (DataLoader workers)."""
+def process_cpu_seconds() -> Optional[float]:
+    """CPU seconds (user+system) of this process plus its children, live (DataLoader workers)
+    or already reaped; None when psutil cannot read them. The one such counter: the stall
+    meter and fastdata-bench both difference it over a window."""
     try:
         import psutil
     except ImportError:
@@ -335,7 +337,7 @@ class StallMeter:
         self._gpu_wait = 0.0
         self._gpu_step = 0.0
         self._gpu_steps = 0
-        self._t_cpu0 = _cpu_seconds()
+        self._t_cpu0 = process_cpu_seconds()
         self._t_wall0 = time.perf_counter()
         self._stats0 = self._read_stats()
         if self._sampler is not None:
@@ -487,7 +489,7 @@ class StallMeter:
             gpu_total = self._gpu_wait + self._gpu_step
             if gpu_total > 0:
                 frac = self._gpu_wait / gpu_total
-        cpu_now = _cpu_seconds()
+        cpu_now = process_cpu_seconds()
         cores_used = None
         if cpu_now is not None and self._t_cpu0 is not None and wall > 0:
             cores_used = (cpu_now - self._t_cpu0) / wall

@@ -22,9 +22,6 @@ from .transforms import CenterCrop, RandomResizedCrop, Transform
 # Pillow's own default Image.MAX_IMAGE_PIXELS: ~89.5 MP (a 3-channel image of 1/4 GiB).
 DEFAULT_MAX_PIXELS = 89_478_485
 
-# Status codes of fastdata._C (csrc/core/engine.h: SampleStatus).
-_NOT_JPEG = 1
-
 Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
 
 
@@ -43,16 +40,34 @@ def scale_bias_for(mean: Sequence[float], std: Sequence[float]) -> Tuple[List[fl
     return [1.0 / (255.0 * s) for s in std], [-m / s for m, s in zip(mean, std)]
 
 
-def native_spec(transform: Transform, roi: bool = True) -> tuple:
-    """The tuple fastdata._C expects (kind, h, w, scale, ratio, hflip, resize, roi)."""
-    if not isinstance(transform, (RandomResizedCrop, CenterCrop)):
+# The last spec built, by transform identity: transforms are frozen, and a training loop passes
+# the same one every batch, so this keeps building a spec (~2 us of keyword parsing) out of
+# the per-batch cost. A tuple is replaced whole, so a reader on another thread sees either
+# the old entry or the new one.
+_last_spec: Tuple[object, bool, Optional[_C.TransformSpec]] = (object(), True, None)
+
+
+def native_spec(transform: Transform, roi: bool = True) -> _C.TransformSpec:
+    """The engine's spec of a fastdata transform (validated again, in C++, on construction)."""
+    global _last_spec
+    last_transform, last_roi, spec = _last_spec
+    if transform is last_transform and roi == last_roi:
+        return spec
+    if isinstance(transform, RandomResizedCrop):
+        h, w = transform.output_size
+        spec = _C.TransformSpec(kind=_C.TransformKind.RANDOM_RESIZED_CROP, out_h=h, out_w=w,
+                                scale_lo=float(transform.scale[0]), scale_hi=float(transform.scale[1]),
+                                ratio_lo=float(transform.ratio[0]), ratio_hi=float(transform.ratio[1]),
+                                hflip=float(transform.hflip), roi=bool(roi))
+    elif isinstance(transform, CenterCrop):
+        h, w = transform.output_size
+        spec = _C.TransformSpec(kind=_C.TransformKind.CENTER_CROP, out_h=h, out_w=w, hflip=0.0,
+                                resize_to=transform.resize_to, roi=bool(roi))
+    else:
         raise TypeError("transform must be fastdata.RandomResizedCrop or fastdata.CenterCrop, "
                         f"got {type(transform).__name__}")
-    h, w = transform.output_size
-    if isinstance(transform, RandomResizedCrop):
-        return (0, h, w, float(transform.scale[0]), float(transform.scale[1]), float(transform.ratio[0]),
-                float(transform.ratio[1]), float(transform.hflip), 0, bool(roi))
-    return (1, h, w, 0.0, 0.0, 1.0, 1.0, 0.0, transform.resize_to, bool(roi))  # CenterCrop
+    _last_spec = (transform, roi, spec)
+    return spec
 
 
 @dataclass
@@ -150,14 +165,15 @@ class Engine:
             native = self._native
             if native is None:
                 raise RuntimeError("Engine is closed")
-            raw, warnings, read_s, decode_s = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels,
-                                                         scale_bias)
-            report = BatchReport(read_seconds=read_s, decode_seconds=decode_s, warnings=warnings)
-            for row, status, message in raw:
+            raw = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels, scale_bias)
+            report = BatchReport(read_seconds=raw.read_seconds, decode_seconds=raw.decode_seconds,
+                                 warnings=raw.warnings)
+            for failure in raw.failures:
+                row, message = failure.row, failure.message
                 index = int(index_arr[row]) if index_arr is not None else row
                 item = items[row]
                 name = names[row] if names is not None else (item if isinstance(item, str) else None)
-                if status == _NOT_JPEG:
+                if failure.status == _C.SampleStatus.NOT_JPEG:
                     try:
                         pixels = decode_with_pillow(item, max_pixels)
                         native.transform_pixels(pixels, spec, out, row, seed, epoch, index, scale_bias)
@@ -184,16 +200,17 @@ class Engine:
         with self._lock:
             if self._native is None:
                 raise RuntimeError("Engine is closed")
-            boxes, meta, raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels)
-        plan = CropPlan(boxes=boxes, flips=meta[:, 0].astype(bool), sizes=meta[:, 1:3].copy(),
-                        orientations=meta[:, 3].copy())
-        for row, status, message in raw:
-            if status == _NOT_JPEG:
+            raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels)
+        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations)
+        for failure in raw.failures:
+            row = failure.row
+            if failure.status == _C.SampleStatus.NOT_JPEG:
                 plan.not_jpeg_rows.append(row)
             else:
                 index = int(index_arr[row]) if index_arr is not None else row
                 item = items[row]
-                plan.failures.append(DecodeError(message, index=index, name=item if isinstance(item, str) else None))
+                plan.failures.append(DecodeError(failure.message, index=index,
+                                                 name=item if isinstance(item, str) else None))
                 plan.failed_rows.append(row)
         return plan
 

@@ -1,3 +1,4 @@
-"""The Loader: sampler -> source -> decode into a pinned slot -> CUDA handoff, on one
-producer thread per loader (loader.py), with its epoch order (sampler.py), host staging
-(pinned_ring.py), stream handoff (cuda.py) and counters (stats.py)."""
+"""The Loader: its surface (loader.py), the loop that runs ahead on one producer thread
+(producer.py), the stages of a batch every decoder plugs into (pipeline.py), the epoch order
+(sampler.py), host staging (pinned_ring.py), the CUDA stream handoff (cuda.py) and counters
+(stats.py)."""

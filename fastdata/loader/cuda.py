@@ -2,8 +2,9 @@
 
 Stream ordering, step by step (one batch):
 
-1. producer thread, copy stream: ``images.to(device, non_blocking=True)`` from the pinned
-   slot, then cast + normalize + layout on the GPU, then record ``done``.
+1. producer thread, the pipeline's stream (GPU decoders queue their work there too):
+   ``images.to(device, non_blocking=True)`` from the pinned slot, rows from GPU decoders
+   placed beside them, then cast + normalize + layout on the GPU, then record ``done``.
 2. the slot's ``reader`` is set to ``done``: the ring rewrites the slot only after it.
 3. training thread, in ``next()``: ``current_stream.wait_event(done)`` (a GPU-side wait, no
    host synchronization), then ``record_stream(current_stream)`` on the returned tensors:
@@ -12,7 +13,7 @@ Stream ordering, step by step (one batch):
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import torch
 
@@ -23,7 +24,8 @@ class GpuNormalizer:
     """uint8 NHWC -> ``dtype`` NCHW, ``(x / 255 - mean) / std`` computed in float32.
 
     With ``channels_last`` the result keeps NHWC memory (the slot's layout; no transpose).
-    Runs on whatever stream is current.
+    Runs on whatever stream is current, on any device (the CPU too, for GPU decoders'
+    CPU stand-ins).
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype, channels_last: bool,
@@ -39,41 +41,43 @@ class GpuNormalizer:
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def __call__(self, nhwc: torch.Tensor) -> torch.Tensor:
-        """uint8 [N, H, W, 3] on the GPU -> ``dtype`` [N, 3, H, W]."""
+        """uint8 (or float32 0..255) [N, H, W, 3] -> ``dtype`` [N, 3, H, W]."""
         x = nhwc.permute(0, 3, 1, 2).float()  # a channels_last view, like the slot
         y = torch.addcmul(self.bias, x, self.scale)  # one fused pass: bias + x * scale
         return y.to(dtype=self.dtype, memory_format=self.memory_format)
 
 
 class CudaUploader:
-    """Copies host batches to ``device`` on its own stream and normalizes them there.
+    """Copies host batches to ``device`` on ``stream`` and finishes them there.
 
     ``upload`` runs on the producer thread; ``handoff`` (below) on the training thread.
     """
 
-    def __init__(self, device: torch.device, normalizer: Optional[GpuNormalizer]):
+    def __init__(self, device: torch.device, stream: Any):
         self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.normalizer = normalizer
+        self.stream = stream
 
-    def upload(self, images: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Any, Any]:
-        """Enqueue the copy of pinned ``images`` (uint8 [N, H, W, 3]) and ``labels`` (int64 [N]).
+    def upload(self, images: Optional[torch.Tensor], labels: Optional[torch.Tensor],
+               finish: Callable[[Optional[torch.Tensor]], torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor],
+                                                                                 Any, Any]:
+        """Enqueue the copy of pinned ``images`` (uint8 [k, H, W, 3]; None when no row is on
+        the host) and ``labels`` (int64 [N] or None), then ``finish(gpu_images)`` (place rows,
+        normalize) on the same stream.
 
-        Returns (gpu_images, gpu_labels, start, done): the tensors belong to the copy stream
-        until ``handoff``; ``done`` completes when the host memory is no longer read and the
-        outputs are ready; ``start``/``done`` time the copy + normalize.
+        Returns (gpu_images, gpu_labels, start, done): the tensors belong to the stream until
+        ``handoff``; ``done`` completes when the host memory is no longer read and the
+        outputs are ready; ``start``/``done`` time the copy + finish.
         """
         start = torch.cuda.Event(enable_timing=True)
         done = torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(self.stream), stage("fastdata.h2d"):
             start.record(self.stream)
-            gpu_images = images.to(self.device, non_blocking=True)
-            gpu_labels = labels.to(self.device, non_blocking=True)
-            if self.normalizer is not None:
-                with stage("fastdata.normalize"):
-                    gpu_images = self.normalizer(gpu_images)
+            gpu_images = None if images is None else images.to(self.device, non_blocking=True)
+            gpu_labels = None if labels is None else labels.to(self.device, non_blocking=True)
+            with stage("fastdata.normalize"):
+                out = finish(gpu_images)
             done.record(self.stream)
-        return gpu_images, gpu_labels, start, done
+        return out, gpu_labels, start, done
 
 
 def handoff(images: torch.Tensor, labels: torch.Tensor, done: Any, device: torch.device) -> None:
@@ -87,16 +91,6 @@ def handoff(images: torch.Tensor, labels: torch.Tensor, done: Any, device: torch
     current.wait_event(done)
     images.record_stream(current)
     labels.record_stream(current)
-
-
-def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A small per-batch host tensor (indices, tables, labels) on ``device``, queued on the
-    current stream without blocking the host: a copy from pageable memory would wait for
-    all work queued on the stream. The pinned staging block comes from torch's caching
-    host allocator, which reuses it only after this copy has finished."""
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
 
 
 def copy_seconds(start: Any, done: Any) -> float:

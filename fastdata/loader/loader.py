@@ -1,58 +1,44 @@
 """Loader: the DataLoader-compatible iterator.
 
 One producer thread per loader (started on the first iteration, reused for every epoch,
-ended by ``close``) runs the pipeline ahead of the training loop:
+ended by ``close``) runs the pipeline ahead of the training loop (fastdata.loader.producer):
 
-    sampler indices -> source.fetch -> Engine.run (native threads, GIL released) into a
-    ring slot -> [CUDA] H2D copy + normalize on a side stream, event recorded
-    -> queue -> next(): the consumer's stream waits on the event (no host sync)
+    sampler indices -> source.fetch -> plan/route -> decoders write a pinned ring slot
+    (native threads, GIL released; GPU decoders on the pipeline's stream) -> [CUDA] one H2D
+    copy + normalize on that stream, event recorded -> queue -> next(): the consumer's stream
+    waits on the event (no host sync)
 
-Memory is planned once (fastdata.loader.pinned_ring): on CUDA ``prefetch`` pinned uint8 slots
-[B, H, W, 3] are allocated at start and each is rewritten only after its copy event has
-completed; the producer thread (not the training thread) waits for that. CPU outputs are
-the slots themselves (no copy): a slot a user still holds is never rewritten.
-The CUDA stream handoff lives in fastdata.loader.cuda.
+The stages are in fastdata.loader.pipeline, the decoders in fastdata.decoders, the ring in
+fastdata.loader.pinned_ring, the CUDA stream handoff in fastdata.loader.cuda. While one
+epoch is consumed the thread goes on into the next one (the epoch the next iteration yields
+unless ``set_epoch``/``load_state_dict`` say otherwise), so short epochs do not drain it.
 """
 from __future__ import annotations
 
-import collections
-import contextlib
 import queue
-import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
-from ..errors import BatchDecodeError, DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, Engine, default_threads, native_spec, scale_bias_for
+from ..errors import DecodeError
+from ..io.engine import DEFAULT_MAX_PIXELS, default_threads, native_spec
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
-from .cuda import CudaUploader, GpuNormalizer, copy_seconds, handoff, to_device
-from .pinned_ring import PinnedRing
+from .cuda import handoff
+from .pipeline import IMAGENET_MEAN, IMAGENET_STD, BatchPipeline
+from .producer import END, BatchProducer, Feed, ProducerThread
 from .sampler import ShardedOrder
 from .stats import LoaderStats, StatsCounter
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+__all__ = ["Loader", "IMAGENET_MEAN", "IMAGENET_STD"]
 
-# How many following indices a failed sample may be replaced by before giving up.
-_MAX_REPLACEMENT_TRIES = 16
 _STATE_VERSION = 1
-
-
-class _Names:
-    """Lazy ``source.name`` per row: only failed rows ever need a name."""
-
-    def __init__(self, source: Source, indices: np.ndarray):
-        self._source, self._indices = source, indices
-
-    def __getitem__(self, row: int) -> str:
-        return self._source.name(int(self._indices[row]))
 
 
 class Loader:
@@ -76,7 +62,9 @@ class Loader:
             is initialized, else a single process.
         backend: "native" (libjpeg-turbo threads), "nvjpeg" (torchvision's GPU decoder) or
             "dali" (NVIDIA DALI, optional extra); same order, crops, labels and outputs.
-            ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``).
+            ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``). A GPU
+            backend decodes the rows it can take; the native threads decode the rest. A
+            ``fastdata.decoders.Decoder`` object plugs in a decoder of your own the same way.
         num_workers, pin_memory: accepted for DataLoader compatibility (num_workers is an
             alias of threads; slots are pinned whenever CUDA is available).
 
@@ -95,7 +83,7 @@ class Loader:
                  channels_last: bool = True, mean: Sequence[float] = IMAGENET_MEAN,
                  std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, roi: bool = True, backend: str = "native",
+                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "native",
                  backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
                  pin_memory: bool = True):
         if on_error not in ("raise", "skip"):
@@ -140,44 +128,29 @@ class Loader:
         self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                                   rank=rank, world_size=world_size)
         self._labels = np.ascontiguousarray(source.labels, dtype=np.int64)
-        self._channels_last = bool(channels_last)
-        self._memory_format = torch.channels_last if channels_last else torch.contiguous_format
         cuda = self.device.type == "cuda"
-        # Normalization runs on the GPU for CUDA outputs, in the native threads for CPU ones.
-        self._normalize = (GpuNormalizer(mean, std, dtype, channels_last, self.device)
-                           if cuda and dtype != torch.uint8 else None)
-        self._cpu_norm = None if cuda or dtype == torch.uint8 else (tuple(mean), tuple(std))
-        if self._cpu_norm is not None:
-            scale_bias_for(*self._cpu_norm)  # validates mean/std now, not on the producer thread
-        self._backend = None  # a GPU decoding backend (fastdata.decoders), or the native path below
-        if backend != "native":
-            if not cuda and backend == "nvjpeg":
-                raise ValueError("backend='nvjpeg' decodes on the GPU: it needs device='cuda'")
-            from ..decoders import make_backend
-            self._backend = make_backend(backend, self.transform, device=self.device, dtype=dtype, mean=mean, std=std,
-                                         channels_last=channels_last, seed=self.order.seed, strict=self.strict,
-                                         max_pixels=self.max_pixels, threads=int(threads), **(backend_options or {}))
-        # One pool of native threads per loader: a backend brings its own (it reads, plans and
-        # decodes its CPU fallbacks there), so a second, idle one is not started beside it.
-        self._engine = self._backend.engine if self._backend is not None else Engine(int(threads))
-        self._stats = StatsCounter(self._engine.threads, self.prefetch, self.batch_size)
+        if not cuda and backend == "nvjpeg":
+            raise ValueError("backend='nvjpeg' decodes on the GPU: it needs device='cuda'")
+        self._stats = StatsCounter(int(threads), self.prefetch, self.batch_size)
         # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode
         # until its copy's event, so ``prefetch`` slots keep ``prefetch`` batches in flight.
         # CPU: the slots are the outputs; alive at once are the queue (prefetch), the batch
         # being decoded and the one the training step still holds, hence prefetch + 2.
-        self._ring: Optional[PinnedRing] = None
-        if self._backend is None:
-            self._ring = PinnedRing(self.prefetch if cuda else self.prefetch + 2, self.batch_size,
-                                    self.transform.output_size,
-                                    image_dtype=torch.uint8 if self._cpu_norm is None else torch.float32,
-                                    pin=torch.cuda.is_available() and (cuda or bool(pin_memory)),
-                                    handed_out=not cuda)
-        self._uploader = CudaUploader(self.device, self._normalize) if cuda and self._backend is None else None
-        self._timings: Deque[Tuple[Any, Any]] = collections.deque()  # (start, done) of copies not yet counted
+        # On the CPU the native threads normalize float outputs as they write them.
+        self._pipeline = BatchPipeline(
+            self.transform, backend=backend, device=self.device, dtype=None if dtype == torch.uint8 else dtype,
+            mean=mean, std=std, channels_last=channels_last, seed=self.order.seed, strict=self.strict,
+            max_pixels=self.max_pixels, threads=int(threads), roi=self.roi, batch_size=self.batch_size,
+            ring_slots=self.prefetch if cuda else self.prefetch + 2, handed_out=not cuda,
+            pin=torch.cuda.is_available() and (cuda or bool(pin_memory)), cpu_normalize=True,
+            backend_options=backend_options, on_stats=self._stats.add)
+        self._producer = BatchProducer(source, self._labels, self._pipeline, self._stats, on_error)
         self._next_epoch = 0
         self._resume_batch = 0
+        self._serial = 0  # numbers the epoch runs handed to the producer thread
+        self._feed: Optional[Feed] = None
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
-        self._producer = _ProducerThread(f"fastdata-loader-{id(self):x}")
+        self._thread = ProducerThread(f"fastdata-loader-{id(self):x}")
         self._warned: set = set()
         self._closed = False
 
@@ -201,10 +174,29 @@ class Loader:
     def __iter__(self) -> "_EpochIterator":
         if self._closed:
             raise RuntimeError("Loader is closed")
-        self._stop_current()
         epoch, start = self._next_epoch, self._resume_batch
         self._next_epoch, self._resume_batch = epoch + 1, 0
-        it = _EpochIterator(self, epoch, start)
+        feed = self._feed
+        cur = self._current() if self._current is not None else None
+        if (feed is not None and feed.alive and feed.lookahead is not None and feed.lookahead[1:] == (epoch, start)
+                and (cur is None or cur.exhausted)):
+            # The producer is already on this epoch: take its batches. Items of the run before
+            # (its end marker) are skipped by serial, also when that iterator was dropped early
+            # without being freed yet (it may no longer halt the feed: see _EpochIterator.close).
+            serial = feed.lookahead[0]
+            if cur is not None:
+                cur.finished = True
+        else:
+            self._stop_current()
+            feed = self._feed = Feed(self._producer, self.prefetch)
+            serial = self._next_serial()
+            self._extend(feed, serial, epoch, start)
+        feed.owner = serial
+        # Go on into the epoch an iteration after this one yields unless told otherwise.
+        ahead = self._next_serial()
+        self._extend(feed, ahead, epoch + 1, 0)
+        feed.lookahead = (ahead, epoch + 1, 0) if feed.alive else None
+        it = _EpochIterator(self, feed, serial, epoch, start)
         self._current = weakref.ref(it)
         return it
 
@@ -243,13 +235,8 @@ class Loader:
             return
         self._closed = True
         self._stop_current()
-        self._producer.close()
-        if self._backend is not None:
-            self._backend.close()
-        if self._ring is not None:
-            self._ring.close()
-        self._timings.clear()
-        self._engine.close()
+        self._thread.close()
+        self._pipeline.close()
 
     def __enter__(self) -> "Loader":
         return self
@@ -263,125 +250,29 @@ class Loader:
         except Exception:  # interpreter shutdown: modules may already be gone
             pass
 
+    # ---- internals ----
+    @property
+    def _ring(self):  # the pinned ring (tests check its allocations)
+        return self._pipeline.ring
+
+    def _next_serial(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    def _extend(self, feed: Feed, serial: int, epoch: int, start: int) -> None:
+        """Queue ``epoch``'s batches from ``start`` on ``feed`` (computed on the producer thread)."""
+        if feed.extend(serial, epoch, self.order.batches(epoch, start)):
+            self._thread.submit(feed)
+
     def _stop_current(self) -> None:
+        """End the current iteration and whatever the producer does ahead."""
         cur = self._current() if self._current is not None else None
         if cur is not None:
-            cur.close()
+            cur.finished = True
         self._current = None
-
-    # ---- producer side (runs on the loader's background thread) ----
-    def _fetch(self, indices: Sequence[int]) -> list:
-        t0 = time.perf_counter()
-        with stage("fastdata.fetch"):
-            items = self.source.fetch(indices)
-        self._stats.add(fetch_seconds=time.perf_counter() - t0)
-        return items
-
-    def _check_failures(self, failures: List[DecodeError]) -> None:
-        """on_error="raise": the batch's failures end the epoch, named."""
-        if failures and self.on_error == "raise":
-            raise failures[0] if len(failures) == 1 else BatchDecodeError(failures)
-
-    def _replacement(self, index: int, decode_into_row: Callable[[int], bool]) -> int:
-        """on_error="skip": the next dataset index after ``index`` whose sample decodes
-        (``decode_into_row(j)`` decodes sample j into the failed row, True on success)."""
-        n = len(self.source)
-        for k in range(1, _MAX_REPLACEMENT_TRIES + 1):
-            j = (index + k) % n
-            if decode_into_row(j):
-                return j
-        raise DecodeError(f"{_MAX_REPLACEMENT_TRIES} samples in a row after it failed to decode too; "
-                          "the dataset looks broken", index=index, name=self.source.name(index))
-
-    def _engine_run(self, items: list, out: np.ndarray, indices: Sequence[int], epoch: int,
-                    names: Sequence[str]) -> Any:
-        report = self._engine.run(items, self.transform, out, seed=self.order.seed, epoch=epoch, indices=indices,
-                                  strict=self.strict, max_pixels=self.max_pixels, names=names, roi=self.roi,
-                                  normalize=self._cpu_norm)
-        self._stats.add(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
-                        warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
-        return report
-
-    def _fill(self, out: np.ndarray, labels: np.ndarray, indices: np.ndarray, epoch: int) -> List[DecodeError]:
-        """Decode ``indices`` into ``out`` (uint8 NHWC, or float32 NHWC normalized by the
-        native threads) and their labels; returns the failures that were replaced."""
-        items = self._fetch(indices)
-        with stage("fastdata.decode"):
-            report = self._engine_run(items, out, indices, epoch, _Names(self.source, indices))
-        labels[:] = self._labels[indices]
-        self._check_failures(report.failures)
-        for row in report.failed_rows:
-            def decode_into_row(j: int, row: int = row) -> bool:
-                return not self._engine_run(self._fetch([j]), out[row:row + 1], [j], epoch,
-                                            [self.source.name(j)]).failures
-            labels[row] = self._labels[self._replacement(int(indices[row]), decode_into_row)]
-        return report.failures
-
-    def _produce_batch(self, indices: np.ndarray, epoch: int) -> Tuple[torch.Tensor, torch.Tensor, Any,
-                                                                       List[DecodeError]]:
-        """One batch as the consumer will receive it (images, labels, CUDA event, failures)."""
-        n = len(indices)
-        slot = self._ring.acquire()
-        images, labels = slot.images[:n], slot.labels[:n]
-        failures = self._fill(images.numpy(), labels.numpy(), indices, epoch)
-        if self._uploader is None:
-            if self._cpu_norm is not None:
-                images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
-                if self.dtype != torch.float32 or not self._channels_last:
-                    images = images.to(dtype=self.dtype, memory_format=self._memory_format)
-            return images, labels, None, failures
-        gpu_images, gpu_labels, start, done = self._uploader.upload(images, labels)
-        slot.reader = done
-        self._timings.append((start, done))
-        self._count_copy_times()
-        return gpu_images, gpu_labels, done, failures
-
-    def _count_copy_times(self) -> None:
-        """Add the GPU time of finished copies to the stats, without waiting for any."""
-        while self._timings and self._timings[0][1].query():
-            self._stats.add(h2d_seconds=copy_seconds(*self._timings.popleft()))
-
-    def _backend_submit(self, indices: np.ndarray, epoch: int) -> Tuple[np.ndarray, int, Any]:
-        """Start a batch on the GPU backend (read, plan, queue the decode); see _backend_finish."""
-        items = self._fetch(indices)
-        t0 = time.perf_counter()
-        with stage("fastdata.decode"):
-            pending = self._backend.submit(items, indices, epoch)
-        self._stats.add(decode_seconds=time.perf_counter() - t0)
-        return indices, epoch, pending
-
-    def _backend_finish(self, started: Tuple[np.ndarray, int, Any]) -> Tuple[torch.Tensor, torch.Tensor, Any,
-                                                                                 List[DecodeError]]:
-        """A batch from a GPU backend, with the same error policy as the native path."""
-        indices, epoch, pending = started
-        be = self._backend
-        stream_ctx = (lambda: torch.cuda.stream(be.stream)) if be.stream is not None else contextlib.nullcontext
-        t0 = time.perf_counter()
-        with stage("fastdata.decode"):
-            images, failures, rows = be.collect(pending)
-        self._stats.add(decode_seconds=time.perf_counter() - t0, failures=len(failures))
-        failures = [DecodeError(f.reason, index=f.index, name=f.name or self.source.name(int(f.index)))
-                    for f in failures]
-        self._check_failures(failures)
-        labels = self._labels[indices].copy()
-        for row in rows:
-            def decode_into_row(j: int, row: int = row) -> bool:
-                one, bad, _ = be.run(self._fetch([j]), np.array([j]), epoch)
-                if not bad:
-                    with stream_ctx():
-                        images[row] = one[0]
-                return not bad
-            labels[row] = self._labels[self._replacement(int(indices[row]), decode_into_row)]
-        event = None
-        with stream_ctx():
-            gpu_labels = to_device(torch.from_numpy(labels), self.device)
-            if be.stream is not None:
-                event = torch.cuda.Event()
-                event.record(be.stream)
-        return images, gpu_labels, event, failures
-
-    def _backend_discard(self, started: Tuple[np.ndarray, int, Any]) -> None:
-        self._backend.discard(started[2])
+        if self._feed is not None:
+            self._feed.halt(self._thread)
+            self._feed = None
 
     def _warn_skipped(self, failures: List[DecodeError]) -> None:
         for f in failures:
@@ -392,143 +283,24 @@ class Loader:
                               RuntimeWarning, stacklevel=3)
 
 
-_DONE = object()
-
-
-class _StartFailed:
-    """A batch whose start raised: its error, in the place of the batch."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class _Job:
-    """One epoch's batches for the producer thread, and how to hand them over.
-
-    The native path produces each batch in one call. A pipelined GPU backend (DALI) is
-    given ``depth`` batches before the first is collected, so the backend decodes while
-    this thread reads and plans the next ones; batches still in flight when the epoch is
-    left early are discarded, so the backend's queue stays in step for the next epoch.
-    """
-
-    def __init__(self, loader: Loader, epoch: int, batches: List[np.ndarray], maxsize: int):
-        # The only references the thread has to the loader (dropped when the job ends).
-        if loader._backend is not None:
-            self.start, self.finish = loader._backend_submit, loader._backend_finish
-            self.discard = loader._backend_discard
-            self.depth = max(1, int(getattr(loader._backend, "pipeline_depth", 1)))
-        else:
-            self.start, self.finish, self.discard, self.depth = loader._produce_batch, None, None, 1
-        self.epoch = epoch
-        self.batches = batches
-        self.queue: "queue.Queue[Any]" = queue.Queue(maxsize=maxsize)
-        self.stop = threading.Event()
-        self.finished = threading.Event()  # set once the thread no longer touches this epoch
-
-    def run(self) -> None:
-        in_flight: Deque[Any] = collections.deque()
-        try:
-            for indices in self.batches:
-                if self.stop.is_set():
-                    return
-                if self.finish is None:
-                    if not self._put(self.start(indices, self.epoch)):
-                        return
-                    continue
-                try:
-                    in_flight.append(self.start(indices, self.epoch))
-                except Exception as e:  # raised after the batches before it, as the native path does
-                    in_flight.append(_StartFailed(e))
-                    break
-                if len(in_flight) >= self.depth and not self._hand_over(in_flight.popleft()):
-                    return
-            while in_flight:
-                if self.stop.is_set() or not self._hand_over(in_flight.popleft()):
-                    return
-            self._put(_DONE)
-        except BaseException as e:  # handed to the consumer, raised there
-            self._put(e)
-        finally:
-            while in_flight:
-                started = in_flight.popleft()
-                if not isinstance(started, _StartFailed):
-                    self.discard(started)
-            # Drop the loader before signalling: a dropped loader can be freed.
-            self.start = self.finish = self.discard = None
-            self.finished.set()
-
-    def _hand_over(self, started: Any) -> bool:
-        """Finish a started batch and queue it; False when the epoch ends here."""
-        if isinstance(started, _StartFailed):
-            self._put(started.error)
-            return False
-        return self._put(self.finish(started))
-
-    def _put(self, item: Any) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-class _ProducerThread:
-    """The loader's one background thread, started on the first iteration and reused for
-    every epoch (no thread churn between epochs). It holds the loader only while it runs
-    a job, so dropping the loader and its iterator lets both be freed, and ``close`` ends it.
-    """
-
-    def __init__(self, name: str):
-        self._jobs: "queue.Queue[Optional[_Job]]" = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name=name, daemon=True)
-        self._started = False
-
-    @staticmethod
-    def _loop(jobs: "queue.Queue[Optional[_Job]]") -> None:
-        while True:
-            job = jobs.get()
-            if job is None:
-                return
-            job.run()
-            del job
-
-    def submit(self, job: _Job) -> None:
-        if not self._started:
-            self._started = True
-            self._thread.start()
-        self._jobs.put(job)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def on_this_thread(self) -> bool:
-        return threading.current_thread() is self._thread
-
-    def close(self) -> None:
-        """End the thread after its current job (stop the job first). Idempotent."""
-        if not self._started:
-            return
-        self._jobs.put(None)
-        if not self.on_this_thread():  # the loader may be freed on this thread; it ends by itself
-            self._thread.join()
-
-
 class _EpochIterator:
     """One pass over an epoch's batches, produced ahead by the loader's thread."""
 
-    def __init__(self, loader: Loader, epoch: int, start: int):
+    def __init__(self, loader: Loader, feed: Feed, serial: int, epoch: int, start: int):
         self.epoch = epoch
         self.consumed = start
         self.finished = False
         self._loader = loader
+        self._feed = feed
+        self._serial = serial
         self._total = loader.order.num_batches
-        self._job = _Job(loader, epoch, list(loader.order.batches(epoch, start)), loader.prefetch)
-        self._producer = loader._producer
+        self._thread = loader._thread
         loader._stats.start_clock()
-        self._producer.submit(self._job)
+
+    @property
+    def exhausted(self) -> bool:
+        """Every batch of the epoch was handed out: what the feed produces next is another epoch's."""
+        return self.consumed >= self._total
 
     def __iter__(self) -> "_EpochIterator":
         return self
@@ -544,14 +316,17 @@ class _EpochIterator:
         with stage("fastdata.wait"):
             while True:
                 try:
-                    item = self._job.queue.get(timeout=1.0)
-                    break
+                    serial, item = self._feed.queue.get(timeout=1.0)
                 except queue.Empty:
-                    if not self._producer.is_alive():
+                    if not self._thread.is_alive():
                         self.finished = True
                         raise RuntimeError("fastdata loader thread stopped without a result") from None
+                    continue
+                if serial == self._serial:
+                    break
+                # else: the end marker of the epoch before this one, never asked for
         waited = time.perf_counter() - t0
-        if item is _DONE:
+        if item is END:
             self.finished = True
             raise StopIteration
         if isinstance(item, BaseException):
@@ -567,19 +342,12 @@ class _EpochIterator:
         return images, labels
 
     def close(self) -> None:
-        """Stop producing this epoch; return once the thread has left it. Safe to call twice."""
-        job = self._job
-        job.stop.set()
+        """Stop producing this epoch (and the lookahead) unless every batch was handed out or
+        a later iteration took the feed over; return once the thread has left it. Safe to
+        call twice."""
         self.finished = True
-        if self._producer.on_this_thread():
-            return  # dropped by the producer itself (garbage collection there): it is stopping
-        while not job.finished.wait(0.05):
-            try:  # unblock a producer waiting to put
-                job.queue.get_nowait()
-            except queue.Empty:
-                pass
-            if not self._producer.is_alive():
-                break
+        if not self.exhausted and self._feed.owner == self._serial:
+            self._feed.halt(self._thread)
 
     def __del__(self) -> None:
         try:

@@ -16,7 +16,7 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.decoders import make_backend
+from fastdata.loader.pipeline import make_backend
 from fastdata.decoders.gpu_resize import ImageLayout, resample_batch
 from fastdata.cli.demo import photo_like_jpeg
 

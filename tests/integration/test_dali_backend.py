@@ -16,7 +16,8 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.decoders import DALI_MISSING, make_backend
+from fastdata.decoders import DALI_MISSING
+from fastdata.loader.pipeline import make_backend
 from fastdata.cli.demo import photo_like_jpeg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -131,7 +132,7 @@ def test_a_failing_dali_batch_falls_back_to_native_and_rebuilds():
     cfg = dict(device="cpu", dtype=None, seed=1, threads=1)
     with make_backend("dali", transform, **cfg) as dali, make_backend("native", transform, **cfg) as native:
         first, _, _ = dali.run(datas, np.arange(4), 0)
-        dali._pipe = _FailingPipe()
+        dali.decoders[0]._pipe = _FailingPipe()
         a, fa, ra = dali.run(datas, np.arange(4), 0)
         b, _, _ = native.run(datas, np.arange(4), 0)
         assert not fa and not ra and dali.stats["gpu_rejected"] == 4
@@ -184,7 +185,7 @@ def test_batches_in_flight_come_back_in_order_and_equal_one_at_a_time(device):
     with make_backend("dali", transform, **cfg) as one_at_a_time:
         expected = [_ready(one_at_a_time.run(d, i, 0)[0]) for d, i in batches]
     with make_backend("dali", transform, **cfg) as dali:
-        assert dali.pipeline_depth == 4
+        assert dali.depth == 4
         pending = [dali.submit(d, i, 0) for d, i in batches[:3]]
         # A synchronous run() while three batches are in flight (what a skip replacement does)
         extra, _, _ = dali.run(*batches[3], 0)
@@ -206,7 +207,7 @@ def test_a_pipeline_failing_with_batches_in_flight_loses_none_of_them(device):
     batches = _batches(3)
     with make_backend("dali", transform, **cfg) as dali, make_backend("native", transform, **cfg) as native:
         first = _ready(dali.run(*batches[0], 0)[0])
-        dali._pipe = _OutputsFailAfter(dali._pipe, ok=1)
+        dali.decoders[0]._pipe = _OutputsFailAfter(dali.decoders[0]._pipe, ok=1)
         pending = [dali.submit(d, i, 0) for d, i in batches]
         outs = [dali.collect(p) for p in pending]
         torch.testing.assert_close(_ready(outs[0][0]), first, atol=0, rtol=0)  # taken before the failure
@@ -215,7 +216,7 @@ def test_a_pipeline_failing_with_batches_in_flight_loses_none_of_them(device):
             want = _ready(native.run(d, i, 0)[0])
             torch.testing.assert_close(_ready(got), want, atol=0, rtol=0)  # all rows native
         assert dali.stats["gpu_rejected"] == 8
-        assert not isinstance(dali._pipe, _OutputsFailAfter)  # the next batch built a new pipeline
+        assert not isinstance(dali.decoders[0]._pipe, _OutputsFailAfter)  # the next batch built a new pipeline
         again, _, _ = dali.run(*batches[0], 0)
         torch.testing.assert_close(_ready(again), first, atol=0, rtol=0)
 
@@ -234,7 +235,7 @@ def test_decode_windows_stay_inside_the_image_and_dali_takes_every_row():
         rows = list(range(len(datas)))
         for epoch in range(3):
             plan = dali.engine.plan(datas, dali.transform, seed=0, epoch=epoch, indices=np.arange(len(datas)))
-            anchor, shape, _, _ = dali._windows(plan, rows)
+            anchor, shape, _, _ = dali.decoders[0]._windows(plan, rows)
             assert (anchor >= 0).all()
             assert (anchor[:, 0] + shape[:, 0] <= plan.sizes[:, 1]).all(), epoch
             assert (anchor[:, 1] + shape[:, 1] <= plan.sizes[:, 0]).all(), epoch
