@@ -4,9 +4,10 @@ SRC is an ImageFolder tree (torchvision semantics) or a ``path,label`` list file
 an LMDB directory in the format defined by :mod:`fastdata.cache.format`.
 
 What is stored for each input is decided in one place, :func:`stored_bytes`: the source
-bytes, a lossy re-encode (``--max-side``), or, for progressive JPEGs, a lossless
-transcode to baseline (same DCT coefficients, so identical pixels) that the Loader's
-crop decode can serve without entropy-decoding the whole image.
+bytes, a lossy re-encode (``--max-side``), or a lossless rewrite (same DCT coefficients, so
+identical pixels) as baseline JPEG with restart markers and a restart index, which the
+Loader's crop decode serves by entropy-decoding only the restart intervals the crop needs
+(progressive JPEGs: instead of entropy-decoding every scan of the whole image).
 
 Threads/processes: the parent process scans SRC, owns the LMDB write transactions and
 writes records strictly in input order; ``--workers`` forked processes read, hash,
@@ -184,39 +185,43 @@ def _shrink(data: bytes, max_side: int, quality: int) -> bytes:
 
 
 class TranscodeError(ValueError):
-    """A progressive JPEG that decodes could not be rewritten losslessly (reported per file)."""
+    """A JPEG that decodes could not be rewritten losslessly; it is stored as it is."""
 
 
-def _transcodable(data: bytes) -> bool:
-    """Progressive grayscale/YCbCr/RGB JPEGs: those whose decode pays for entropy-decoding every
-    scan of the whole image. CMYK/YCCK stay as they are (rare, and an Adobe marker would
-    have to be reproduced exactly); without the native extension nothing is transcoded."""
+def _rewrite_kind(data: bytes, keep_progressive: bool) -> Optional[int]:
+    """How a lossless restart-indexed rewrite of ``data`` would be recorded (cf.STORED_TRANSCODED
+    for progressive JPEGs, cf.STORED_RESTART_INDEXED for baseline ones), or None where it is not
+    made: CMYK/YCCK (rare, and an Adobe marker would have to be reproduced exactly), progressive
+    files with ``keep_progressive``, non-JPEGs, and everything without the native extension."""
     if not _use_native() or data[:3] != _JPEG_MAGIC:
-        return False
+        return None
     import fastdata
 
     info = fastdata.probe(data)
-    return info.progressive and info.color_space in ("gray", "ycbcr", "rgb")
+    if info.color_space not in ("gray", "ycbcr", "rgb") or (info.progressive and keep_progressive):
+        return None
+    return cf.STORED_TRANSCODED if info.progressive else cf.STORED_RESTART_INDEXED
 
 
 def _transcode(data: bytes, pixels: Optional[np.ndarray]) -> bytes:
-    """Lossless progressive -> baseline rewrite, checked against the source's decoded pixels.
+    """Lossless rewrite as restart-indexed baseline JPEG, checked against the source's pixels.
 
     The rewrite keeps the DCT coefficients, so any difference would be a bug, not rounding:
-    checking costs one fast (baseline) decode per progressive file, once, at write time.
+    checking costs one fast (baseline) decode per file, once, at write time.
     """
     import fastdata
     from fastdata import _C
     from fastdata.io.engine import DEFAULT_MAX_PIXELS
 
     try:
-        out = _C.transcode_to_baseline(data, DEFAULT_MAX_PIXELS)
+        out = _C.transcode_restart_indexed(data, DEFAULT_MAX_PIXELS, cf.RESTART_INTERVAL_MCUS)
     except ValueError as exc:  # NativeDecodeError (corrupt data) is a ValueError too
-        raise TranscodeError(f"lossless transcode to baseline failed: {exc}") from None
-    if fastdata.probe(out).progressive:
-        raise TranscodeError("lossless transcode to baseline produced a progressive file")
+        raise TranscodeError(f"lossless restart-indexed rewrite failed: {exc}") from None
+    info = fastdata.probe(out)
+    if info.progressive or not info.restart_indexed:
+        raise TranscodeError("lossless rewrite produced a progressive or unindexed file")
     if pixels is None or not np.array_equal(fastdata.decode(out, strict=True), pixels):
-        raise TranscodeError("lossless transcode to baseline changed the decoded pixels")
+        raise TranscodeError("lossless rewrite changed the decoded pixels")
     return out
 
 
@@ -224,16 +229,23 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
     """What the cache stores for one input's bytes, and how it relates to them (cf.STORED_*).
 
     Raises for data that does not decode (strictly) or cannot be re-encoded as ``max_side`` asks.
-    A progressive file that decodes but cannot be transcoded exactly (e.g. one whose decode
+    A file that decodes but cannot be rewritten exactly (e.g. a progressive one whose decode
     uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
-    is: the transcode is only a speed-up, and a good image is never dropped for it.
+    is: the rewrite is only a speed-up, and a good image is never dropped for it.
     """
     if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(_oriented_size(data)) <= max_side):
-        return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
+        shrunk = _shrink(data, max_side, quality)  # too large, or not a JPEG
+        if _rewrite_kind(shrunk, keep_progressive) is not None:
+            try:
+                return _transcode(shrunk, _validate(shrunk)), cf.STORED_REENCODED
+            except TranscodeError:
+                pass
+        return shrunk, cf.STORED_REENCODED
     pixels = _validate(data)
-    if not keep_progressive and _transcodable(data):
+    kind = _rewrite_kind(data, keep_progressive)
+    if kind is not None:
         try:
-            return _transcode(data, pixels), cf.STORED_TRANSCODED
+            return _transcode(data, pixels), kind
         except TranscodeError:
             pass
     return data, cf.STORED_ORIGINAL
@@ -440,7 +452,8 @@ def convert(
 
     plan = scan(src)
     options = {"max_side": max_side, "quality": quality if max_side is not None else None,
-               "keep_progressive": bool(keep_progressive)}
+               "keep_progressive": bool(keep_progressive),
+               "restart_interval_mcus": cf.RESTART_INTERVAL_MCUS if _use_native() else None}
     fingerprint = plan.fingerprint(options)
 
     exists = os.path.exists(os.path.join(dst, "data.mdb"))
@@ -622,13 +635,15 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
     for i, data in zip(range(lo, hi), src.fetch(range(lo, hi))):
         data = bytes(data)
         try:
-            if src.transcoded[i]:
+            if src.transcoded[i] or src.restart_indexed[i]:
                 # the source is not at hand to compare pixels with: check the kind, then decode
                 if _use_native():
                     import fastdata
 
-                    if fastdata.probe(data).progressive:
-                        problems.append(f"sample {i} ({src.source_path(i)}): transcoded record is still progressive")
+                    info = fastdata.probe(data)
+                    if info.progressive or not info.restart_indexed:
+                        problems.append(f"sample {i} ({src.source_path(i)}): rewritten record is progressive or "
+                                        f"has no restart index")
                         continue
                 _validate(data)
             elif not src.reencoded[i]:
@@ -674,9 +689,10 @@ def _parser() -> argparse.ArgumentParser:
                         "non-JPEG inputs are re-encoded too")
     p.add_argument("--quality", type=int, default=DEFAULT_QUALITY, metavar="Q", help="JPEG quality for re-encoded images")
     p.add_argument("--keep-progressive", action="store_true",
-                   help="store progressive JPEGs as they are; by default they are transcoded losslessly to baseline "
-                        "(same DCT coefficients, identical decoded pixels, EXIF/ICC kept) so crops decode only "
-                        "the rows they need")
+                   help="store progressive JPEGs as they are; by default every grayscale/YCbCr/RGB JPEG is "
+                        "rewritten losslessly as baseline with restart markers and a restart index (same DCT "
+                        "coefficients, identical decoded pixels, EXIF/ICC kept) so crops entropy-decode only "
+                        "the restart intervals they need")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all usable cores)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted conversion into DST")
     p.add_argument("--on-error", choices=("skip", "raise"), default="raise",
