@@ -59,6 +59,36 @@ void term_destination(j_compress_ptr cinfo) {
 
 bool is_kept_marker(int marker) { return marker == JPEG_APP0 + 1 || marker == JPEG_APP0 + 2; }
 
+bool same_table(const JHUFF_TBL* a, const JHUFF_TBL* b) {
+  if (a == nullptr || b == nullptr) return false;
+  int count = 0;
+  for (int l = 1; l <= 16; ++l) count += a->bits[l];
+  return std::memcmp(a->bits, b->bits, sizeof(a->bits)) == 0 && count <= 256 &&
+         std::memcmp(a->huffval, b->huffval, static_cast<size_t>(count)) == 0;
+}
+
+// Whether every component of the (single-scan) source is coded with the table that
+// jpeg_set_defaults gave the same component of the output: libjpeg's standard tables, which
+// most cameras and encoders write. The rewrite then keeps them: records that share tables
+// let the decoder reuse its lookup tables (FastHuffman rebuilds them for each new table:
+// ~2% of a Loader's CPU with per-image tables), and the standard tables code every DC
+// difference a restart marker's reset can produce.
+bool uses_output_default_tables(const jpeg_decompress_struct& src, const jpeg_compress_struct& dst) {
+  if (jpeg_has_multiple_scans(const_cast<j_decompress_ptr>(&src)) || src.num_components != dst.num_components) {
+    return false;
+  }
+  for (int ci = 0; ci < src.num_components; ++ci) {
+    const jpeg_component_info& a = src.comp_info[ci];
+    const jpeg_component_info& b = dst.comp_info[ci];
+    if (a.dc_tbl_no < 0 || a.dc_tbl_no >= NUM_HUFF_TBLS || a.ac_tbl_no < 0 || a.ac_tbl_no >= NUM_HUFF_TBLS ||
+        !same_table(src.dc_huff_tbl_ptrs[a.dc_tbl_no], dst.dc_huff_tbl_ptrs[b.dc_tbl_no]) ||
+        !same_table(src.ac_huff_tbl_ptrs[a.ac_tbl_no], dst.ac_huff_tbl_ptrs[b.ac_tbl_no])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Both libjpeg objects and everything the error path touches live in one object, so a
 // longjmp back into to_baseline() finds them in memory (no locals modified after setjmp).
 class Transcoder {
@@ -137,6 +167,7 @@ class Transcoder {
     // the output is sequential. The input's restart intervals are not copied.
     jpeg_copy_critical_parameters(&src_, &dst_);
     dst_.optimize_coding = TRUE;  // per-image Huffman tables: smaller than the standard ones
+    if (restart_mcus >= 0 && uses_output_default_tables(src_, dst_)) dst_.optimize_coding = FALSE;
     if (restart_mcus == 0) dst_.restart_in_rows = 1;  // libjpeg sets restart_interval per scan
     if (restart_mcus > 0) dst_.restart_interval = static_cast<unsigned int>(restart_mcus);
     dst_.dest = &dest_.pub;

@@ -243,3 +243,23 @@ def test_libjpeg_huffman_ignores_the_index():
     finally:
         _C._set_fast_huffman(was)
     np.testing.assert_array_equal(got, _crop_bottom(indexed)[0])
+
+
+def _dht_segments(data: bytes) -> list:
+    return [data[pos:pos + 2 + length] for m, pos, length in ig.segments(data) if m == 0xC4]
+
+
+def test_standard_tables_are_kept_and_optimized_ones_rewritten():
+    # Sources with libjpeg's standard tables keep them (records share their lookup tables);
+    # a source with its own tables gets optimized ones. Pixels are the source's either way.
+    a = _C.transcode_restart_indexed(ig.encode_jpeg(ig.photo_like(75, 97, index=1)), 0, 4)
+    b = _C.transcode_restart_indexed(ig.encode_jpeg(ig.photo_like(129, 211, index=2)), 0, 4)
+    assert _dht_segments(a) == _dht_segments(b)
+    src = ig.encode_jpeg(ig.photo_like(75, 97, index=1), optimize=True)
+    c = _C.transcode_restart_indexed(src, 0, 4)
+    assert _dht_segments(c) != _dht_segments(a)
+    np.testing.assert_array_equal(fastdata.decode(c), fastdata.decode(src))
+    plain = strip_index(c)
+    for region in [(10, 20, 60, 70), (50, 40, 97, 75)]:
+        np.testing.assert_array_equal(_C._decode_region(c, 1, *region, True)[0],
+                                      _C._decode_region(plain, 1, *region, True)[0])
