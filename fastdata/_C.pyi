@@ -1,6 +1,6 @@
 """Typed stub of fastdata._C, the native core (csrc/bindings/).
 
-Kept in step with the extension by tests/unit/test_c_stub.py: every name, class, method and
+Kept in step with the extension by tests/package/test_c_stub.py: every name, class, method and
 property registered in C++ appears here and nothing else does, with the same parameters
 (names, order, keyword-only markers, defaults) and the same scalar and bound-class types.
 Arguments are converted with the GIL held; the work runs with the GIL released.
@@ -128,6 +128,15 @@ class CropPlan:
     @property
     def orientations(self) -> npt.NDArray[np.int32]:
         """[N]: EXIF orientation 1..8."""
+    @property
+    def components(self) -> npt.NDArray[np.int32]:
+        """[N]: colour components in the header (1, 3, or 4 for CMYK/YCCK)."""
+    @property
+    def precisions(self) -> npt.NDArray[np.int32]:
+        """[N]: bits per sample in the header."""
+    @property
+    def arithmetic(self) -> npt.NDArray[np.bool_]:
+        """[N]: arithmetic-coded entropy data instead of Huffman."""
     @property
     def failures(self) -> list[SampleFailure]: ...
 

@@ -31,8 +31,8 @@ _EXPORTS = {
     "RAMBudgetError": "fastdata.sources.ram",
     "CacheFormatError": "fastdata.cache.format",
     "Loader": "fastdata.loader.loader",
-    "IMAGENET_MEAN": "fastdata.loader.loader",
-    "IMAGENET_STD": "fastdata.loader.loader",
+    "IMAGENET_MEAN": "fastdata.io.normalization",
+    "IMAGENET_STD": "fastdata.io.normalization",
     "StallMeter": "fastdata.diagnostics.stall",
     "profile": "fastdata.diagnostics.stall",
 }

@@ -79,10 +79,16 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   plan.flips = py::array_t<bool>(rows);
   plan.sizes = py::array_t<int32_t>({rows, static_cast<py::ssize_t>(2)});
   plan.orientations = py::array_t<int32_t>(rows);
+  plan.components = py::array_t<int32_t>(rows);
+  plan.precisions = py::array_t<int32_t>(rows);
+  plan.arithmetic = py::array_t<bool>(rows);
   auto b = plan.boxes.mutable_unchecked<2>();
   auto f = plan.flips.mutable_unchecked<1>();
   auto s = plan.sizes.mutable_unchecked<2>();
   auto o = plan.orientations.mutable_unchecked<1>();
+  auto c = plan.components.mutable_unchecked<1>();
+  auto bits = plan.precisions.mutable_unchecked<1>();
+  auto arith = plan.arithmetic.mutable_unchecked<1>();
   for (size_t i = 0; i < n; ++i) {
     const auto& p = plans[i];
     const auto r = static_cast<py::ssize_t>(i);
@@ -90,6 +96,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
     f(r) = p.flip;
     s(r, 0) = p.height, s(r, 1) = p.width;
     o(r) = p.orientation;
+    c(r) = p.components, bits(r) = p.precision, arith(r) = p.arithmetic;
   }
   plan.failures = failures_of(results);
   return plan;

@@ -149,11 +149,16 @@ void register_types(py::module_& m) {
   py::class_<CropPlan>(m, "CropPlan",
                        "Where each sample's output comes from (Engine.plan): boxes float64 [N, 4] (x0, y0, x1, y1 "
                        "in EXIF-oriented pixels), flips bool [N], sizes int32 [N, 2] (oriented height, width), "
-                       "orientations int32 [N], and the samples whose header could not be read.")
+                       "orientations int32 [N], from each header components int32 [N], precisions (bits per "
+                       "sample) int32 [N] and arithmetic (coding) bool [N], and the samples whose header could "
+                       "not be read.")
       .def_readonly("boxes", &CropPlan::boxes)
       .def_readonly("flips", &CropPlan::flips)
       .def_readonly("sizes", &CropPlan::sizes)
       .def_readonly("orientations", &CropPlan::orientations)
+      .def_readonly("components", &CropPlan::components)
+      .def_readonly("precisions", &CropPlan::precisions)
+      .def_readonly("arithmetic", &CropPlan::arithmetic)
       .def_readonly("failures", &CropPlan::failures);
 }
 

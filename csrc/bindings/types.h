@@ -31,12 +31,16 @@ struct BatchReport {
 };
 
 // Engine.plan's outcome: per sample, the source box in EXIF-oriented pixels, the flip, the
-// oriented size and the EXIF orientation. Failed rows keep zeros.
+// oriented size, the EXIF orientation and the header facts decoders are chosen by (what the
+// header reader parsed, so Python never walks the markers again). Failed rows keep zeros.
 struct CropPlan {
   py::array_t<double> boxes;         // float64 [N, 4]: x0, y0, x1, y1
   py::array_t<bool> flips;           // bool [N]
   py::array_t<int32_t> sizes;        // int32 [N, 2]: height, width
   py::array_t<int32_t> orientations; // int32 [N]
+  py::array_t<int32_t> components;   // int32 [N]: colour components (1 gray, 3, 4 CMYK/YCCK)
+  py::array_t<int32_t> precisions;   // int32 [N]: bits per sample
+  py::array_t<bool> arithmetic;      // bool [N]: arithmetic-coded instead of Huffman
   std::vector<SampleFailure> failures;
 };
 

@@ -130,6 +130,8 @@ JpegInfo JpegDecoder::read_header(const uint8_t* data, size_t size, bool strict)
   info.width = static_cast<int>(cinfo_.image_width);
   info.height = static_cast<int>(cinfo_.image_height);
   info.components = cinfo_.num_components;
+  info.precision = cinfo_.data_precision;
+  info.arithmetic = cinfo_.arith_code != 0;
   switch (cinfo_.jpeg_color_space) {
     case JCS_GRAYSCALE: info.color_space = ColorSpace::kGray; break;
     case JCS_YCbCr: info.color_space = ColorSpace::kYCbCr; break;

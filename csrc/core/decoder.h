@@ -26,6 +26,8 @@ enum class ColorSpace : int { kGray = 0, kYCbCr = 1, kRGB = 2, kCMYK = 3, kYCCK 
 struct JpegInfo {
   int width = 0, height = 0;  // as stored
   int components = 0;
+  int precision = 8;        // bits per sample (SOF)
+  bool arithmetic = false;  // arithmetic-coded entropy data (SOF9..SOF15) instead of Huffman
   ColorSpace color_space = ColorSpace::kOther;
   const char* subsampling = "other";
   bool progressive = false;

@@ -205,6 +205,9 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
       p.height = h;
       p.width = w;
       p.orientation = info.orientation;
+      p.components = info.components;
+      p.precision = info.precision;
+      p.arithmetic = info.arithmetic;
     } catch (const DecodeError& e) {
       res.status = SampleStatus::kDecodeError;
       res.message = e.what();

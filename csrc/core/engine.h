@@ -62,11 +62,14 @@ class Engine {
 
   // Where each sample's output comes from, without decoding pixels (for GPU decoders):
   // per sample the source box (x0, y0, x1, y1) in EXIF-oriented coordinates, the flip, the
-  // oriented size, and a status (kNotJpeg / kDecodeError / kReadError leave the box unset).
+  // oriented size, the header facts a decoder is chosen by, and a status (kNotJpeg /
+  // kDecodeError / kReadError leave the rest unset).
   struct SamplePlan {
     double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
     bool flip = false;
     int height = 0, width = 0, orientation = 1;
+    int components = 0, precision = 0;
+    bool arithmetic = false;
   };
   void plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
             const int64_t* indices, int64_t max_pixels, std::vector<SamplePlan>* plans,

@@ -36,13 +36,14 @@ import numpy as np
 
 from .. import __version__
 from ..cache import format as cf
+from ..io.encoded import is_jpeg
+from ..io.host import usable_cores
 from ..sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_QUALITY = 90
 DEFAULT_BATCH = 512  # records per write transaction (also capped by DEFAULT_BATCH_BYTES)
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_MAP_SIZE = 1 << 30  # LMDB files grow with use; the map only bounds them, and grows too
-_JPEG_MAGIC = b"\xff\xd8\xff"
 
 
 class ConvertError(RuntimeError):
@@ -193,7 +194,7 @@ def _rewrite_kind(data: bytes, keep_progressive: bool) -> Optional[int]:
     for progressive JPEGs, cf.STORED_RESTART_INDEXED for baseline ones), or None where it is not
     made: CMYK/YCCK (rare, and an Adobe marker would have to be reproduced exactly), progressive
     files with ``keep_progressive``, non-JPEGs, and everything without the native extension."""
-    if not _use_native() or data[:3] != _JPEG_MAGIC:
+    if not _use_native() or not is_jpeg(data):
         return None
     import fastdata
 
@@ -233,7 +234,7 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
     uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
     is: the rewrite is only a speed-up, and a good image is never dropped for it.
     """
-    if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(_oriented_size(data)) <= max_side):
+    if max_side is not None and not (is_jpeg(data) and max(_oriented_size(data)) <= max_side):
         shrunk = _shrink(data, max_side, quality)  # too large, or not a JPEG
         if _rewrite_kind(shrunk, keep_progressive) is not None:
             try:
@@ -447,7 +448,7 @@ def convert(
         raise ValueError(f"quality must be in 1..100, got {quality}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cores()
     t0 = time.monotonic()
 
     plan = scan(src)

@@ -9,13 +9,13 @@ import numpy as np
 
 from .. import _C
 from ..errors import BatchDecodeError, DecodeError
-from .engine import DEFAULT_MAX_PIXELS, Engine, Item, default_threads, native_spec
+from .encoded import Item, is_jpeg
+from .engine import DEFAULT_MAX_PIXELS, Engine, native_spec
+from .host import usable_cores
 from .pillow_fallback import decode_with_pillow
 from .transforms import Transform
 
 __all__ = ["ImageInfo", "probe", "decode", "decode_batch", "DEFAULT_MAX_PIXELS"]
-
-_JPEG_MAGIC = b"\xff\xd8\xff"
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def decode(data: Union[bytes, memoryview, np.ndarray], *, strict: bool = True,
     the (possibly partly grey) image is returned.
     """
     view = _as_bytes_like(data)
-    if view.nbytes == 0 or bytes(view[:3]) == _JPEG_MAGIC:
+    if view.nbytes == 0 or is_jpeg(view):
         try:
             pixels, _warnings = _C.decode_full(view, strict, max_pixels)
         except _C.NativeDecodeError as e:
@@ -79,7 +79,7 @@ _engines_lock = threading.Lock()
 
 def _shared_engine(threads: Optional[int]) -> Engine:
     """One process-wide engine per thread count, kept for reuse (like a BLAS pool)."""
-    n = default_threads() if threads is None else threads
+    n = usable_cores() if threads is None else threads
     with _engines_lock:
         engine = _engines.get(n)
         if engine is None:

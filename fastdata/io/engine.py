@@ -10,35 +10,20 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import _C
 from ..errors import DecodeError
+from .encoded import Item
+from .host import usable_cores
+from .normalization import scale_bias_for
 from .pillow_fallback import decode_with_pillow
 from .transforms import CenterCrop, RandomResizedCrop, Transform
 
 # Pillow's own default Image.MAX_IMAGE_PIXELS: ~89.5 MP (a 3-channel image of 1/4 GiB).
 DEFAULT_MAX_PIXELS = 89_478_485
-
-Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
-
-
-def default_threads() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def scale_bias_for(mean: Sequence[float], std: Sequence[float]) -> Tuple[List[float], List[float]]:
-    """(x / 255 - mean) / std as x * scale + bias, per channel."""
-    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-        raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
-    return [1.0 / (255.0 * s) for s in std], [-m / s for m, s in zip(mean, std)]
-
 
 # The last spec built, by transform identity: transforms are frozen, and a training loop passes
 # the same one every batch, so this keeps building a spec (~2 us of keyword parsing) out of
@@ -86,12 +71,18 @@ class BatchReport:
 class CropPlan:
     """Per sample: source box (x0, y0, x1, y1) in EXIF-oriented pixels (float64 [N, 4]; the
     output samples it with Pillow's pixel-centre convention), flip (bool [N]), oriented size
-    (int32 [N, 2] as height, width) and EXIF orientation (int32 [N])."""
+    (int32 [N, 2] as height, width), EXIF orientation (int32 [N]), and from the header the
+    native reader parsed: components (int32 [N]), bits per sample (int32 [N]) and whether the
+    entropy coding is arithmetic (bool [N]). Rows in ``failed_rows`` or ``not_jpeg_rows`` hold
+    zeros."""
 
     boxes: np.ndarray
     flips: np.ndarray
     sizes: np.ndarray
     orientations: np.ndarray
+    components: np.ndarray
+    precisions: np.ndarray
+    arithmetic: np.ndarray
     failures: List[DecodeError] = field(default_factory=list)
     failed_rows: List[int] = field(default_factory=list)
     not_jpeg_rows: List[int] = field(default_factory=list)
@@ -122,7 +113,7 @@ class Engine:
 
     def __init__(self, threads: Optional[int] = None):
         if threads is None:
-            threads = default_threads()
+            threads = usable_cores()
         if not isinstance(threads, int) or threads < 1 or threads > 1024:
             raise ValueError(f"threads must be an int in 1..1024, got {threads!r}")
         self._native: Optional[_C.Engine] = _C.Engine(threads)
@@ -201,7 +192,8 @@ class Engine:
             if self._native is None:
                 raise RuntimeError("Engine is closed")
             raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels)
-        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations)
+        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations,
+                        components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic)
         for failure in raw.failures:
             row = failure.row
             if failure.status == _C.SampleStatus.NOT_JPEG:

@@ -27,11 +27,13 @@ import torch
 from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
 from ..errors import DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, default_threads, native_spec
+from ..io.engine import DEFAULT_MAX_PIXELS, native_spec
+from ..io.host import usable_cores
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
 from .cuda import handoff
-from .pipeline import IMAGENET_MEAN, IMAGENET_STD, BatchPipeline
+from .pipeline import BatchPipeline
 from .producer import END, BatchProducer, Feed, ProducerThread
 from .sampler import ShardedOrder
 from .stats import LoaderStats, StatsCounter
@@ -91,7 +93,7 @@ class Loader:
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         if threads is None:
-            threads = num_workers if num_workers else default_threads()
+            threads = num_workers if num_workers else usable_cores()
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         if int(batch_size) < 1:
@@ -149,6 +151,7 @@ class Loader:
         self._resume_batch = 0
         self._serial = 0  # numbers the epoch runs handed to the producer thread
         self._feed: Optional[Feed] = None
+        self._iterated = False
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
         self._thread = ProducerThread(f"fastdata-loader-{id(self):x}")
         self._warned: set = set()
@@ -170,12 +173,14 @@ class Loader:
         if int(epoch) != self._next_epoch:
             self._resume_batch = 0
         self._next_epoch = int(epoch)
+        self._prefetch_next()
 
     def __iter__(self) -> "_EpochIterator":
         if self._closed:
             raise RuntimeError("Loader is closed")
         epoch, start = self._next_epoch, self._resume_batch
         self._next_epoch, self._resume_batch = epoch + 1, 0
+        self._iterated = True
         feed = self._feed
         cur = self._current() if self._current is not None else None
         if (feed is not None and feed.alive and feed.lookahead is not None and feed.lookahead[1:] == (epoch, start)
@@ -228,6 +233,7 @@ class Loader:
             raise ValueError(f"state batch {state['batch']} outside 0..{o.num_batches}")
         self._stop_current()
         self._next_epoch, self._resume_batch = int(state["epoch"]), int(state["batch"])
+        self._prefetch_next()
 
     def close(self) -> None:
         """Stop the producer and join the native threads. Idempotent."""
@@ -258,6 +264,31 @@ class Loader:
     def _next_serial(self) -> int:
         self._serial += 1
         return self._serial
+
+    def _prefetch_next(self) -> None:
+        """Point the work ahead at the iteration ``set_epoch``/``load_state_dict`` asked for.
+
+        Mid-epoch, the lookahead is swapped if the producer has not begun it yet (else the
+        next ``iter()`` drops it). Between epochs, the producer starts on the asked-for epoch
+        at once, and the next ``iter()`` adopts it.
+        """
+        if self._closed or not self._iterated:
+            return  # nothing runs yet: the first iteration starts the producer
+        want = (self._next_epoch, self._resume_batch)
+        feed = self._feed
+        if feed.alive and feed.lookahead is not None and feed.lookahead[1:] == want:
+            return
+        cur = self._current() if self._current is not None else None
+        if cur is not None and not cur.exhausted:
+            serial = self._next_serial()
+            if feed.retarget(serial, want[0], self.order.batches(*want)):
+                feed.lookahead = (serial, *want)
+            return
+        self._stop_current()
+        feed = self._feed = Feed(self._producer, self.prefetch)
+        serial = self._next_serial()
+        self._extend(feed, serial, *want)
+        feed.lookahead = (serial, *want) if feed.alive else None
 
     def _extend(self, feed: Feed, serial: int, epoch: int, start: int) -> None:
         """Queue ``epoch``'s batches from ``start`` on ``feed`` (computed on the producer thread)."""

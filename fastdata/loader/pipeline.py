@@ -38,13 +38,12 @@ from ..decoders.base import DecodedRows, Decoder, Item, PlannedBatch, to_device
 from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, route
 from ..errors import DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec, scale_bias_for
+from ..io.engine import DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec
+from ..io.host import usable_cores
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
 from ..io.transforms import Transform
 from .cuda import CudaUploader, GpuNormalizer
 from .pinned_ring import PinnedRing, Slot
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass
@@ -113,9 +112,10 @@ class BatchPipeline:
         self.max_pixels = int(max_pixels)
         self._on_stats = on_stats
         cuda = self.device.type == "cuda"
+        threads = usable_cores() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         if isinstance(backend, str):
-            gpu = make_decoder(backend, transform, device=self.device, threads=threads or 1, **(backend_options or {}))
+            gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
         else:
             gpu = backend
         self._closed = False
@@ -125,7 +125,7 @@ class BatchPipeline:
         cpu_norm = None
         if cpu_normalize and gpu is None and not cuda and dtype is not None:
             cpu_norm = (tuple(mean), tuple(std))
-            scale_bias_for(*cpu_norm)  # validates mean/std now, not on the producer thread
+            check_mean_std(*cpu_norm)  # now, not on the producer thread
         self._normalizer = None if dtype is None or cpu_norm is not None else \
             GpuNormalizer(mean, std, dtype, channels_last, self.device)
         self._cpu_norm = cpu_norm

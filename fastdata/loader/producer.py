@@ -175,6 +175,15 @@ class Feed:
             self._idle.clear()
             return True
 
+    def retarget(self, serial: int, epoch: int, batches: Iterable[np.ndarray]) -> bool:
+        """Replace the last queued segment (the lookahead) if the thread has not begun it."""
+        with self._lock:
+            if not self.alive or len(self._segments) == 0 or self.lookahead is None \
+                    or self._segments[-1][0] != self.lookahead[0]:
+                return False
+            self._segments[-1] = (serial, epoch, batches)
+            return True
+
     def run(self) -> None:
         """Produce every queued segment in order (on the producer thread)."""
         producer = self._producer

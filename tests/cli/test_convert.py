@@ -18,13 +18,13 @@ from torchvision.datasets import ImageFolder
 
 import fastdata
 from fastdata.cache import format as cf
+from repo import ROOT
 
 lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
 
 from fastdata.cli.convert import ConvertError, convert, main
 from fastdata.sources.lmdb import LMDBSource
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def image(i: int, w: int, h: int) -> Image.Image:
@@ -206,7 +206,7 @@ def test_sigkill_then_resume_equals_clean_run(tmp_path: Path) -> None:
     dst = tmp_path / "db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "fastdata.cli.convert", str(src), str(dst), "--workers", "1", "--batch-size", "4",
-         "--quiet"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+         "--quiet"], cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     fd = -1
     try:
         deadline = time.monotonic() + 30
