@@ -21,6 +21,7 @@ _EXPORTS = {
     "decode": "fastdata.io.decoding",
     "decode_batch": "fastdata.io.decoding",
     "DEFAULT_MAX_PIXELS": "fastdata.io.decoding",
+    "DEFAULT_MAX_FILE_BYTES": "fastdata.io.decoding",
     "Engine": "fastdata.io.engine",
     "Source": "fastdata.sources.base",
     "ImageFolder": "fastdata.sources.folder",

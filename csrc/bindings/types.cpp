@@ -2,6 +2,8 @@
 // one), status codes, and the plan and report a batch call returns.
 #include "bindings/types.h"
 
+#include "bindings/common.h"
+
 #include <pybind11/stl.h>
 
 #include <string>
@@ -84,10 +86,14 @@ std::string spec_repr(const TransformSpec& s) {
 
 }  // namespace
 
-std::vector<SampleFailure> failures_of(const std::vector<SampleResult>& results) {
+std::vector<SampleFailure> failures_of(std::vector<SampleResult>& results) {
   std::vector<SampleFailure> failures;
   for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].status != SampleStatus::kOk) failures.push_back({i, results[i].status, results[i].message});
+    SampleResult& r = results[i];
+    if (r.status == SampleStatus::kOk) continue;
+    SampleFailure f{i, r.status, r.message};
+    if (r.status == SampleStatus::kNotJpeg && !r.file_bytes.empty()) f.file_bytes = owned_array(std::move(r.file_bytes));
+    failures.push_back(std::move(f));
   }
   return failures;
 }
@@ -133,6 +139,8 @@ void register_types(py::module_& m) {
       .def_readonly("row", &SampleFailure::row)
       .def_readonly("status", &SampleFailure::status)
       .def_readonly("message", &SampleFailure::message)
+      .def_readonly("file_bytes", &SampleFailure::file_bytes,
+                    "NOT_JPEG from a path: the bytes the engine read (uint8), else None")
       .def("__repr__", [](const SampleFailure& f) {
         return "SampleFailure(row=" + std::to_string(f.row) + ", status=SampleStatus." + status_name(f.status) +
                ", message=" + py::repr(py::str(f.message)).cast<std::string>() + ")";

@@ -20,6 +20,7 @@ struct SampleFailure {
   size_t row = 0;
   SampleStatus status = SampleStatus::kOk;
   std::string message;
+  py::object file_bytes = py::none();  // kNotJpeg read from a path: those bytes (uint8), for the fallback
 };
 
 // Engine.run's outcome. Times are summed over native threads.
@@ -44,7 +45,8 @@ struct CropPlan {
   std::vector<SampleFailure> failures;
 };
 
-// Failures (status != kOk) of results, in row order.
-std::vector<SampleFailure> failures_of(const std::vector<SampleResult>& results);
+// Failures (status != kOk) of results, in row order. A non-JPEG's file bytes move into its
+// failure, so the fallback decodes what the engine read instead of opening the file again.
+std::vector<SampleFailure> failures_of(std::vector<SampleResult>& results);
 
 }  // namespace fastdata::bindings

@@ -256,13 +256,24 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
 Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, int]
 
 
+def _read_input(path: str) -> bytes:
+    """The file's bytes, read by the engine's reader (fastdata.io.engine.read_file: regular files
+    only, never blocking on a named pipe, DEFAULT_MAX_FILE_BYTES at most)."""
+    if _use_native():
+        from ..io.engine import read_file
+        return read_file(path).tobytes()
+    with open(path, "rb") as f:  # without the extension (a source checkout before the build)
+        return f.read()
+
+
 def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep_progressive: bool = False) -> Result:
     """Read, hash, validate and store (:func:`stored_bytes`) one input. Never raises for bad data."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = _read_input(path)
     except OSError as exc:
         return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", cf.STORED_ORIGINAL
+    except ValueError as exc:  # fastdata.DecodeError from the native reader: not a regular file, too large
+        return pos, None, f"cannot read: {getattr(exc, 'reason', exc)}", 0, b"", cf.STORED_ORIGINAL
     digest = hashlib.sha256(data).digest()
     try:
         stored, kind = stored_bytes(data, max_side, quality, keep_progressive)

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..io.engine import DEFAULT_MAX_PIXELS, Engine
+from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, Engine
 from ..io.transforms import Transform
 from .base import Decoder, Item, PlannedBatch
 
@@ -32,7 +32,8 @@ def ends_with_eoi(data: Union[bytes, memoryview, np.ndarray]) -> bool:
     return end >= 2 and view[end - 2] == 0xFF and view[end - 1] == 0xD9
 
 
-def read_items(items: Sequence[Item], engine: Engine) -> Tuple[List[np.ndarray], List[Optional[str]]]:
+def read_items(items: Sequence[Item], engine: Engine,
+               max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Tuple[List[np.ndarray], List[Optional[str]]]:
     """Encoded bytes of each item as a writable uint8 numpy array, and why it could not be
     read (None when it was).
 
@@ -45,7 +46,7 @@ def read_items(items: Sequence[Item], engine: Engine) -> Tuple[List[np.ndarray],
     reasons: List[Optional[str]] = [None] * len(items)
     rows = [i for i, it in enumerate(items) if isinstance(it, str)]
     if rows:
-        arrays, errors = engine.read_files([items[i] for i in rows])
+        arrays, errors = engine.read_files([items[i] for i in rows], max_file_bytes)
         for i, array, error in zip(rows, arrays, errors):
             datas[i] = array
             reasons[i] = error if error is not None else ("empty file" if array.size == 0 else None)
@@ -59,10 +60,10 @@ def read_items(items: Sequence[Item], engine: Engine) -> Tuple[List[np.ndarray],
 
 def plan_batch(items: Sequence[Item], indices: np.ndarray, epoch: int, names: Sequence[Optional[str]],
                engine: Engine, transform: Transform, *, seed: int,
-               max_pixels: int = DEFAULT_MAX_PIXELS) -> PlannedBatch:
+               max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> PlannedBatch:
     """Read ``items`` and plan their crops; rows whose bytes or header cannot be read are
     ``unplanned``, non-JPEGs ``not_jpeg``."""
-    datas, _ = read_items(items, engine)
+    datas, _ = read_items(items, engine, max_file_bytes)
     plan = engine.plan(datas, transform, seed=seed, epoch=epoch, indices=indices, max_pixels=max_pixels)
     return PlannedBatch(items, indices, epoch, names, datas=datas, plan=plan,
                         not_jpeg=frozenset(plan.not_jpeg_rows), unplanned=frozenset(plan.failed_rows))
