@@ -16,7 +16,12 @@ Layout (one LMDB environment, a directory holding ``data.mdb``, main database on
   record's value), which readers check on every fetch. Added within format version 1:
   caches without it are checked only for records stored as the source's bytes.
 * ``fastdata:reencoded``: uint8 array [N], how the stored bytes relate to the source file:
-  ``STORED_ORIGINAL`` (0), ``STORED_REENCODED`` (1) or ``STORED_TRANSCODED`` (2).
+  ``STORED_ORIGINAL`` (0), ``STORED_REENCODED`` (1), ``STORED_TRANSCODED`` (2) or
+  ``STORED_RESTART_INDEXED`` (3, format version 2).
+* Format version 2: every stored JPEG that fastdata can rewrite losslessly carries restart
+  markers every ``RESTART_INTERVAL_MCUS`` MCUs and, inside it, an APP15 segment indexing
+  where each restart interval starts (csrc/core/restart_index.h), so crop decodes skip the
+  entropy decoding outside the crop. Version 1 caches (no index) read as before.
 * ``fastdata:part:<8 hex digits>``: writer progress, one JSON record per committed batch;
   present only while a conversion is running or was interrupted.
 * ``fastdata:plan``: JSON describing the inputs of an unfinished conversion (for ``--resume``).
@@ -36,7 +41,12 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 FORMAT_NAME = "fastdata-lmdb"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: restart-indexed JPEGs (STORED_RESTART_INDEXED); version 1 caches stay readable
+
+# MCUs per restart interval in the JPEGs fastdata-convert writes. Chosen by measurement
+# (docs/design.md): a crop skips whole intervals left and right of it as well as above,
+# while each interval costs its marker, byte padding, a DC reset and its index entry.
+RESTART_INTERVAL_MCUS = 4
 
 META_KEY = b"fastdata:meta"
 LABELS_KEY = b"fastdata:labels"
@@ -55,6 +65,9 @@ SHA256_SIZE = 32
 STORED_ORIGINAL = 0  # the source file's bytes
 STORED_REENCODED = 1  # decoded, resized and re-encoded (lossy; --max-side, non-JPEG inputs)
 STORED_TRANSCODED = 2  # progressive JPEG rewritten as baseline, same DCT coefficients (lossless)
+# Format version 2: a baseline JPEG rewritten with restart markers and the restart index,
+# same DCT coefficients (lossless). Progressive ones that get the index too stay value 2.
+STORED_RESTART_INDEXED = 3
 _KEY = struct.Struct(">Q")
 
 
@@ -174,7 +187,8 @@ def build_meta(
             "paths": "fastdata:paths UTF-8, NUL-terminated [count]",
             "sha256": "fastdata:sha256 bytes [count, 32] of the source files",
             "stored_sha256": "fastdata:stored_sha256 bytes [count, 32] of the stored records",
-            "reencoded": "fastdata:reencoded uint8 [count]: 0 source bytes, 1 re-encoded, 2 transcoded to baseline",
+            "reencoded": "fastdata:reencoded uint8 [count]: 0 source bytes, 1 re-encoded, 2 transcoded to baseline, "
+                         "3 restart-indexed",
         },
     }
 

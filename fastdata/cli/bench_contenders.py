@@ -446,11 +446,15 @@ def ensure_lmdb(job: Job) -> Path:
     """Path of an LMDB cache of ``job``'s data, built with fastdata-convert if absent.
 
     Cached under ``job.cache_dir/lmdb/<name>-<hash of the source path>``; a cache that
-    LMDBSource refuses (incomplete, older format) is rebuilt.
+    LMDBSource refuses (incomplete, newer format) is rebuilt, and so is one of an older
+    format version: the benchmark measures what fastdata-convert writes now (format 2's
+    restart index makes crop decodes faster than format 1's records).
     """
     import hashlib
+    import shutil
 
     import fastdata
+    from fastdata.cache import format as cf
     from fastdata.cli import convert
 
     src = job.folder if job.folder is not None else job.list_file
@@ -461,8 +465,12 @@ def ensure_lmdb(job: Job) -> Path:
     dst = cache / "lmdb" / f"{Path(src).name}-{digest}"
     if dst.exists():
         try:
-            len(fastdata.LMDBSource(str(dst)))
-            return dst
+            version = fastdata.LMDBSource(str(dst)).meta["format_version"]
+            if version == cf.FORMAT_VERSION:
+                return dst
+            job.log(f"rebuilding LMDB cache {dst}: format version {version}, fastdata-convert writes "
+                    f"{cf.FORMAT_VERSION}")
+            shutil.rmtree(dst)  # ours (under the benchmark's cache folder); --resume cannot change options
         except Exception as e:  # incomplete or stale cache: convert again (resumes if it can)
             job.log(f"rebuilding LMDB cache {dst}: {e}")
     dst.parent.mkdir(parents=True, exist_ok=True)

@@ -32,9 +32,10 @@ def _parser() -> argparse.ArgumentParser:
                         "non-JPEG inputs are re-encoded too")
     p.add_argument("--quality", type=int, default=DEFAULT_QUALITY, metavar="Q", help="JPEG quality for re-encoded images")
     p.add_argument("--keep-progressive", action="store_true",
-                   help="store progressive JPEGs as they are; by default they are transcoded losslessly to baseline "
-                        "(same DCT coefficients, identical decoded pixels, EXIF/ICC kept) so crops decode only "
-                        "the rows they need")
+                   help="store progressive JPEGs as they are; by default every grayscale/YCbCr/RGB JPEG is "
+                        "rewritten losslessly as baseline with restart markers and a restart index (same DCT "
+                        "coefficients, identical decoded pixels, EXIF/ICC kept) so crops entropy-decode only "
+                        "the restart intervals they need")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all usable cores)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted conversion into DST")
     p.add_argument("--on-error", choices=("skip", "raise"), default="raise",

@@ -2,7 +2,7 @@
 ``fastdata-convert SRC DST --format tar``).
 
 Each kept input becomes one sample ``{k:08d}.jpg`` (the bytes the LMDB cache would store:
-``fastdata.cli.convert.stored_bytes``, so progressive JPEGs are transcoded losslessly and
+``fastdata.cache.build.records.stored_bytes``, so progressive JPEGs are transcoded losslessly and
 ``--max-side`` shrinks), ``{k:08d}.cls`` (the label) and ``{k:08d}.json`` (source path,
 label, class name). Samples are written in a seeded random order — a reader shuffles only
 within a bounded buffer, so shards written class by class would give one-class batches —

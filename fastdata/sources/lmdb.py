@@ -149,14 +149,16 @@ class LMDBSource:
         self._n = n
         self.classes: List[str] = list(self.meta["classes"])
         stored_as = np.frombuffer(reenc, dtype=np.uint8)
-        # reencoded: lossy (decoded and re-encoded); transcoded: lossless progressive -> baseline.
-        # Either way the stored bytes are not the source file's (its sha256 does not match them).
+        # reencoded: lossy (decoded and re-encoded); transcoded: lossless progressive -> baseline;
+        # restart_indexed: a baseline JPEG rewritten losslessly with a restart index (format 2).
+        # In each case the stored bytes are not the source file's (its sha256 does not match them).
         self.reencoded = stored_as == cf.STORED_REENCODED
         self.transcoded = stored_as == cf.STORED_TRANSCODED
         # The checksum each record's stored bytes must have; older caches have one only for
         # records stored as the source's bytes (the others then go unchecked).
         self._record_sha = stored_sha if stored_sha is not None else self._sha
         self.checked = np.ones(n, dtype=bool) if stored_sha is not None else stored_as == cf.STORED_ORIGINAL
+        self.restart_indexed = stored_as == cf.STORED_RESTART_INDEXED
         self.total_bytes = int(self.meta["bytes_out"])
         self._paths: Optional[List[str]] = None
         if self._labels.size and (self._labels.min() < 0 or self._labels.max() >= len(self.classes)):

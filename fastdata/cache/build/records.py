@@ -1,9 +1,10 @@
 """What the cache stores for one input (the worker side of a conversion).
 
 :func:`stored_bytes` decides it in one place: the source bytes, a lossy re-encode
-(``--max-side``, and non-JPEG inputs then), or, for progressive JPEGs, a lossless transcode
-to baseline (same DCT coefficients, so identical pixels) that the Loader's crop decode can
-serve without entropy-decoding the whole image. :func:`process_one` reads, hashes and
+(``--max-side``, and non-JPEG inputs then), or a lossless rewrite (same DCT coefficients, so
+identical pixels) as baseline JPEG with restart markers and a restart index, which the
+Loader's crop decode serves by entropy-decoding only the restart intervals the crop needs
+(progressive JPEGs: instead of entropy-decoding every scan of the whole image). :func:`process_one` reads, hashes and
 stores one file and never raises for bad data; ``--workers`` forked processes run it.
 """
 from __future__ import annotations
@@ -59,35 +60,39 @@ def _shrink(data: bytes, max_side: int, quality: int) -> bytes:
 
 
 class TranscodeError(ValueError):
-    """A progressive JPEG that decodes could not be rewritten losslessly (reported per file)."""
+    """A JPEG that decodes could not be rewritten losslessly; it is stored as it is."""
 
 
-def _transcodable(data: bytes) -> bool:
-    """Progressive grayscale/YCbCr/RGB JPEGs: those whose decode pays for entropy-decoding every
-    scan of the whole image. CMYK/YCCK stay as they are (rare, and an Adobe marker would
-    have to be reproduced exactly)."""
+def _rewrite_kind(data: bytes, keep_progressive: bool) -> Optional[int]:
+    """How a lossless restart-indexed rewrite of ``data`` would be recorded (cf.STORED_TRANSCODED
+    for progressive JPEGs, cf.STORED_RESTART_INDEXED for baseline ones), or None where it is not
+    made: CMYK/YCCK (rare, and an Adobe marker would have to be reproduced exactly), progressive
+    files with ``keep_progressive``, and non-JPEGs."""
     if not is_jpeg(data):
-        return False
+        return None
     info = probe(data)
-    return info.progressive and info.color_space in ("gray", "ycbcr", "rgb")
+    if info.color_space not in ("gray", "ycbcr", "rgb") or (info.progressive and keep_progressive):
+        return None
+    return cf.STORED_TRANSCODED if info.progressive else cf.STORED_RESTART_INDEXED
 
 
 def _transcode(data: bytes, pixels: np.ndarray) -> bytes:
-    """Lossless progressive -> baseline rewrite, checked against the source's decoded pixels.
+    """Lossless rewrite as restart-indexed baseline JPEG, checked against the source's pixels.
 
     The rewrite keeps the DCT coefficients, so any difference would be a bug, not rounding:
-    checking costs one fast (baseline) decode per progressive file, once, at write time.
+    checking costs one fast (baseline) decode per file, once, at write time.
     """
     from ... import _C  # looked up at call time (tests stand a fake in for it)
 
     try:
-        out = _C.transcode_to_baseline(data, DEFAULT_MAX_PIXELS)
+        out = _C.transcode_restart_indexed(data, DEFAULT_MAX_PIXELS, cf.RESTART_INTERVAL_MCUS)
     except ValueError as exc:  # NativeDecodeError (corrupt data) is a ValueError too
-        raise TranscodeError(f"lossless transcode to baseline failed: {exc}") from None
-    if probe(out).progressive:
-        raise TranscodeError("lossless transcode to baseline produced a progressive file")
+        raise TranscodeError(f"lossless restart-indexed rewrite failed: {exc}") from None
+    info = probe(out)
+    if info.progressive or not info.restart_indexed:
+        raise TranscodeError("lossless rewrite produced a progressive or unindexed file")
     if not np.array_equal(decode(out, strict=True), pixels):
-        raise TranscodeError("lossless transcode to baseline changed the decoded pixels")
+        raise TranscodeError("lossless rewrite changed the decoded pixels")
     return out
 
 
@@ -95,16 +100,23 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
     """What the cache stores for one input's bytes, and how it relates to them (cf.STORED_*).
 
     Raises for data that does not decode (strictly) or cannot be re-encoded as ``max_side`` asks.
-    A progressive file that decodes but cannot be transcoded exactly (e.g. one whose decode
+    A file that decodes but cannot be rewritten exactly (e.g. a progressive one whose decode
     uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
-    is: the transcode is only a speed-up, and a good image is never dropped for it.
+    is: the rewrite is only a speed-up, and a good image is never dropped for it.
     """
     if max_side is not None and not (is_jpeg(data) and max(oriented_size(data)) <= max_side):
-        return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
+        shrunk = _shrink(data, max_side, quality)  # too large, or not a JPEG
+        if _rewrite_kind(shrunk, keep_progressive) is not None:
+            try:
+                return _transcode(shrunk, validate(shrunk)), cf.STORED_REENCODED
+            except TranscodeError:
+                pass
+        return shrunk, cf.STORED_REENCODED
     pixels = validate(data)
-    if not keep_progressive and _transcodable(data):
+    kind = _rewrite_kind(data, keep_progressive)
+    if kind is not None:
         try:
-            return _transcode(data, pixels), cf.STORED_TRANSCODED
+            return _transcode(data, pixels), kind
         except TranscodeError:
             pass
     return data, cf.STORED_ORIGINAL

@@ -31,10 +31,12 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
             continue
         data = bytes(data)
         try:
-            if src.transcoded[i]:
+            if src.transcoded[i] or src.restart_indexed[i]:
                 # the source is not at hand to compare pixels with: check the kind, then decode
-                if probe(data).progressive:
-                    problems.append(f"sample {i} ({src.source_path(i)}): transcoded record is still progressive")
+                info = probe(data)
+                if info.progressive or not info.restart_indexed:
+                    problems.append(f"sample {i} ({src.source_path(i)}): rewritten record is progressive or "
+                                    f"has no restart index")
                     continue
             elif not src.reencoded[i]:
                 if hashlib.sha256(data).digest() != src.sha256(i):

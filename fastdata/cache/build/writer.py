@@ -114,7 +114,7 @@ def convert(
     check_destination(src, dst)
     plan = scan(src)
     options = {"max_side": max_side, "quality": quality if max_side is not None else None,
-               "keep_progressive": bool(keep_progressive)}
+               "keep_progressive": bool(keep_progressive), "restart_interval_mcus": cf.RESTART_INTERVAL_MCUS}
     fingerprint = plan.fingerprint(options)
 
     exists = os.path.exists(os.path.join(dst, "data.mdb"))
