@@ -140,11 +140,22 @@ def test_flip_in_a_reencoded_record_is_found(built: Tuple[Path, Path], tmp_path:
 def test_cache_without_stored_checksums_checks_original_records(built: Tuple[Path, Path], tmp_path: Path) -> None:
     """Caches written before fastdata:stored_sha256 existed: the source checksum covers records
     stored as the source's bytes."""
-    _, db = built
+    src_root, db = built
     old = _copy(db, tmp_path / "old")
+    reader = LMDBSource(str(old), verify=False)
+    sources = [(src_root / reader.source_path(i)).read_bytes() for i in range(len(reader))]
+    reader.close()
     env = lmdb.open(str(old), subdir=True)
-    with env.begin(write=True) as txn:
+    with env.begin(write=True) as txn:  # as the format-1 writer left it: the source files' bytes
         txn.delete(cf.STORED_SHA256_KEY)
+        txn.put(cf.REENCODED_KEY, bytes(len(sources)))
+        for i, data in enumerate(sources):
+            txn.put(cf.sample_key(i), data)
+        meta = cf.loads(txn.get(cf.META_KEY), "meta", str(old))
+        meta["format_version"] = 1
+        meta["options"].pop("restart_interval_mcus", None)
+        txn.put(cf.META_KEY, cf.dumps(meta))
+        txn.put(cf.COMPLETE_KEY, cf.dumps({"count": len(sources), "format_version": 1}))
     env.close()
     _flip_in_record(old, 7)
     src = LMDBSource(str(old))
@@ -158,7 +169,9 @@ def test_clean_cache_passes_the_check(built: Tuple[Path, Path]) -> None:
     s = LMDBSource(str(db))
     views = s.fetch(range(N))
     assert not any(isinstance(v, fastdata.DecodeError) for v in views)
-    assert [hashlib.sha256(v).digest() for v in views] == [s.sha256(i) for i in range(N)]
+    # Stored as lossless restart-indexed rewrites (format 2): the same pixels as the sources.
+    for i, v in enumerate(views):
+        np.testing.assert_array_equal(fastdata.decode(bytes(v)), fastdata.decode((src / s.source_path(i)).read_bytes()))
 
 
 # ------------------------------------------------------------------ item 4: truncation
@@ -296,7 +309,8 @@ def test_crafted_progress_record_on_resume(built: Tuple[Path, Path], tmp_path: P
     env = lmdb.open(str(dst), subdir=True)
     from fastdata.cache.build.scan import scan
 
-    options = {"max_side": None, "quality": None, "keep_progressive": False}
+    options = {"max_side": None, "quality": None, "keep_progressive": False,
+               "restart_interval_mcus": cf.RESTART_INTERVAL_MCUS}  # as the writer fingerprints them
     with env.begin(write=True) as txn:
         txn.put(cf.PLAN_KEY, cf.dumps({"fingerprint": scan(str(src)).fingerprint(options)}))
         txn.put(cf.part_key(0), cf.dumps({"batch": 0, "start": 0}))

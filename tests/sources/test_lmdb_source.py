@@ -97,6 +97,7 @@ def test_version_1_cache_still_loads(tmp_path: Path) -> None:
         txn.put(cf.META_KEY, cf.dumps(meta))
         txn.put(cf.COMPLETE_KEY, cf.dumps({"count": len(sources), "format_version": 1}))
         txn.put(cf.REENCODED_KEY, bytes(len(sources)))
+        txn.put(cf.STORED_SHA256_KEY, b"".join(hashlib.sha256(d).digest() for d in sources))
         for i, data in enumerate(sources):
             txn.put(cf.sample_key(i), data)
 
