@@ -210,11 +210,17 @@ class EpochStream:
             self._cond.notify_all()
         return out
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the readers; with ``wait``, also join them. Without it the readers end on their
+        own once their current read returns (what a finalizer must do: it can run on any
+        thread, fsspec's event-loop thread included, where joining a reader that waits on that
+        loop would deadlock)."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
             self._ready.notify_all()
+        if not wait:
+            return
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join()

@@ -170,7 +170,10 @@ class TarShards:
         try:
             yield from order.batches(epoch, start)
         finally:
-            self.end_stream(stream)
+            # Also runs when an abandoned generator is garbage collected, on whatever thread
+            # the collector ran (once fsspec's event-loop thread, which the readers' reads
+            # need): signal the readers, never join them here.
+            self.end_stream(stream, wait=False)
 
     def begin_epoch(self, order: ShardOrder, epoch: int, start: int, on_error: str = "raise") -> EpochStream:
         """Start reading ahead for ``epoch`` from batch ``start`` (ends the previous stream)."""
@@ -187,15 +190,16 @@ class TarShards:
             old.close()
         return stream
 
-    def end_stream(self, stream: Optional[EpochStream] = None) -> None:
-        """Stop reading ahead (only ``stream``, when given and still current)."""
+    def end_stream(self, stream: Optional[EpochStream] = None, wait: bool = True) -> None:
+        """Stop reading ahead (only ``stream``, when given and still current); ``wait``: join
+        the reader threads too (see EpochStream.close)."""
         with self._lock:
             if stream is not None and self._stream is not stream:
-                stream.close()  # already replaced: make sure its readers are gone
+                stream.close(wait)  # already replaced: make sure its readers are gone
                 return
             stream, self._stream = self._stream, None
         if stream is not None:
-            stream.close()
+            stream.close(wait)
 
     close = end_stream
 
