@@ -308,6 +308,9 @@ class Loader:
             return
         if not self._thread.close(deadline):
             return
+        end_stream = getattr(self.source, "end_stream", None)
+        if end_stream is not None:  # a streaming source's readers: joined here (its generator's end only signals them)
+            end_stream()
         self._pipeline.close()
 
     def __enter__(self) -> "Loader":

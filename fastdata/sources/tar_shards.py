@@ -100,6 +100,7 @@ class TarShards:
         self.counters = StreamCounters(threading.Lock())
         self._lock = threading.Lock()  # guards _stream: the producer thread and the GC may swap it
         self._stream: Optional[EpochStream] = None
+        self._unjoined: List[EpochStream] = []  # ended without waiting (a finalizer); joined by the next end_stream()
         self._on_error = "raise"
         self._damaged: Dict[int, str] = {}
         self._random_reads = 0  # samples read on their own (outside a planned batch): replacements
@@ -195,11 +196,17 @@ class TarShards:
         the reader threads too (see EpochStream.close)."""
         with self._lock:
             if stream is not None and self._stream is not stream:
-                stream.close(wait)  # already replaced: make sure its readers are gone
-                return
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.close(wait)
+                ending = [stream]  # already replaced: make sure its readers are gone
+            else:
+                ending = [self._stream] if self._stream is not None else []
+                self._stream = None
+            if wait:  # and the readers of streams ended earlier without waiting
+                ending += self._unjoined
+                self._unjoined = []
+            else:
+                self._unjoined += ending
+        for old in ending:
+            old.close(wait)
 
     close = end_stream
 
