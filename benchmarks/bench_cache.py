@@ -5,12 +5,12 @@ Exact command (the README's cache table comes from it; 2-core CPU box):
     /work/venv/bin/python benchmarks/bench_cache.py --json bench_cache.json
 
 Data (generated into ``--workdir``, default a temp dir): ``--images`` ImageNet-like
-photo-like JPEGs (``--size``, default 500x375, from ``fastdata.demo.photo_like_jpeg``) in
+photo-like JPEGs (``--size``, default 500x375, from ``fastdata.cli.demo.photo_like_jpeg``) in
 4 class folders, and ``--big-images`` full-size "camera" photos (``--big``, default
 2048x1536) for the ``--max-side`` comparison.
 
 Rows:
-* convert: ``fastdata.convert.convert`` folder -> LMDB with ``--workers`` (default all
+* convert: ``fastdata.cli.convert.convert`` folder -> LMDB with ``--workers`` (default all
   cores), without and with ``--max-side`` (img/s, img/s per worker, MB/s read).
 * fetch: Python cost per sample of ``source.fetch`` (folder = open+read, LMDB, RAM).
 * load: one epoch of RandomResizedCrop(224) batches of 64 in shuffled order, decoded by
@@ -22,6 +22,10 @@ Rows:
   ``--max-side`` LMDB. Target: >= 2x.
 
 Method: ``--repeats`` rounds, rows interleaved within a round; median with min..max.
+The load rows time whole epochs (start-up included) with their own clock rather than
+fastdata-bench's runner (fastdata.cli.bench_runner), on purpose: a cold row must time the
+first read of every file after the page cache was dropped, and the runner's warm-up would
+read them first.
 """
 from __future__ import annotations
 
@@ -40,8 +44,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import fastdata
-from fastdata.convert import convert
-from fastdata.demo import photo_like_jpeg
+from fastdata.cli.convert import convert
+from fastdata.cli.demo import photo_like_jpeg
 from fastdata.sources.lmdb import LMDBSource
 from fastdata.sources.ram import RAMCache
 

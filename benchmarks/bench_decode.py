@@ -8,7 +8,7 @@ Exact commands (the README's decode table comes from these):
     python benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json bench_decode_16c.json
 
 Data: ``--images`` photo-like JPEGs of ``--size`` (default 500x375, baseline 4:2:0, quality 90,
-~0.5-1 byte/pixel) from ``fastdata.demo.photo_like_jpeg``, held in memory (no file IO).
+~0.5-1 byte/pixel) from ``fastdata.cli.demo.photo_like_jpeg``, held in memory (no file IO).
 
 Rows, one thread each (per-core numbers): fastdata.probe; the entropy floor (Huffman decoding
 of only the rows each RandomResizedCrop needs, ``fastdata._C.entropy_floor``); libjpeg-turbo's
@@ -46,8 +46,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import fastdata
-from fastdata import demo
-from fastdata.bench_contenders import IMAGENET_MEAN, IMAGENET_STD
+from fastdata.cli import demo
+from fastdata.cli.bench_contenders import IMAGENET_MEAN, IMAGENET_STD
 
 Row = Tuple[str, str, Callable[[int], None]]  # key, label, fn(round) doing one pass over all images
 
@@ -65,7 +65,7 @@ def _skip(reason: str) -> Callable[[int], None]:
 
 def build_rows(datas: List[bytes]) -> List[Row]:
     """The per-core rows; an unavailable one carries its skip reason."""
-    from fastdata import engine as fe
+    from fastdata.io import engine as fe
 
     rrc = fastdata.RandomResizedCrop(224)
     cc = fastdata.CenterCrop(224, resize=256)
@@ -393,7 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             s.update(processes_images_per_s=rate, processes_efficiency=rate / (base * s["threads"]),
                      threads_vs_processes=s["images_per_s"] / rate)
     targets = evaluate_targets(res, scaling, cores)
-    from fastdata.bench_report import machine_info
+    from fastdata.cli.bench_report import machine_info
 
     machine = machine_info()
     header = (f"bench_decode: {len(datas)} photo-like {width}x{height} JPEGs ({bpp:.2f} B/px, q90 4:2:0), "

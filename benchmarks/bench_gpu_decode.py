@@ -6,7 +6,7 @@ Exact command (16-core H200 box, from the repository root):
     python benchmarks/bench_gpu_decode.py --count 8192 --seconds 150 --json bench_gpu_decode.json
 
 Builds (once) an ImageFolder of ``--count`` photo-like JPEGs (~500x375, baseline 4:2:0, q90,
-``fastdata.demo.photo_like_jpeg``: ImageNet-like size and bytes per pixel), then runs
+``fastdata.cli.demo.photo_like_jpeg``: ImageNet-like size and bytes per pixel), then runs
 ``fastdata-bench ROOT --device cuda --dtype float16 --batch-size 256 --threads 16 --compare
 dataloader,fastdata,fastdata-nvjpeg,fastdata-dali,dali``: RandomResizedCrop(224) + flip,
 fp16 normalized CUDA tensors, batch 256, every contender through its real user path
@@ -27,8 +27,8 @@ from typing import List, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fastdata import bench  # noqa: E402
-from fastdata.demo import photo_like_jpeg  # noqa: E402
+from fastdata.cli import bench  # noqa: E402
+from fastdata.cli.demo import photo_like_jpeg  # noqa: E402
 
 CLASSES = 10
 CONTENDERS = "dataloader,fastdata,fastdata-nvjpeg,fastdata-dali,dali"

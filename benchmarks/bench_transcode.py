@@ -4,7 +4,7 @@ Exact command (2-core CPU box; run on an otherwise idle machine):
 
     /work/venv/bin/python benchmarks/bench_transcode.py --json bench_transcode.json
 
-Data: ``fastdata.demo.ensure_demo()`` (500 photo-like JPEGs, 10% progressive).
+Data: ``fastdata.cli.demo.ensure_demo()`` (500 photo-like JPEGs, 10% progressive).
 
 Rows:
 * decode: ms per image of ``fastdata.decode_batch`` with RandomResizedCrop(224), one
@@ -13,7 +13,9 @@ Rows:
   reference. Every round decodes each set ``--epochs`` times (new crops per epoch).
 * load: ``fastdata.Loader`` img/s (``--threads`` threads, batch 64, RandomResizedCrop(224),
   uint8, CPU) over two LMDBs converted from the demo set, with and without
-  ``--keep-progressive``, ``--seconds`` per measurement (whole shuffled epochs).
+  ``--keep-progressive``: fastdata-bench's LMDB contender timed by its runner
+  (fastdata.cli.bench_runner: warm-up excluded, timed images / timed seconds), ``--seconds``
+  per measurement, start-up and warm-up included.
 * bytes: the progressive files' size before and after transcoding (convert's summary).
 
 Method: ``--repeats`` rounds, the variants interleaved within a round (order reversed
@@ -33,11 +35,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import torch
-
 import fastdata
-from fastdata import _C, demo
-from fastdata.convert import convert
+from fastdata import _C
+from fastdata.cli import bench_contenders, bench_runner, demo
+from fastdata.cli.convert import convert
 from fastdata.sources.lmdb import LMDBSource
 
 
@@ -54,18 +55,14 @@ def decode_ms(datas: List[bytes], epochs: int, seed: int) -> float:
     return (time.perf_counter() - t0) * 1e3 / (epochs * len(datas))
 
 
-def load_rate(path: str, threads: int, seconds: float, seed: int) -> float:
-    """img/s of whole shuffled epochs until ``seconds`` have passed."""
-    source = LMDBSource(path)
-    loader = fastdata.Loader(source, 64, fastdata.RandomResizedCrop(224), threads=threads, device="cpu",
-                             dtype=torch.uint8, seed=seed, drop_last=False)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for images, _labels in loader:
-            n += images.shape[0]
-    rate = n / (time.perf_counter() - t0)
-    source.close()
-    return rate
+def load_rate(path: str, threads: int, seconds: float) -> float:
+    """img/s of fastdata-bench's LMDB contender over ``path`` (uint8 out, CPU)."""
+    job = bench_contenders.Job(paths=[], labels=[], classes=[], lmdb=Path(path), batch_size=64, device="cpu",
+                               dtype="uint8", workers=threads)
+    r = bench_runner.measure(bench_contenders.FastdataContender("lmdb"), job, seconds)
+    if r["status"] != "ok":
+        raise RuntimeError(f"loading {path} failed: {r['reason']}")
+    return r["images_per_s"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -103,7 +100,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if r:
                 dec[k].append(ms)
         for k, path in (list(dbs.items()) if r % 2 else list(dbs.items())[::-1]):
-            rate = load_rate(path, args.threads, args.seconds if r else 1.0, seed=r)
+            rate = load_rate(path, args.threads, args.seconds if r else 1.0)
             if r:
                 load[k].append(rate)
 

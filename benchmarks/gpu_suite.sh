@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_suite.sh setup   # build fastdata in place; install carried wheels
 #   bash benchmarks/gpu_suite.sh decode  # CPU decode tests, core_contention probe, bench_decode (1..16 threads); no DALI
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
-#   bash benchmarks/gpu_suite.sh bench   # fastdata-bench and bench_loader to CUDA
+#   bash benchmarks/gpu_suite.sh bench   # fastdata-bench to CUDA: all contenders; DataLoader/FFCV/fastdata per dtype
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -42,11 +42,14 @@ case "$stage" in
     ;;
   bench)
     fastdata-bench --device cuda --seconds 60 --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.log" | tail -20
-    python3 benchmarks/bench_loader.py --device cuda --json "$OUT/bench_loader_cuda.json" 2>&1 \
-      | tee "$OUT/bench_loader_cuda.log" | tail -20
+    # The README's "Loader vs DataLoader and FFCV" CUDA table (was benchmarks/bench_loader.py)
+    for dtype in uint8 float16; do
+      fastdata-bench --device cuda --batch-size 256 --compare dataloader,ffcv,fastdata --dtype $dtype --rounds 2 \
+        --seconds 36 --json "$OUT/bench_loader_cuda_$dtype.json" 2>&1 | tee "$OUT/bench_loader_cuda_$dtype.log" | tail -8
+    done
     ;;
   train)
-    python3 -m fastdata.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null
+    python3 -m fastdata.cli.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null
     rm -f "$OUT/runs.jsonl"
     for arch in resnet50 resnet18; do
       python3 examples/train.py --synthetic --arch $arch --batch-size 256 --steps 120 --warmup-steps 30 \

@@ -39,7 +39,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # small_resnet beside this file
 
 import fastdata  # noqa: E402
-from fastdata.stall import StallMeter, StallReport  # noqa: E402
+from fastdata.diagnostics.stall import StallMeter, StallReport  # noqa: E402
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

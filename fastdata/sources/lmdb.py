@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .. import cache_format as cf
+from ..cache import format as cf
 
 # py-lmdb refuses to open one environment twice in a process, so every LMDBSource of a
 # path shares one read-only environment: path -> [env, users, pid that opened it].
@@ -76,7 +76,7 @@ class LMDBSource:
         max_readers: LMDB reader slots (unused without a lock file, kept high for safety).
 
     Raises:
-        fastdata.cache_format.CacheFormatError: incomplete, newer-format or damaged cache.
+        fastdata.cache.format.CacheFormatError: incomplete, newer-format or damaged cache.
         FileNotFoundError: no cache at ``path``.
     """
 

@@ -16,9 +16,9 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.backends import make_backend
-from fastdata.backends.gpu_resize import ImageLayout, resample_batch
-from fastdata.demo import photo_like_jpeg
+from fastdata.loader.pipeline import make_backend
+from fastdata.decoders.gpu_resize import ImageLayout, resample_batch
+from fastdata.cli.demo import photo_like_jpeg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_backend_routing import make_folder, psnr  # noqa: E402  (the folder of hard cases)

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import fastdata  # noqa: E402
-from fastdata.demo import photo_like_jpeg  # noqa: E402
+from fastdata.cli.demo import photo_like_jpeg  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -69,7 +69,7 @@ def _kernel_seconds(work, reps: int = 5) -> float:
 
 @pytest.mark.parametrize("loader_ms,kernel_factor", [(30, 0.25), (5, 4.0)])
 def test_cuda_events_measure_gpu_idle_time(loader_ms, kernel_factor):
-    from fastdata.stall import StallMeter
+    from fastdata.diagnostics.stall import StallMeter
 
     a = torch.randn(4096, 4096, device="cuda")
     one = _kernel_seconds(lambda: a @ a)
@@ -136,7 +136,7 @@ def test_compile(train, data):
 def test_doctor_measures_the_gpu(capsys):
     import json
 
-    from fastdata import doctor
+    from fastdata.cli import doctor
 
     rc = doctor.main(["--json"])
     out = json.loads(capsys.readouterr().out)

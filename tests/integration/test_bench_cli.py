@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastdata import bench, bench_contenders
+from fastdata.cli import bench, bench_contenders
 
 ABLATION_ORDER = ["baseline", "pin_memory", "workers", "native_decode", "roi_decode", "lmdb", "ram",
                   "cuda_prefetch"]
@@ -36,7 +36,10 @@ def _check_measured(r: dict) -> None:
     for key in ("images_per_s", "mean_images_per_s", "cpu_cores_busy", "cpu_percent", "peak_rss_mb"):
         assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r[key])
     s = r["spread"]
-    assert s["min"] <= s["q1"] <= r["images_per_s"] <= s["q3"] <= s["max"]
+    assert s["min"] <= s["q1"] <= s["q3"] <= s["max"]
+    # images/s is the time-weighted mean of the window rates (tests/unit/test_bench_runner.py)
+    assert s["min"] <= r["images_per_s"] <= s["max"]
+    assert r["images_per_s"] == pytest.approx(r["timed_images"] / r["timed_seconds"])
     assert r["timed_batches"] >= 2 and r["timed_images"] == 8 * r["timed_batches"]
     assert r["output"].startswith("float32[8x3x224x224] cpu"), r["output"]
 
@@ -121,3 +124,27 @@ def test_windows_median_spread_and_list_file(tmp_path: Path) -> None:
     lst.write_text("a.jpg;1\n")
     with pytest.raises(ValueError, match="list.csv:1"):
         bench.read_list_file(lst)
+
+
+def test_uint8_output_in_interleaved_rounds(tiny_folder: Path, tmp_path: Path) -> None:
+    """The old benchmarks/bench_loader.py job: raw uint8 NHWC batches, rounds interleaved and pooled."""
+    out_json = tmp_path / "u.json"
+    rc = bench.main([str(tiny_folder), "--compare", "dataloader,ffcv,fastdata,dali", "--dtype", "uint8",
+                     "--rounds", "2", "--seconds", "4", "--batch-size", "8", "--device", "cpu",
+                     "--json", str(out_json), "--quiet"])
+    assert rc == 0
+    report = json.loads(out_json.read_text())
+    assert report["config"]["rounds"] == 2 and report["config"]["dtype"] == "uint8"
+    by = {r["name"]: r for r in report["results"]}
+    assert [r["name"] for r in report["results"]] == ["dataloader", "ffcv", "fastdata", "dali"]
+    for name in ("dataloader", "fastdata"):
+        r = by[name]
+        assert r["status"] == "ok", r
+        assert r["output"].startswith("uint8[8x224x224x3] cpu"), r["output"]
+        assert len(r["round_rates"]) == 2 and min(r["round_rates"]) > 0
+        # pooled over both rounds: images over seconds of both, not a mean of the two rates
+        assert r["images_per_s"] == pytest.approx(r["timed_images"] / r["timed_seconds"])
+        assert min(r["round_rates"]) <= r["images_per_s"] <= max(r["round_rates"])
+        assert 0 < r["wait_fraction"] <= 1.0 and r["wait_ms_p50"] > 0
+    assert by["dali"]["status"] == "skipped" and "uint8" in by["dali"]["reason"]
+    assert by["ffcv"]["status"] in ("ok", "skipped")  # installed or not, never dropped

@@ -17,11 +17,11 @@ from PIL import Image, ImageOps, JpegImagePlugin
 from torchvision.datasets import ImageFolder
 
 import fastdata
-from fastdata import cache_format as cf
+from fastdata.cache import format as cf
 
 lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
 
-from fastdata.convert import ConvertError, convert, main
+from fastdata.cli.convert import ConvertError, convert, main
 from fastdata.sources.lmdb import LMDBSource
 
 REPO = Path(__file__).resolve().parents[2]
@@ -189,7 +189,7 @@ def test_sigkill_then_resume_equals_clean_run(tmp_path: Path) -> None:
     os.mkfifo(blocker)  # reading it blocks the converter exactly there, so the kill lands mid-run
     dst = tmp_path / "db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastdata.convert", str(src), str(dst), "--workers", "1", "--batch-size", "4",
+        [sys.executable, "-m", "fastdata.cli.convert", str(src), str(dst), "--workers", "1", "--batch-size", "4",
          "--quiet"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     fd = -1
     try:

@@ -16,8 +16,9 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.backends import DALI_MISSING, make_backend
-from fastdata.demo import photo_like_jpeg
+from fastdata.decoders import DALI_MISSING
+from fastdata.loader.pipeline import make_backend
+from fastdata.cli.demo import photo_like_jpeg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_backend_routing import make_folder, psnr  # noqa: E402  (shared folder of hard cases)
@@ -27,7 +28,7 @@ needs_dali = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not instal
 
 
 def test_missing_dali_raises_one_clear_error(monkeypatch):
-    import fastdata.backends.dali as dali_mod
+    import fastdata.decoders.dali as dali_mod
     monkeypatch.setattr(dali_mod, "dali_available", lambda: False)
     with pytest.raises(ImportError) as info:
         make_backend("dali", fastdata.RandomResizedCrop(32), device="cpu")
@@ -131,7 +132,7 @@ def test_a_failing_dali_batch_falls_back_to_native_and_rebuilds():
     cfg = dict(device="cpu", dtype=None, seed=1, threads=1)
     with make_backend("dali", transform, **cfg) as dali, make_backend("native", transform, **cfg) as native:
         first, _, _ = dali.run(datas, np.arange(4), 0)
-        dali._pipe = _FailingPipe()
+        dali.decoders[0]._pipe = _FailingPipe()
         a, fa, ra = dali.run(datas, np.arange(4), 0)
         b, _, _ = native.run(datas, np.arange(4), 0)
         assert not fa and not ra and dali.stats["gpu_rejected"] == 4
@@ -184,7 +185,7 @@ def test_batches_in_flight_come_back_in_order_and_equal_one_at_a_time(device):
     with make_backend("dali", transform, **cfg) as one_at_a_time:
         expected = [_ready(one_at_a_time.run(d, i, 0)[0]) for d, i in batches]
     with make_backend("dali", transform, **cfg) as dali:
-        assert dali.pipeline_depth == 4
+        assert dali.depth == 4
         pending = [dali.submit(d, i, 0) for d, i in batches[:3]]
         # A synchronous run() while three batches are in flight (what a skip replacement does)
         extra, _, _ = dali.run(*batches[3], 0)
@@ -206,7 +207,7 @@ def test_a_pipeline_failing_with_batches_in_flight_loses_none_of_them(device):
     batches = _batches(3)
     with make_backend("dali", transform, **cfg) as dali, make_backend("native", transform, **cfg) as native:
         first = _ready(dali.run(*batches[0], 0)[0])
-        dali._pipe = _OutputsFailAfter(dali._pipe, ok=1)
+        dali.decoders[0]._pipe = _OutputsFailAfter(dali.decoders[0]._pipe, ok=1)
         pending = [dali.submit(d, i, 0) for d, i in batches]
         outs = [dali.collect(p) for p in pending]
         torch.testing.assert_close(_ready(outs[0][0]), first, atol=0, rtol=0)  # taken before the failure
@@ -215,6 +216,30 @@ def test_a_pipeline_failing_with_batches_in_flight_loses_none_of_them(device):
             want = _ready(native.run(d, i, 0)[0])
             torch.testing.assert_close(_ready(got), want, atol=0, rtol=0)  # all rows native
         assert dali.stats["gpu_rejected"] == 8
-        assert not isinstance(dali._pipe, _OutputsFailAfter)  # the next batch built a new pipeline
+        assert not isinstance(dali.decoders[0]._pipe, _OutputsFailAfter)  # the next batch built a new pipeline
         again, _, _ = dali.run(*batches[0], 0)
         torch.testing.assert_close(_ready(again), first, atol=0, rtol=0)
+
+
+@needs_dali
+def test_decode_windows_stay_inside_the_image_and_dali_takes_every_row():
+    """Regression (issue 14): a RandomResizedCrop box edge computed in floating point can lie
+    a hair past the image (459.00000000000006 rows of 459); its ceiling made a window one
+    pixel too tall, DALI failed the whole batch ("cropping window ... is not valid"), the
+    batch went native, and on the GPU the failed pipeline's destruction crashed the process.
+    These 64 demo images hit that edge in epoch 0 with seed 0."""
+    from fastdata.cli.demo import _KIND_CYCLE, demo_image
+    idx = [i for i in range(800) if _KIND_CYCLE[i % len(_KIND_CYCLE)] == "baseline"][:64]
+    datas = [np.frombuffer(demo_image(0, i, 100)[1], np.uint8) for i in idx]
+    with make_backend("dali", fastdata.RandomResizedCrop(224), device="cpu", dtype=None, seed=0, threads=2) as dali:
+        rows = list(range(len(datas)))
+        for epoch in range(3):
+            plan = dali.engine.plan(datas, dali.transform, seed=0, epoch=epoch, indices=np.arange(len(datas)))
+            anchor, shape, _, _ = dali.decoders[0]._windows(plan, rows)
+            assert (anchor >= 0).all()
+            assert (anchor[:, 0] + shape[:, 0] <= plan.sizes[:, 1]).all(), epoch
+            assert (anchor[:, 1] + shape[:, 1] <= plan.sizes[:, 0]).all(), epoch
+            _, failures, _ = dali.run(datas, np.arange(len(datas)), epoch)
+            assert failures == []
+        assert dali.stats["gpu_rejected"] == 0 and dali.stats["native_fallbacks"] == 0
+        assert dali.stats["gpu_decoded"] == 3 * len(datas)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastdata import doctor
-from fastdata.doctor import Finding, check_storage, exit_status, main
+from fastdata.cli import doctor
+from fastdata.cli.doctor import Finding, check_storage, exit_status, main
 
 torch = pytest.importorskip("torch")
 NO_CUDA = not torch.cuda.is_available()
@@ -159,12 +159,12 @@ def test_finding_rejects_unknown_status():
 
 def test_text_output_and_process_exit_code(data, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(doctor.__file__).parents[1]))
-    ok = subprocess.run([sys.executable, "-m", "fastdata.doctor", "--no-gpu", str(data)],
+    ok = subprocess.run([sys.executable, "-m", "fastdata.cli.doctor", "--no-gpu", str(data)],
                         capture_output=True, text=True, env=env, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert "decode_rate" in ok.stdout and "read_throughput" in ok.stdout
     assert ok.stdout.strip().splitlines()[-1].endswith("info")  # the counts line
-    bad = subprocess.run([sys.executable, "-m", "fastdata.doctor", "--no-gpu", str(tmp_path / "missing")],
+    bad = subprocess.run([sys.executable, "-m", "fastdata.cli.doctor", "--no-gpu", str(tmp_path / "missing")],
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 1
     assert "FAIL" in bad.stdout

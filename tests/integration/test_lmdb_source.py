@@ -13,11 +13,11 @@ import pytest
 from PIL import Image
 from torchvision.datasets import ImageFolder
 
-from fastdata import cache_format as cf
+from fastdata.cache import format as cf
 
 lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
 
-from fastdata.convert import convert
+from fastdata.cli.convert import convert
 from fastdata.sources.lmdb import LMDBSource
 
 

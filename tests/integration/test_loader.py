@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 import fastdata
-from fastdata.loader import IMAGENET_MEAN, IMAGENET_STD
+from fastdata.loader.loader import IMAGENET_MEAN, IMAGENET_STD
 
 tv_datasets = pytest.importorskip("torchvision.datasets")
 tv_transforms = pytest.importorskip("torchvision.transforms")

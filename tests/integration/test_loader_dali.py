@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fastdata
-from fastdata.demo import photo_like_jpeg
+from fastdata.cli.demo import photo_like_jpeg
 
 HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
 pytestmark = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not installed (pip install nvidia-dali-cuda130)")

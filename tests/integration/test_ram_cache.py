@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 
-from fastdata.convert import convert
+from fastdata.cli.convert import convert
 from fastdata.sources.lmdb import LMDBSource
 from fastdata.sources.ram import RAMBudgetError, RAMCache
 

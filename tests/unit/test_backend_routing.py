@@ -1,6 +1,6 @@
 """Backend plumbing on CPU: routing to the native fallback, failures, assembly, dtypes.
 
-The nvJPEG backend runs here with torchvision's CPU JPEG decoder standing in for nvJPEG
+The nvJPEG decoder runs here with torchvision's CPU JPEG decoder standing in for nvJPEG
 (``_allow_cpu``), so the code around the GPU decoder — plan, routing, fallback, resampling,
 assembly — is checked against the native backend without a GPU.
 """
@@ -15,22 +15,23 @@ import torch
 from PIL import Image
 
 import fastdata
-from fastdata.backends import BACKENDS, make_backend
-from fastdata.backends.common import ends_with_eoi, frame_info
-from fastdata.backends.nvjpeg import NvjpegBackend
-from fastdata.demo import photo_like_jpeg
+from fastdata.decoders import BACKENDS
+from fastdata.decoders.nvjpeg import NvjpegDecoder
+from fastdata.decoders.routing import ends_with_eoi, frame_info
+from fastdata.loader.pipeline import make_backend
+from fastdata.cli.demo import photo_like_jpeg
 
 pytest.importorskip("torchvision")
 from torchvision.io.image import ImageReadMode  # noqa: E402
 
 
-class CpuStandIn(NvjpegBackend):
+class CpuStandInDecoder(NvjpegDecoder):
     """nvJPEG's role played by torchvision's CPU decoder; it rejects progressive files as nvJPEG may."""
 
     _allow_cpu = True
 
-    def __init__(self, transform, **config):
-        super().__init__(transform, **config)
+    def __init__(self, transform):
+        super().__init__(transform, device=torch.device("cpu"))
         self.seen = []
 
         def decode(tensors, device):
@@ -44,6 +45,11 @@ class CpuStandIn(NvjpegBackend):
             return out
 
         self._decode_jpegs = decode
+
+
+def CpuStandIn(transform, **config):
+    """The nvJPEG backend's pipeline with the stand-in decoder (``.decoders[0]``) in nvJPEG's place."""
+    return make_backend(CpuStandInDecoder(transform), transform, **config)
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -107,7 +113,7 @@ def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform)
     assert (sims.argmax(1) == torch.arange(6)).all()
     # CMYK and PNG never reach the GPU decoder; the progressive file was rejected and fell back.
     assert stats["gpu_rejected"] >= 1 and stats["native_fallbacks"] >= 3
-    assert not any(info is not None and info.components == 4 for info in gpu.seen)
+    assert not any(info is not None and info.components == 4 for info in gpu.decoders[0].seen)
 
 
 def test_normalized_output_and_layout(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
-from fastdata import demo
+from fastdata.cli import demo
 
 
 def _digest_tree(root: Path) -> dict:

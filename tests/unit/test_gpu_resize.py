@@ -9,9 +9,9 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.backends.gpu_resize import ImageLayout, resample_batch
-from fastdata.cuda import GpuNormalizer
-from fastdata.demo import photo_like_jpeg
+from fastdata.decoders.gpu_resize import ImageLayout, resample_batch
+from fastdata.loader.cuda import GpuNormalizer
+from fastdata.cli.demo import photo_like_jpeg
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

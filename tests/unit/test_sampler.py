@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fastdata.sampler import ShardedOrder
+from fastdata.loader.sampler import ShardedOrder
 
 torch_data = pytest.importorskip("torch.utils.data")
 

@@ -11,7 +11,7 @@ import sys
 
 SCRIPT = r"""
 import hashlib, fastdata
-from fastdata.demo import photo_like_jpeg
+from fastdata.cli.demo import photo_like_jpeg
 data = [photo_like_jpeg(5, i, 300 + 37 * i, 200 + 23 * i) for i in range(10)]
 h = hashlib.sha256()
 for t in [fastdata.RandomResizedCrop(224), fastdata.RandomResizedCrop(97, scale=(0.01, 1.0)),

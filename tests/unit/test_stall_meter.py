@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import fastdata
-from fastdata import tracing
-from fastdata.stall import StallMeter, StallReport, classify, next_action, profile
+from fastdata.diagnostics import tracing
+from fastdata.diagnostics.stall import StallMeter, StallReport, classify, next_action, profile
 
 BATCH = 8
 
@@ -222,8 +222,8 @@ def test_bad_arguments_raise():
 
 
 @pytest.mark.skipif(
-    fastdata._EXPORTS.get("profile") != "fastdata.stall",
-    reason="fastdata/__init__.py must export StallMeter/profile from fastdata.stall (a module named "
+    fastdata._EXPORTS.get("profile") != "fastdata.diagnostics.stall",
+    reason="fastdata/__init__.py must export StallMeter/profile from fastdata.diagnostics.stall (a module named "
     "fastdata.profile would shadow the function fastdata.profile)",
 )
 def test_exported_from_package():
@@ -337,7 +337,7 @@ class FakeGpu:
 @pytest.mark.parametrize("loader_ms,kernel_ms,truth,verdict", [(20, 5, 15 / 20, "input-bound"), (5, 20, 0.0, "compute-bound")])
 def test_cuda_event_timing_sees_through_asynchronous_steps(monkeypatch, loader_ms, kernel_ms, truth, verdict):
     torch = pytest.importorskip("torch")
-    import fastdata.stall as stall_module
+    import fastdata.diagnostics.stall as stall_module
 
     clock = VirtualClock()
     gpu = FakeGpu(clock)

@@ -1,0 +1,208 @@
+// The batch engine: Engine.run / plan / read_files / transform_pixels, and the crop boxes
+// it draws (sample_crop_boxes, for tests and GPU decoders that need the same crops).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings/common.h"
+#include "bindings/register.h"
+#include "bindings/types.h"
+#include "core/augment.h"
+#include "core/engine.h"
+#include "core/sample.h"
+
+namespace fastdata::bindings {
+
+namespace {
+
+py::array_t<int64_t> sample_crop_boxes(int height, int width, std::pair<double, double> scale,
+                                       std::pair<double, double> ratio, double hflip, uint64_t seed, uint64_t epoch,
+                                       py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices) {
+  if (height <= 0 || width <= 0) throw py::value_error("height and width must be positive");
+  TransformSpec spec;
+  spec.scale_lo = scale.first, spec.scale_hi = scale.second;
+  spec.ratio_lo = ratio.first, spec.ratio_hi = ratio.second;
+  spec.hflip = hflip;
+  const auto n = indices.size();
+  py::array_t<int64_t> boxes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(5)});
+  auto b = boxes.mutable_unchecked<2>();
+  const int64_t* idx = indices.data();
+  for (py::ssize_t i = 0; i < n; ++i) {
+    const CropBox c = sample_random_resized_crop(height, width, spec, seed, epoch, static_cast<uint64_t>(idx[i]));
+    b(i, 0) = c.top, b(i, 1) = c.left, b(i, 2) = c.height, b(i, 3) = c.width, b(i, 4) = c.flip;
+  }
+  return boxes;
+}
+
+struct EngineDeleter {
+  // Joining workers needs no Python, but other Python threads should not wait on it.
+  void operator()(Engine* e) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      delete e;
+    } else {
+      delete e;
+    }
+  }
+};
+
+std::vector<int64_t> indices_from(const py::object& indices_obj, size_t n) {
+  std::vector<int64_t> indices;
+  if (!indices_obj.is_none()) {
+    auto arr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(indices_obj);
+    if (!arr || static_cast<size_t>(arr.size()) != n) throw py::value_error("indices must have one entry per item");
+    indices.assign(arr.data(), arr.data() + n);
+  }
+  return indices;
+}
+
+CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformSpec& spec, uint64_t seed,
+                     uint64_t epoch, const py::object& indices_obj, int64_t max_pixels) {
+  BufferViews views;
+  const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
+  const size_t n = inputs.size();
+  const std::vector<int64_t> indices = indices_from(indices_obj, n);
+  std::vector<Engine::SamplePlan> plans;
+  std::vector<SampleResult> results;
+  {
+    py::gil_scoped_release nogil;
+    engine.plan(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), max_pixels, &plans, &results);
+  }
+  const auto rows = static_cast<py::ssize_t>(n);
+  CropPlan plan;
+  plan.boxes = py::array_t<double>({rows, static_cast<py::ssize_t>(4)});
+  plan.flips = py::array_t<bool>(rows);
+  plan.sizes = py::array_t<int32_t>({rows, static_cast<py::ssize_t>(2)});
+  plan.orientations = py::array_t<int32_t>(rows);
+  auto b = plan.boxes.mutable_unchecked<2>();
+  auto f = plan.flips.mutable_unchecked<1>();
+  auto s = plan.sizes.mutable_unchecked<2>();
+  auto o = plan.orientations.mutable_unchecked<1>();
+  for (size_t i = 0; i < n; ++i) {
+    const auto& p = plans[i];
+    const auto r = static_cast<py::ssize_t>(i);
+    b(r, 0) = p.x0, b(r, 1) = p.y0, b(r, 2) = p.x1, b(r, 3) = p.y1;
+    f(r) = p.flip;
+    s(r, 0) = p.height, s(r, 1) = p.width;
+    o(r) = p.orientation;
+  }
+  plan.failures = failures_of(results);
+  return plan;
+}
+
+// Files read on the engine's threads (GIL released), each returned as a uint8 array that
+// owns the bytes read (no copy), or the reason it could not be read.
+py::tuple engine_read_files(Engine& engine, const std::vector<std::string>& paths) {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<std::string> errors;
+  {
+    py::gil_scoped_release nogil;
+    engine.read_files(paths, &bufs, &errors);
+  }
+  py::list arrays, reasons;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    auto* owned = new std::vector<uint8_t>(std::move(bufs[i]));
+    py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
+    arrays.append(py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, owned->data(), free_when_done));
+    reasons.append(errors[i].empty() ? py::object(py::none()) : py::object(py::str(errors[i])));
+  }
+  return py::make_tuple(arrays, reasons);
+}
+
+// out: uint8 or float32 [N, H, W, 3] with contiguous rows; float32 needs (scale, bias).
+BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpec& spec,
+                         const py::object& scale_bias, py::buffer_info* info) {
+  py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
+  *info = out_buf.request(true);
+  const bool f32 = info->format == py::format_descriptor<float>::format();
+  const py::ssize_t item = f32 ? 4 : 1;
+  if (!(f32 || (info->itemsize == 1 && info->format == py::format_descriptor<uint8_t>::format())) ||
+      info->ndim != 4 || info->shape[0] != static_cast<py::ssize_t>(n) || info->shape[1] != spec.out_h ||
+      info->shape[2] != spec.out_w || info->shape[3] != 3 || info->strides[3] != item ||
+      info->strides[2] != 3 * item || info->strides[1] != 3 * item * spec.out_w) {
+    throw py::value_error("out must be a writable uint8 or float32 array of shape [N, H, W, 3] with contiguous rows");
+  }
+  BatchOutput out;
+  out.row_stride = info->strides[0];
+  if (f32) {
+    if (scale_bias.is_none()) throw py::value_error("a float32 out needs per-channel (scale, bias)");
+    auto sb = scale_bias.cast<std::pair<std::vector<float>, std::vector<float>>>();
+    if (sb.first.size() != 3 || sb.second.size() != 3) throw py::value_error("scale and bias need 3 values each");
+    out.f32 = static_cast<float*>(info->ptr);
+    for (int c = 0; c < 3; ++c) out.scale[c] = sb.first[c], out.bias[c] = sb.second[c];
+  } else {
+    out.u8 = static_cast<uint8_t*>(info->ptr);
+  }
+  return out;
+}
+
+BatchReport engine_run(Engine& engine, const py::sequence& items, const TransformSpec& spec, const py::object& out_obj,
+                       uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels,
+                       const py::object& scale_bias) {
+  BufferViews views;
+  const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
+  const size_t n = inputs.size();
+  py::buffer_info info;
+  const BatchOutput out = batch_output(out_obj, n, spec, scale_bias, &info);
+  const std::vector<int64_t> indices = indices_from(indices_obj, n);
+  std::vector<SampleResult> results;
+  BatchTimes times;
+  {
+    py::gil_scoped_release nogil;
+    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels, out,
+               &results, &times);
+  }
+  BatchReport report;
+  for (const auto& r : results) report.warnings += r.warnings;
+  report.failures = failures_of(results);
+  report.read_seconds = times.read_seconds;
+  report.decode_seconds = times.decode_seconds;
+  return report;
+}
+
+void engine_transform_pixels(Engine& engine, py::array_t<uint8_t, py::array::c_style> rgb, const TransformSpec& spec,
+                             const py::object& out_obj, size_t row, uint64_t seed, uint64_t epoch, uint64_t index,
+                             const py::object& scale_bias) {
+  if (rgb.ndim() != 3 || rgb.shape(2) != 3 || rgb.shape(0) < 1 || rgb.shape(1) < 1) {
+    throw py::value_error("pixels must be a uint8 array of shape [H, W, 3]");
+  }
+  py::buffer_info info;
+  const py::ssize_t rows = py::reinterpret_borrow<py::buffer>(out_obj).request().shape.at(0);
+  if (row >= static_cast<size_t>(rows)) throw py::index_error("row outside out");
+  const BatchOutput out = batch_output(out_obj, static_cast<size_t>(rows), spec, scale_bias, &info);
+  const int h = static_cast<int>(rgb.shape(0)), w = static_cast<int>(rgb.shape(1));
+  const uint8_t* src = rgb.data();
+  py::gil_scoped_release nogil;
+  engine.transform_pixels_into(src, h, w, static_cast<ptrdiff_t>(w) * 3, spec, SampleKey{seed, epoch, index}, out,
+                               row);
+}
+
+}  // namespace
+
+void register_engine(py::module_& m) {
+  m.def("sample_crop_boxes", &sample_crop_boxes, py::arg("height"), py::arg("width"), py::arg("scale"),
+        py::arg("ratio"), py::arg("hflip"), py::arg("seed"), py::arg("epoch"), py::arg("indices"),
+        "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");
+
+  py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine",
+                                                             "A pool of native threads (the caller counts as one).")
+      .def(py::init<int>(), py::arg("threads"))
+      .def_property_readonly("threads", &Engine::threads)
+      .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
+           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("scale_bias") = py::none(),
+           "Decode + transform items[i] into out[i] with the GIL released; never raises for bad data.")
+      .def("plan", &engine_plan, py::arg("items"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
+           py::arg("indices"), py::arg("max_pixels"), "Source boxes without decoding pixels (headers only).")
+      .def("read_files", &engine_read_files, py::arg("paths"),
+           "Read files on the pool: ([uint8 array per file], [None or the reason it could not be read])")
+      .def("transform_pixels", &engine_transform_pixels, py::arg("pixels"), py::arg("spec"), py::arg("out"),
+           py::arg("row"), py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("scale_bias") = py::none(),
+           "Crop/resize/flip pixels decoded elsewhere (the Pillow fallback) into out[row].");
+}
+
+}  // namespace fastdata::bindings

@@ -1,0 +1,46 @@
+// The typed contract between fastdata._C and Python: what a batch call returns. These hold
+// Python objects (numpy arrays), so they live here, not in core/.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/engine.h"
+
+namespace fastdata::bindings {
+
+namespace py = pybind11;
+
+// One sample that did not come out of the native pass (row of the batch, why, libjpeg's or
+// the reader's message). kNotJpeg rows are left for the caller's fallback decoder.
+struct SampleFailure {
+  size_t row = 0;
+  SampleStatus status = SampleStatus::kOk;
+  std::string message;
+};
+
+// Engine.run's outcome. Times are summed over native threads.
+struct BatchReport {
+  std::vector<SampleFailure> failures;
+  int warnings = 0;  // libjpeg corrupt-data warnings over the batch (non-strict decodes)
+  double read_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Engine.plan's outcome: per sample, the source box in EXIF-oriented pixels, the flip, the
+// oriented size and the EXIF orientation. Failed rows keep zeros.
+struct CropPlan {
+  py::array_t<double> boxes;         // float64 [N, 4]: x0, y0, x1, y1
+  py::array_t<bool> flips;           // bool [N]
+  py::array_t<int32_t> sizes;        // int32 [N, 2]: height, width
+  py::array_t<int32_t> orientations; // int32 [N]
+  std::vector<SampleFailure> failures;
+};
+
+// Failures (status != kOk) of results, in row order.
+std::vector<SampleFailure> failures_of(const std::vector<SampleResult>& results);
+
+}  // namespace fastdata::bindings

@@ -1,0 +1,171 @@
+"""Typed stub of fastdata._C, the native core (csrc/bindings/).
+
+Kept in step with the extension by tests/unit/test_c_stub.py: every name, class, method and
+property registered in C++ appears here and nothing else does, with the same parameters
+(names, order, keyword-only markers, defaults) and the same scalar and bound-class types.
+Arguments are converted with the GIL held; the work runs with the GIL released.
+"""
+from collections.abc import Sequence
+from typing import Any, ClassVar, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+# Anything exposing a contiguous buffer: bytes, bytearray, memoryview, numpy uint8 arrays.
+_Buffer = Any
+# Sample i of a batch: a file path (read on a native thread) or an encoded buffer.
+_Item = Union[str, _Buffer]
+
+class NativeDecodeError(ValueError):
+    """Corrupt or unsupported JPEG data (libjpeg's message); fastdata.decode re-raises it as
+    fastdata.DecodeError."""
+
+class TransformKind:
+    """Which crop a TransformSpec describes."""
+
+    RANDOM_RESIZED_CROP: ClassVar[TransformKind]
+    CENTER_CROP: ClassVar[TransformKind]
+    FULL: ClassVar[TransformKind]
+    __members__: ClassVar[dict[str, TransformKind]]
+    def __init__(self, value: int) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __index__(self) -> int: ...
+    def __int__(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+class SampleStatus:
+    """Outcome of one sample of a batch (csrc/core/engine.h)."""
+
+    OK: ClassVar[SampleStatus]
+    NOT_JPEG: ClassVar[SampleStatus]  # left untouched for the caller's fallback decoder
+    DECODE_ERROR: ClassVar[SampleStatus]  # corrupt or unsupported data; the row is zero-filled
+    READ_ERROR: ClassVar[SampleStatus]  # the file could not be read; the row is zero-filled
+    INTERNAL: ClassVar[SampleStatus]  # a bug or out of memory; the row is zero-filled
+    __members__: ClassVar[dict[str, SampleStatus]]
+    def __init__(self, value: int) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __index__(self) -> int: ...
+    def __int__(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+class TransformSpec:
+    """What the engine does to each sample. Immutable; every field is validated on
+    construction (ValueError): out_h, out_w in 1..16384; 0 < scale_lo <= scale_hi;
+    0 < ratio_lo <= ratio_hi; 0 <= hflip <= 1; resize_to >= 1."""
+
+    def __init__(self, *, kind: TransformKind, out_h: int, out_w: int, scale_lo: float = 0.08,
+                 scale_hi: float = 1.0, ratio_lo: float = 0.75, ratio_hi: float = 1.3333333333333333,
+                 hflip: float = 0.5, resize_to: int = 256, roi: bool = True) -> None: ...
+    @property
+    def kind(self) -> TransformKind: ...
+    @property
+    def out_h(self) -> int: ...
+    @property
+    def out_w(self) -> int: ...
+    @property
+    def scale_lo(self) -> float: ...
+    @property
+    def scale_hi(self) -> float: ...
+    @property
+    def ratio_lo(self) -> float: ...
+    @property
+    def ratio_hi(self) -> float: ...
+    @property
+    def hflip(self) -> float: ...
+    @property
+    def resize_to(self) -> int:
+        """CenterCrop: the shorter side before the crop."""
+    @property
+    def roi(self) -> bool:
+        """Decode only the crop's region, DCT-scaled where it can (off only to measure it)."""
+    def __repr__(self) -> str: ...
+
+class SampleFailure:
+    """A sample the native pass did not write: its row in the batch, why, and the message."""
+
+    @property
+    def row(self) -> int: ...
+    @property
+    def status(self) -> SampleStatus: ...
+    @property
+    def message(self) -> str: ...
+    def __repr__(self) -> str: ...
+
+class BatchReport:
+    """What Engine.run did. Times are summed over native threads."""
+
+    @property
+    def failures(self) -> list[SampleFailure]:
+        """In row order; NOT_JPEG rows are untouched, the others zero-filled."""
+    @property
+    def warnings(self) -> int:
+        """libjpeg corrupt-data warnings over the batch (non-strict decodes)."""
+    @property
+    def read_seconds(self) -> float: ...
+    @property
+    def decode_seconds(self) -> float: ...
+
+class CropPlan:
+    """Where each sample's output comes from (Engine.plan); failed rows keep zeros."""
+
+    @property
+    def boxes(self) -> npt.NDArray[np.float64]:
+        """[N, 4]: x0, y0, x1, y1 in EXIF-oriented pixels."""
+    @property
+    def flips(self) -> npt.NDArray[np.bool_]:
+        """[N]"""
+    @property
+    def sizes(self) -> npt.NDArray[np.int32]:
+        """[N, 2]: oriented height, width."""
+    @property
+    def orientations(self) -> npt.NDArray[np.int32]:
+        """[N]: EXIF orientation 1..8."""
+    @property
+    def failures(self) -> list[SampleFailure]: ...
+
+class Engine:
+    """A pool of native threads (the caller counts as one). Destroying it joins the threads
+    with the GIL released."""
+
+    def __init__(self, threads: int) -> None: ...
+    @property
+    def threads(self) -> int: ...
+    def run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
+            indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int,
+            scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> BatchReport:
+        """Decode + transform items[i] into out[i] (uint8 [N, H, W, 3], or float32 with
+        scale_bias); never raises for bad data: failures are in the report."""
+    def plan(self, items: Sequence[_Item], spec: TransformSpec, seed: int, epoch: int,
+             indices: Optional[npt.ArrayLike], max_pixels: int) -> CropPlan: ...
+    def read_files(self, paths: Sequence[str]) -> tuple[list[npt.NDArray[np.uint8]], list[Optional[str]]]: ...
+    def transform_pixels(self, pixels: npt.NDArray[np.uint8], spec: TransformSpec, out: npt.NDArray[Any], row: int,
+                         seed: int, epoch: int, index: int,
+                         scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> None: ...
+
+def probe(data: _Buffer) -> dict[str, Any]:
+    """width, height, oriented_width, oriented_height, color_space, subsampling, progressive,
+    orientation, components."""
+
+def decode_full(data: _Buffer, strict: bool, max_pixels: int) -> tuple[npt.NDArray[np.uint8], int]:
+    """(uint8 [H, W, 3] RGB after EXIF orientation, libjpeg warnings)."""
+
+def jpeg_info() -> dict[str, Any]:
+    """libjpeg_turbo_version, simd_disabled_by_env."""
+
+def sample_crop_boxes(height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float], hflip: float,
+                      seed: int, epoch: int, indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """[N, 5] = (top, left, height, width, flip)."""
+
+def transcode_to_baseline(data: _Buffer, max_pixels: int) -> bytes: ...
+def entropy_floor(datas: list[_Buffer], spec: TransformSpec, seed: int, epoch: int) -> None: ...
+def plain_decode(datas: list[_Buffer]) -> None: ...
+def _set_fast_huffman(enabled: bool) -> bool: ...
+def _fast_huffman_scans() -> int: ...

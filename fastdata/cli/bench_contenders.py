@@ -1,0 +1,675 @@
+"""The contenders of `fastdata-bench`: one small class per way of feeding a training loop.
+
+Every contender runs the same job (see :class:`Job`): the same encoded images,
+RandomResizedCrop(224) + horizontal flip, ImageNet normalization, the same batch size,
+output dtype and device; each yields ``(images, labels)`` batches forever (epochs are
+chained) until the generator is closed. ``images`` is a normalized ``job.dtype`` tensor
+[B, 3, 224, 224] on ``job.device`` (with ``job.dtype == "uint8"``: raw uint8 [B, 224, 224, 3],
+NHWC, not normalized); ``labels`` int64 [B]. A contender that cannot run here says why
+through ``unavailable()`` and is reported as skipped, never dropped. fastdata.cli.bench_runner
+times them.
+
+Heavy imports (torch, torchvision, DALI, fastdata's loader) happen inside the methods so
+that a missing optional package turns into a skip reason, not an import failure of the tool.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Batch = Tuple[Any, Any]  # (images tensor, labels tensor)
+
+
+@dataclass
+class Job:
+    """What every contender must produce, and from which data.
+
+    ``paths``/``labels`` list the image files (empty when the data is an LMDB cache);
+    ``folder`` is set when the data is an ImageFolder tree, ``lmdb`` when it is a fastdata
+    LMDB cache. ``workers`` is the process/thread count (DataLoader workers, native threads).
+    """
+
+    paths: List[str]
+    labels: List[int]
+    classes: List[str]
+    folder: Optional[Path] = None
+    lmdb: Optional[Path] = None
+    list_file: Optional[Path] = None
+    batch_size: int = 64
+    size: int = 224
+    device: str = "cpu"
+    dtype: str = "float32"
+    workers: int = 2
+    cache_dir: Optional[Path] = None
+    log: Callable[[str], None] = field(default=lambda msg: None, repr=False)
+
+    @property
+    def num_images(self) -> int:
+        return len(self.paths) if self.paths else -1
+
+    @property
+    def uint8(self) -> bool:
+        """Raw uint8 NHWC images instead of normalized NCHW floats."""
+        return self.dtype == "uint8"
+
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                "uint8": torch.uint8}[self.dtype]
+
+
+def _missing(module: str) -> Optional[str]:
+    """None when ``module`` imports, else a one-line reason."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # ImportError, or an extension failing to load: both mean "skip"
+        return f"{module} not importable: {type(e).__name__}: {e}"
+    return None
+
+
+def _float_only(job: Job) -> Optional[str]:
+    return "uint8 output is not implemented for this contender (normalized float only)" if job.uint8 else None
+
+
+def _cuda_reason(job: Job) -> Optional[str]:
+    if not job.device.startswith("cuda"):
+        return "GPU contender: run with --device cuda"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    return None
+
+
+def pillow_flavour() -> str:
+    """'Pillow-SIMD x.y' when Pillow-SIMD provides PIL, else 'Pillow x.y'."""
+    from importlib import metadata
+
+    import PIL
+
+    try:
+        metadata.distribution("Pillow-SIMD")
+        return f"Pillow-SIMD {PIL.__version__}"
+    except metadata.PackageNotFoundError:
+        return f"Pillow {PIL.__version__}"
+
+
+# ---------------------------------------------------------------------------------------
+# torch DataLoader + torchvision transforms (the baseline users start from)
+
+
+class _LMDBDataset:
+    """torch Dataset over a fastdata LMDB cache, opened lazily in each worker process
+    (an LMDB environment must not cross a fork)."""
+
+    def __init__(self, path: Path, transform: Any) -> None:
+        self.path, self.transform = path, transform
+        self._source: Any = None
+        self._pid = -1
+        src = self._open()
+        self._len = len(src)
+        self._labels = [int(x) for x in src.labels]
+
+    def _open(self) -> Any:
+        if self._source is None or self._pid != os.getpid():
+            import fastdata
+
+            self._source, self._pid = fastdata.LMDBSource(str(self.path)), os.getpid()
+        return self._source
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_source"], state["_pid"] = None, -1
+        return state
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> Tuple[Any, int]:
+        import io
+
+        from PIL import Image
+
+        item = self._open().fetch([i])[0]
+        data = open(item, "rb").read() if isinstance(item, str) else bytes(item)
+        with Image.open(io.BytesIO(data)) as im:
+            img = im.convert("RGB")
+        return self.transform(img), self._labels[i]
+
+
+class _PathDataset:
+    """(path, label) list read with torchvision's default loader (what ImageFolder does)."""
+
+    def __init__(self, paths: Sequence[str], labels: Sequence[int], transform: Any) -> None:
+        self.paths, self.labels, self.transform = list(paths), list(labels), transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> Tuple[Any, int]:
+        from torchvision.datasets.folder import default_loader
+
+        return self.transform(default_loader(self.paths[i])), self.labels[i]
+
+
+class DataLoaderContender:
+    """``torch.utils.data.DataLoader`` over torchvision's ImageFolder with
+    RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor + Normalize, ``workers``
+    processes, pinned memory when the output goes to CUDA (pinning without an accelerator
+    only warns). Note: torchvision's loader does not apply EXIF orientation; fastdata does.
+    """
+
+    name = "dataloader"
+
+    def __init__(self, workers: Optional[int] = None, pin_memory: Optional[bool] = None,
+                 label: Optional[str] = None, require_simd: bool = False) -> None:
+        self.workers, self.pin_memory, self.require_simd = workers, pin_memory, require_simd
+        self.label = label or ("DataLoader + Pillow-SIMD" if require_simd else "DataLoader (torchvision)")
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        reason = _missing("torchvision")
+        if reason:
+            return reason
+        flavour = pillow_flavour()
+        if self.require_simd and not flavour.startswith("Pillow-SIMD"):
+            return (f"Pillow-SIMD not installed ({flavour}); it replaces Pillow: "
+                    "pip uninstall -y pillow && CC=\"cc -mavx2\" pip install pillow-simd")
+        if not self.require_simd and flavour.startswith("Pillow-SIMD"):
+            return ("the installed PIL is Pillow-SIMD (stock Pillow cannot load side by side): "
+                    "see the Pillow-SIMD row")
+        if job.device.startswith("cuda"):
+            return _cuda_reason(job)
+        return None
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import torch
+        from torch.utils.data import DataLoader, RandomSampler
+        from torchvision import datasets, transforms
+
+        steps: List[Any] = [transforms.RandomResizedCrop(job.size), transforms.RandomHorizontalFlip()]
+        if job.uint8:
+            steps.append(transforms.PILToTensor())
+        else:
+            steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        tf = transforms.Compose(steps)
+        if job.lmdb is not None:
+            ds: Any = _LMDBDataset(job.lmdb, tf)
+        elif job.folder is not None:
+            ds = datasets.ImageFolder(str(job.folder), transform=tf)
+        else:
+            ds = _PathDataset(job.paths, job.labels, tf)
+        workers = job.workers if self.workers is None else self.workers
+        cuda = job.device.startswith("cuda")
+        pin = cuda if self.pin_memory is None else (self.pin_memory and cuda)
+        self.detail = {"workers": workers, "pin_memory": pin, "pillow": pillow_flavour()}
+        # One long shuffled epoch (permutations chained): a small demo set would otherwise
+        # drain the worker pipeline every few batches, which a real dataset never does.
+        sampler = RandomSampler(ds, replacement=False, num_samples=len(ds) * 10_000)
+        loader = DataLoader(ds, batch_size=job.batch_size, sampler=sampler, num_workers=workers,
+                            pin_memory=pin, drop_last=True, persistent_workers=workers > 0)
+        dtype, device = job.torch_dtype(), torch.device(job.device)
+        it = iter(loader)
+        try:
+            for images, labels in it:
+                if job.uint8:
+                    images = images.permute(0, 2, 3, 1)  # NHWC like fastdata's uint8 output (a view)
+                images = images.to(device, non_blocking=pin).to(dtype)
+                yield images, labels.to(device, non_blocking=pin)
+        finally:
+            # Shut the worker processes down now, not at garbage collection.
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            del it, loader
+
+
+# ---------------------------------------------------------------------------------------
+# fastdata
+
+
+class RepeatedSource:
+    """A source protocol view that repeats ``inner`` ``times`` times (index i -> i % n).
+
+    Why: the demo set is small, and chaining many short epochs measures epoch-boundary
+    drain rather than steady-state throughput; a long virtual epoch avoids that for fastdata
+    as the chained RandomSampler does for the DataLoader.
+    """
+
+    def __init__(self, inner: Any, times: int) -> None:
+        import numpy as np
+
+        self.inner, self.times = inner, int(times)
+        self.classes = list(inner.classes)
+        self._n = len(inner)
+        self._labels = np.tile(np.asarray(inner.labels, dtype=np.int64), self.times)
+
+    def __len__(self) -> int:
+        return self._n * self.times
+
+    @property
+    def labels(self) -> Any:
+        return self._labels
+
+    def name(self, index: int) -> str:
+        return self.inner.name(index % self._n)
+
+    def fetch(self, indices: Sequence[int]) -> Sequence[Any]:
+        return self.inner.fetch([int(i) % self._n for i in indices])
+
+
+def _repeat_for(source: Any, batch_size: int) -> Any:
+    """Repeat small sources so one epoch holds at least 400 batches."""
+    n = len(source)
+    times = max(1, -(-400 * batch_size // max(n, 1)))
+    return source if times == 1 else RepeatedSource(source, times)
+
+
+class FastdataContender:
+    """``fastdata.Loader`` from files, an LMDB cache or RAM.
+
+    ``source``: "files" | "lmdb" | "ram". ``roi=False`` asks the engine for a plain full
+    decode followed by crop+resize (the ablation's "native decode" step); it needs the
+    lead's ``roi`` switch on ``fastdata.Loader``. ``host_normalize=True`` with a CUDA job
+    takes uint8 NHWC batches on the host and copies/normalizes them synchronously on the
+    default stream (the ablation's "before CUDA-stream prefetch" steps). ``backend``:
+    the Loader's decoding backend ("native", or the GPU decoders "dali" and "nvjpeg").
+    """
+
+    def __init__(self, source: str = "files", roi: bool = True, host_normalize: bool = False,
+                 threads: Optional[int] = None, label: Optional[str] = None, backend: str = "native") -> None:
+        if source not in ("files", "lmdb", "ram"):
+            raise ValueError(f"unknown fastdata source {source!r}")
+        self.source, self.roi, self.host_normalize, self.threads = source, roi, host_normalize, threads
+        self.backend = backend
+        self.name = {"files": "fastdata", "lmdb": "lmdb", "ram": "ram"}[source]
+        if backend != "native":
+            self.name = f"fastdata-{backend}"
+        self.label = label or {"files": "fastdata (files)", "lmdb": "fastdata (LMDB)",
+                               "ram": "fastdata (RAM)"}[source]
+        if backend != "native" and label is None:
+            self.label = f"fastdata (files, backend={backend})"
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        try:
+            import fastdata
+
+            # The lazy imports of everything this contender uses are the availability check.
+            needed = ["Loader", "RandomResizedCrop"]
+            if self.source == "lmdb" or job.lmdb is not None:
+                needed.append("LMDBSource")
+            elif job.folder is not None:
+                needed.append("ImageFolder")
+            else:
+                needed.append("FileList")
+            if self.source == "ram":
+                needed.append("RAMCache")
+            for attr in needed:
+                getattr(fastdata, attr)
+        except Exception as e:  # a module not written or not built yet: skip, with its error
+            return f"{type(e).__name__}: {e}"
+        if self.source == "files" and job.lmdb is not None:
+            return "DATA is an LMDB cache: there are no files to read"
+        if self.source == "lmdb" and job.lmdb is None and job.folder is None and job.list_file is None:
+            return "no ImageFolder or list file to convert to LMDB"
+        if not self.roi:
+            import inspect
+
+            if "roi" not in inspect.signature(fastdata.Loader).parameters:
+                return ("the engine exposes no switch for a plain full decode "
+                        "(needs fastdata.Loader(..., roi=False))")
+        if self.backend != "native":
+            if job.uint8:
+                return _float_only(job)
+            if not job.device.startswith("cuda"):
+                return f"backend={self.backend} decodes on the GPU (needs --device cuda)"
+            if self.backend == "dali":
+                reason = _missing("nvidia.dali")
+                if reason:
+                    return reason
+        if job.device.startswith("cuda"):
+            return _cuda_reason(job)
+        return None
+
+    def _open_source(self, job: Job) -> Any:
+        import fastdata
+
+        if self.source == "lmdb" or job.lmdb is not None:
+            path = job.lmdb if job.lmdb is not None else ensure_lmdb(job)
+            src: Any = fastdata.LMDBSource(str(path))
+        elif job.folder is not None:
+            src = fastdata.ImageFolder(str(job.folder))
+        else:
+            src = fastdata.FileList(job.paths, job.labels)
+        if self.source == "ram":
+            src = fastdata.RAMCache(src)
+        return src
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import fastdata
+        import torch
+
+        src = _repeat_for(self._open_source(job), job.batch_size)
+        cuda = job.device.startswith("cuda")
+        threads = job.workers if self.threads is None else self.threads
+        kwargs: Dict[str, Any] = dict(
+            batch_size=job.batch_size, transform=fastdata.RandomResizedCrop(job.size), shuffle=True,
+            seed=0, drop_last=True, threads=threads, prefetch=3, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+            backend=self.backend)
+        if not self.roi:
+            kwargs["roi"] = False
+        sync_copy = cuda and self.host_normalize
+        if sync_copy:
+            kwargs.update(device="cpu", dtype=torch.uint8)
+        else:
+            kwargs.update(device=job.device, dtype=job.torch_dtype())
+        self.detail = {"threads": threads, "roi": self.roi, "source": type(src).__name__,
+                       "stream_prefetch": cuda and not sync_copy, "backend": self.backend}
+        loader = fastdata.Loader(src, **kwargs)
+        try:
+            if not sync_copy:
+                epoch = 0
+                while True:
+                    loader.set_epoch(epoch)
+                    yield from loader
+                    epoch += 1
+            device, dtype = torch.device(job.device), job.torch_dtype()
+            mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
+            std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+            epoch = 0
+            while True:
+                loader.set_epoch(epoch)
+                for images, labels in loader:
+                    # uint8 NHWC on the host -> synchronous copy -> normalize on the GPU.
+                    x = images.to(device).permute(0, 3, 1, 2).float()
+                    yield ((x - mean) / std).to(dtype), labels.to(device)
+                epoch += 1
+        finally:
+            loader.close()
+
+
+def ensure_lmdb(job: Job) -> Path:
+    """Path of an LMDB cache of ``job``'s data, built with fastdata-convert if absent.
+
+    Cached under ``job.cache_dir/lmdb/<name>-<hash of the source path>``; a cache that
+    LMDBSource refuses (incomplete, older format) is rebuilt.
+    """
+    import hashlib
+
+    import fastdata
+    from fastdata.cli import convert
+
+    src = job.folder if job.folder is not None else job.list_file
+    if src is None:
+        raise ValueError("no ImageFolder or list file to convert")
+    cache = Path(job.cache_dir) if job.cache_dir is not None else Path.home() / ".cache" / "fastdata"
+    digest = hashlib.sha256(str(Path(src).resolve()).encode()).hexdigest()[:12]
+    dst = cache / "lmdb" / f"{Path(src).name}-{digest}"
+    if dst.exists():
+        try:
+            len(fastdata.LMDBSource(str(dst)))
+            return dst
+        except Exception as e:  # incomplete or stale cache: convert again (resumes if it can)
+            job.log(f"rebuilding LMDB cache {dst}: {e}")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    job.log(f"converting {src} -> {dst} (fastdata-convert, once)")
+    argv = [str(src), str(dst), "--workers", str(job.workers)]
+    if dst.exists():
+        argv.append("--resume")
+    rc = convert.main(argv)
+    if rc not in (None, 0):
+        raise RuntimeError(f"fastdata-convert {' '.join(argv)} exited with {rc}")
+    return dst
+
+
+# ---------------------------------------------------------------------------------------
+# FFCV
+
+
+class FFCVContender:
+    """FFCV's Loader over its own packed ``.beton`` of the same ImageFolder (written once,
+    JPEG q90, not timed): RandomResizedCrop decode + flip (+ normalize), ``workers``
+    threads, random order over one long epoch (the set's indices repeated), as FFCV's
+    documented pipelines do it: on CUDA uint8 goes to the GPU and is normalized there, on
+    the CPU NormalizeImage runs on the host. uint8 output is NHWC; normalized output is
+    NCHW (a channels_last view). FFCV builds from source against OpenCV and libturbojpeg
+    (apt install libopencv-dev libturbojpeg0-dev pkg-config; pip install ffcv numba)."""
+
+    name = "ffcv"
+    label = "FFCV (its .beton)"
+
+    def __init__(self) -> None:
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        reason = _missing("ffcv.loader")
+        if reason:
+            return reason
+        if job.folder is None:
+            return "packs an ImageFolder into its .beton (DATA is not a folder)"
+        if job.dtype == "bfloat16":
+            return "FFCV's NormalizeImage makes float16 or float32 only"
+        if job.device.startswith("cuda"):
+            return _cuda_reason(job)
+        return None
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import numpy as np
+        import torch
+        from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+        from ffcv.loader import Loader, OrderOption
+        from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, Squeeze, ToDevice, ToTensor, ToTorchImage
+
+        if job.folder is None:
+            raise ValueError("FFCV packs an ImageFolder: the job has none")
+        cuda = job.device.startswith("cuda")
+        device = torch.device(job.device)
+        image: List[Any] = [RandomResizedCropRGBImageDecoder((job.size, job.size)), RandomHorizontalFlip()]
+        label: List[Any] = [IntDecoder(), ToTensor(), Squeeze()]
+        normalize = None
+        if not job.uint8:
+            np_dtype = {"float32": np.float32, "float16": np.float16}[job.dtype]
+            normalize = NormalizeImage(255 * np.array(IMAGENET_MEAN), 255 * np.array(IMAGENET_STD), np_dtype)
+        if cuda:
+            image += [ToTensor(), ToDevice(device, non_blocking=True)]
+            label.append(ToDevice(device, non_blocking=True))
+            if normalize is not None:
+                image += [ToTorchImage(channels_last=True), normalize]
+        else:
+            if normalize is not None:
+                image.append(normalize)
+            image.append(ToTensor())
+            if normalize is not None:
+                image.append(ToTorchImage(channels_last=True))
+        n = len(job.labels)
+        indices = np.tile(np.arange(n, dtype=np.uint64), max(1, -(-400 * job.batch_size // n)))
+        beton = ensure_beton(job)
+        self.detail = {"workers": job.workers, "beton": str(beton)}
+        loader = Loader(str(beton), batch_size=job.batch_size, num_workers=job.workers, order=OrderOption.RANDOM,
+                        drop_last=True, os_cache=True, seed=0, indices=indices,
+                        pipelines={"image": image, "label": label})
+        it = None
+        try:
+            while True:
+                it = iter(loader)
+                yield from it
+        finally:
+            if it is not None:
+                it.close()  # stop FFCV's batch thread now
+
+
+def ensure_beton(job: Job) -> Path:
+    """FFCV's packed file of ``job.folder``, cached under ``job.cache_dir/ffcv``.
+
+    Images are stored as JPEG (quality 90, no resizing: FFCV decodes them with
+    libjpeg-turbo, as fastdata decodes the original files); labels as ints. Keyed by the
+    folder's path and every file's name, size and mtime: a changed folder gets a new file.
+    """
+    import hashlib
+
+    from ffcv.fields import IntField, RGBImageField
+    from ffcv.writer import DatasetWriter
+    from torchvision import datasets
+
+    root = Path(job.folder)
+    key = hashlib.sha256(str(root.resolve()).encode())
+    for path_str, _ in datasets.ImageFolder(str(root)).samples:
+        st = os.stat(path_str)
+        key.update(f"{os.path.relpath(path_str, root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    cache = Path(job.cache_dir) if job.cache_dir is not None else Path.home() / ".cache" / "fastdata"
+    path = cache / "ffcv" / f"{root.name}-{key.hexdigest()[:12]}.beton"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    job.log(f"packing {root} -> {path} (FFCV's DatasetWriter, once)")
+    tmp = path.with_suffix(".tmp")
+    writer = DatasetWriter(str(tmp), {"image": RGBImageField(write_mode="jpg", jpeg_quality=90),
+                                      "label": IntField()}, num_workers=job.workers)
+    writer.from_indexed_dataset(datasets.ImageFolder(str(root)))
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# GPU peers
+
+
+class DALIContender:
+    """NVIDIA DALI's own pipeline: file reader, fused ROI decode on the GPU
+    (``decoders.image_random_crop``, device="mixed"), resize, flip + normalize."""
+
+    name = "dali"
+    label = "DALI (mixed decode)"
+
+    def __init__(self) -> None:
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        reason = _float_only(job) or _cuda_reason(job) or _missing("nvidia.dali")
+        if reason:
+            return reason
+        if not job.paths:
+            return "DALI's file reader needs image files (DATA is an LMDB cache)"
+        return None
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import torch
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        dali_dtype = {"float32": types.FLOAT, "float16": types.FLOAT16}.get(job.dtype, types.FLOAT)
+        device_id = torch.device(job.device).index or 0
+
+        @pipeline_def(batch_size=job.batch_size, num_threads=job.workers, device_id=device_id, seed=0)
+        def pipe() -> Any:
+            jpegs, labels = fn.readers.file(files=job.paths, labels=job.labels, random_shuffle=True,
+                                            name="Reader")
+            images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
+            images = fn.resize(images, resize_x=job.size, resize_y=job.size)
+            images = fn.crop_mirror_normalize(
+                images, dtype=dali_dtype, output_layout="CHW",
+                mean=[m * 255 for m in IMAGENET_MEAN], std=[s * 255 for s in IMAGENET_STD],
+                mirror=fn.random.coin_flip())
+            return images, labels.gpu()
+
+        p = pipe()
+        p.build()
+        it = DALIGenericIterator([p], ["images", "labels"], reader_name="Reader", auto_reset=True)
+        dtype = job.torch_dtype()
+        self.detail = {"threads": job.workers}
+        try:
+            while True:
+                for out in it:
+                    yield out[0]["images"].to(dtype), out[0]["labels"].view(-1).long()
+        finally:
+            del it, p
+
+
+class TorchvisionGPUContender:
+    """torchvision's batched nvJPEG decode (``decode_jpeg(list, device="cuda")``), then
+    torchvision's RandomResizedCrop + flip per image on the GPU and normalize. Files are
+    read on the calling thread; images nvJPEG rejects (e.g. CMYK) are decoded on the CPU."""
+
+    name = "nvjpeg"
+    label = "torchvision GPU decode (nvJPEG)"
+
+    def __init__(self) -> None:
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        reason = _float_only(job) or _cuda_reason(job) or _missing("torchvision")
+        if reason:
+            return reason
+        if not job.paths:
+            return "needs image files (DATA is an LMDB cache)"
+        return None
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import torch
+        from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file
+        from torchvision.transforms import v2
+
+        device, dtype = torch.device(job.device), job.torch_dtype()
+        mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
+        std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+        rrc = v2.RandomResizedCrop(job.size, antialias=True)
+        flip = v2.RandomHorizontalFlip()
+        rng = random.Random(0)
+        order = list(range(len(job.paths)))
+        fallbacks = 0
+        self.detail = {"cpu_fallbacks": 0}
+        while True:
+            rng.shuffle(order)
+            for start in range(0, len(order) - job.batch_size + 1, job.batch_size):
+                idx = order[start:start + job.batch_size]
+                datas = [read_file(job.paths[i]) for i in idx]
+                try:
+                    decoded = decode_jpeg(datas, mode=ImageReadMode.RGB, device=device)
+                except RuntimeError:
+                    # One bad/unsupported image fails the batch call: redo it per image,
+                    # falling back to the CPU decoder for those nvJPEG rejects.
+                    decoded = []
+                    for d in datas:
+                        try:
+                            decoded.append(decode_jpeg(d, mode=ImageReadMode.RGB, device=device))
+                        except RuntimeError:
+                            fallbacks += 1
+                            decoded.append(decode_image(d, mode=ImageReadMode.RGB).to(device))
+                    self.detail["cpu_fallbacks"] = fallbacks
+                x = torch.stack([flip(rrc(img)) for img in decoded]).float()
+                labels = torch.tensor([job.labels[i] for i in idx], device=device)
+                yield ((x - mean) / std).to(dtype), labels
+
+
+def make_contender(name: str) -> Any:
+    """The contender registered under ``name`` (see CONTENDERS)."""
+    factories: Dict[str, Callable[[], Any]] = {
+        "dataloader": DataLoaderContender,
+        "simd": lambda: DataLoaderContender(require_simd=True),
+        "fastdata": lambda: FastdataContender("files"),
+        "lmdb": lambda: FastdataContender("lmdb"),
+        "ram": lambda: FastdataContender("ram"),
+        "ffcv": FFCVContender,
+        "fastdata-dali": lambda: FastdataContender("files", backend="dali"),
+        "fastdata-nvjpeg": lambda: FastdataContender("files", backend="nvjpeg"),
+        "dali": DALIContender,
+        "nvjpeg": TorchvisionGPUContender,
+    }
+    if name not in factories:
+        raise ValueError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
+    c = factories[name]()
+    c.name = name
+    return c
+
+
+CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "ffcv", "fastdata-dali", "fastdata-nvjpeg", "dali",
+              "nvjpeg")

@@ -1,0 +1,243 @@
+"""Output of `fastdata-bench`: machine info, the terminal table, JSON and a PNG bar chart.
+
+The report is one plain dict (JSON-ready): ``machine``, ``config``, ``dataset``,
+``results`` (one entry per contender or ablation step, in run order: measured ones carry
+their numbers, skipped/failed ones a ``reason``) and ``ablation`` (bool).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, List, Optional, TextIO
+
+import fastdata
+from fastdata.cli.demo import usable_cores
+
+
+def _version(dist: str) -> Optional[str]:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> Dict[str, Any]:
+    """CPU model, cores, memory, GPU and the versions that matter for these numbers."""
+    import psutil
+
+    info: Dict[str, Any] = {
+        "cpu": _cpu_model(),
+        "cores_usable": usable_cores(),
+        "cores_logical": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
+    versions: Dict[str, Optional[str]] = {"fastdata": fastdata.__version__}
+    for dist in ("torch", "torchvision", "numpy", "Pillow", "Pillow-SIMD", "lmdb",
+                 "opencv-python-headless", "simplejpeg", "nvidia-dali-cuda120", "nvidia-dali-cuda130"):
+        v = _version(dist)
+        if v is not None:
+            versions[dist] = v
+    try:
+        from PIL import features
+
+        versions["libjpeg-turbo (Pillow)"] = features.version("libjpeg_turbo")
+    except Exception:  # an old Pillow without features.version: leave it out
+        pass
+    info["versions"] = versions
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(),
+                   "cuda": torch.version.cuda}
+    except Exception as e:  # a broken CUDA setup is worth reporting, not crashing on
+        gpu = {"error": f"{type(e).__name__}: {e}"}
+    info["gpu"] = gpu
+    return info
+
+
+def build_report(results: List[Dict[str, Any]], *, dataset: Dict[str, Any], config: Dict[str, Any],
+                 ablation: bool, wall_seconds: float) -> Dict[str, Any]:
+    return {
+        "tool": "fastdata-bench",
+        "fastdata_version": fastdata.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["fastdata-bench"] + sys.argv[1:]) if sys.argv else "fastdata-bench",
+        "machine": machine_info(),
+        "config": config,
+        "dataset": dataset,
+        "ablation": ablation,
+        "results": results,
+        "wall_seconds": round(wall_seconds, 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Table
+
+
+def _fmt_rate(x: Optional[float]) -> str:
+    return "" if x is None else f"{x:,.0f}"
+
+
+def table_rows(report: Dict[str, Any]) -> List[List[str]]:
+    """Header + one row per result (strings), shared by the rich and the plain table."""
+    ablation = report["ablation"]
+    # img/s: timed images / timed seconds; min-max and IQR: of the timed windows (bench_runner)
+    head = ["step" if ablation else "contender", "img/s", "min-max", "IQR", "CPU cores", "peak RSS MB"]
+    head += ["vs previous", "vs baseline"] if ablation else ["vs baseline"]
+    rows = [head]
+    for r in report["results"]:
+        if r.get("status") != "ok":
+            row = [r["label"], r["status"], r.get("reason", "")]
+            rows.append(row + [""] * (len(head) - len(row)))
+            continue
+        s = r["spread"]
+        row = [r["label"], _fmt_rate(r["images_per_s"]), f"{s['min']:,.0f}-{s['max']:,.0f}",
+               f"{s['q1']:,.0f}-{s['q3']:,.0f}", f"{r['cpu_cores_busy']:.2f}", f"{r['peak_rss_mb']:,.0f}"]
+        if ablation:
+            row += [f"{r['speedup_vs_previous']:.2f}x", f"{r['speedup_vs_baseline']:.2f}x"]
+        else:
+            row += [f"{r['speedup_vs_baseline']:.2f}x" if "speedup_vs_baseline" in r else ""]
+        rows.append(row)
+    return rows
+
+
+def machine_line(report: Dict[str, Any]) -> str:
+    m = report["machine"]
+    v = m["versions"]
+    gpu = m.get("gpu") or {}
+    parts = [f"{m['cpu']} ({m['cores_usable']} usable cores)", f"{m['memory_gb']} GB"]
+    parts.append(f"GPU {gpu.get('name')} x{gpu.get('count')}" if gpu.get("name") else "no GPU")
+    libs = ", ".join(f"{k} {val}" for k, val in v.items())
+    return " | ".join(parts) + "\n" + f"Python {m['python']}, {libs}"
+
+
+def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> None:
+    """The results table (rich when installed and writing to a terminal, else plain text)."""
+    stream = stream if stream is not None else sys.stdout
+    rows = table_rows(report)
+    c = report["config"]
+    d = report["dataset"]
+    title = (f"fastdata-bench {'ablation' if report['ablation'] else 'comparison'}: "
+             f"{d.get('kind')} ({d.get('images', '?')} images), batch {c['batch_size']}, "
+             f"{c['transform']}, {c['dtype']} on {c['device']}, {c['threads']} workers/threads")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        Console = None  # noqa: N806 - plain text below
+    if Console is not None and getattr(stream, "isatty", lambda: False)():
+        table = Table(title=title, title_justify="left")
+        for i, h in enumerate(rows[0]):
+            table.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
+        for row in rows[1:]:
+            table.add_row(*row)
+        console = Console(file=stream)
+        console.print(table)
+        console.print(machine_line(report), style="dim")
+        return
+    stream.write(title + "\n")
+    stream.write(format_plain(rows) + "\n")
+    stream.write(machine_line(report) + "\n")
+    stream.flush()
+
+
+def format_plain(rows: List[List[str]]) -> str:
+    """Fixed-width text; skipped rows put their reason across the number columns."""
+    ncol = len(rows[0])
+    widths = [max(len(r[i]) for r in rows if not (r[1] in ("skipped", "failed") and i >= 2))
+              for i in range(ncol)]
+    out = []
+    for k, r in enumerate(rows):
+        if k > 0 and r[1] in ("skipped", "failed"):
+            out.append(f"{r[0]:<{widths[0]}}  {r[1]}: {r[2]}")
+            continue
+        cells = [r[0].ljust(widths[0])] + [r[i].rjust(widths[i]) for i in range(1, ncol)]
+        out.append("  ".join(cells).rstrip())
+        if k == 0:
+            out.append("-" * len(out[-1]))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------
+# JSON and PNG
+
+
+def write_json(report: Dict[str, Any], path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, allow_nan=False, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def plot_unavailable() -> Optional[str]:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+def plot(report: Dict[str, Any], path: Path) -> None:
+    """Horizontal bar chart of img/s with the windows' min-max as whiskers; skipped rows labelled."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    results = report["results"]
+    labels = [r["label"] for r in results]
+    rates = [r["images_per_s"] if r.get("status") == "ok" else 0.0 for r in results]
+    lo = [r["images_per_s"] - r["spread"]["min"] if r.get("status") == "ok" else 0.0 for r in results]
+    hi = [r["spread"]["max"] - r["images_per_s"] if r.get("status") == "ok" else 0.0 for r in results]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(results) + 1.6), dpi=110)
+    ypos = list(range(len(results)))[::-1]
+    colors = ["#9a9a9a" if r["name"] in ("dataloader", "baseline", "simd", "pin_memory", "workers")
+              else "#2b7bba" for r in results]
+    ax.barh(ypos, rates, xerr=[lo, hi], color=colors, capsize=3)
+    # The axis reaches past the longest whisker, so every value label stays inside it (a label
+    # outside the axes makes tight_layout give up, with a warning).
+    top = max([r["spread"]["max"] for r in results if r.get("status") == "ok"] + rates) if any(rates) else 1.0
+    for y, r in zip(ypos, results):
+        if r.get("status") == "ok":
+            extra = f"  ({r['speedup_vs_baseline']:.2f}x)" if "speedup_vs_baseline" in r else ""
+            ax.text(r["spread"]["max"] + top * 0.01, y, f"{r['images_per_s']:,.0f}{extra}", va="center", fontsize=8)
+        else:
+            ax.text(top * 0.01, y, f"{r['status']}: {r.get('reason', '')[:70]}", va="center", fontsize=7,
+                    color="#a33")
+    ax.set_yticks(ypos)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlim(0, top * 1.3)
+    ax.set_xlabel("images/s (timed images / timed s; whiskers: windows' min-max)")
+    c = report["config"]
+    m = report["machine"]
+    ax.set_title(f"fastdata-bench{' ablation' if report['ablation'] else ''}: batch {c['batch_size']}, "
+                 f"{c['dtype']} on {c['device']}, {m['cores_usable']} cores", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)

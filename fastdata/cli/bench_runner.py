@@ -1,0 +1,216 @@
+"""The one timing loop under `fastdata-bench` and every script in benchmarks/ that times a
+loader, and its one statistic.
+
+A contender (fastdata.cli.bench_contenders) yields ``(images, labels)`` batches forever.
+:func:`measure` runs one for a time budget: start-up and warm-up batches untimed, then
+timed batches, each read when it is on its device (CUDA is synchronized first). Rounds of
+the same contender are pooled by :func:`pool`.
+
+The statistic: **images/s = timed images / timed seconds**, summed over every round (a ratio
+of sums). Why this one and not the median of window rates: it is the rate a training loop
+fed by the contender actually gets. A loader that stalls now and then (an epoch-boundary
+drain, workers delivering in bursts, a garbage-collection pause) loses that time in
+training too, and a median of windows drops exactly those windows; with a DataLoader it
+can also time a burst out of its prefetch queue (workers x prefetch_factor batches deep)
+as a fast window. Noise from other processes is met by interleaving contenders and
+rounds, not by discarding slow stretches. The window rates (up to :data:`MAX_WINDOWS`
+consecutive stretches per round) are reported as the spread (min, quartiles, max), which
+says how steady a loader is; since the statistic is the time-weighted mean of the window
+rates, it always lies between their min and max.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from fastdata.cli.demo import usable_cores
+from fastdata.diagnostics.stall import process_cpu_seconds
+
+MAX_WINDOWS = 5
+
+
+class Usage:
+    """CPU seconds and peak RSS of this process plus its children (sampled every 50 ms)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.proc = psutil.Process()
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fastdata-bench-rss", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.05):
+            try:
+                family = [self.proc] + self.proc.children(recursive=True)
+            except psutil.Error:
+                family = [self.proc]
+            total = 0
+            for p in family:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:  # a worker exiting between listing and reading
+                    pass
+            self.peak_rss = max(self.peak_rss, total)
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds() or 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def describe(images: Any) -> str:
+    """'float32[64x3x224x224] cpu' for a batch tensor."""
+    shape = "x".join(str(s) for s in getattr(images, "shape", ()))
+    dtype = str(getattr(images, "dtype", type(images).__name__)).replace("torch.", "")
+    return f"{dtype}[{shape}] {getattr(images, 'device', '?')}"
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """What makes a batch on ``device`` really arrived: a CUDA synchronize, or nothing."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def windows(times: Sequence[float], counts: Sequence[int], t_begin: float) -> List[float]:
+    """Images/s of up to MAX_WINDOWS consecutive groups of timed batches.
+
+    ``times[k]`` is when batch k arrived, ``counts[k]`` its images; the first group starts
+    at ``t_begin`` (the end of warm-up).
+    """
+    n = len(times)
+    groups = min(MAX_WINDOWS, n)
+    rates, start, prev_t = [], 0, t_begin
+    for g in range(groups):
+        end = round((g + 1) * n / groups)
+        imgs = sum(counts[start:end])
+        dt = times[end - 1] - prev_t
+        rates.append(imgs / dt if dt > 0 else float("inf"))
+        start, prev_t = end, times[end - 1]
+    return rates
+
+
+def _quartiles(xs: Sequence[float]) -> List[float]:
+    return statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+
+
+def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], None] = lambda msg: None,
+            step_seconds: float = 0.0, clock: Callable[[], float] = time.perf_counter,
+            sleep: Callable[[float], None] = time.sleep,
+            usage_factory: Callable[[], Any] = Usage) -> Dict[str, Any]:
+    """One run of ``contender`` on ``job`` for about ``budget`` seconds (start-up included).
+
+    Warm-up: at least 2 batches and 20% of the budget, but at least 40% of it is left for
+    timing; then batches until the budget is spent, at least 2 (one batch is not a
+    measurement; a run can overrun by the batch in flight). ``step_seconds`` simulates a
+    training step after each batch (so the consumer's wait can be read). The result's
+    ``images_per_s`` is the statistic of this module; ``clock``, ``sleep`` and
+    ``usage_factory`` are there so a test can drive the loop with known times.
+    """
+    result: Dict[str, Any] = {"name": contender.name, "label": contender.label}
+    sync = device_sync(job.device)
+    usage = usage_factory()
+    t0 = clock()
+    gen = contender.batches(job)
+    try:
+        warm, first_batch_s, output = 0, None, None
+        while True:
+            images, _ = next(gen)
+            sync()
+            warm += 1
+            el = clock() - t0
+            if first_batch_s is None:
+                first_batch_s, output = el, describe(images)
+            status(f"warm-up: batch {warm} ({el:.1f} s)")
+            if (warm >= 2 and el >= 0.2 * budget) or (warm >= 1 and el >= 0.6 * budget):
+                break
+        t_begin = clock()
+        cpu0 = usage.cpu_seconds()
+        times: List[float] = []
+        counts: List[int] = []
+        waits: List[float] = []
+        while clock() - t0 < budget or len(times) < 2:
+            t_req = clock()
+            images, _ = next(gen)
+            sync()
+            now = clock()
+            times.append(now)
+            waits.append(now - t_req)
+            counts.append(int(images.shape[0]))
+            status(f"{sum(counts)} images, {sum(counts) / (now - t_begin):,.0f} img/s")
+            if step_seconds:
+                sleep(step_seconds)
+        cpu1 = usage.cpu_seconds()
+    except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
+        result.update(status="failed", reason=f"{type(e).__name__}: {e}")
+        return result
+    finally:
+        gen.close()
+        usage.stop()
+    elapsed = times[-1] - t_begin  # the timed span ends when the last batch arrived
+    rates = windows(times, counts, t_begin)
+    result.update(
+        status="ok",
+        timed_images=sum(counts), timed_batches=len(counts), timed_seconds=elapsed,
+        window_rates=rates, waits=waits,
+        warmup_batches=warm, first_batch_seconds=first_batch_s,
+        total_seconds=clock() - t0,
+        cpu_seconds=cpu1 - cpu0,
+        peak_rss_mb=usage.peak_rss / 2**20,
+        output=output,
+        detail=dict(getattr(contender, "detail", {})),
+    )
+    return _with_statistics(result, [result], waits)
+
+
+def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """Rounds (results of :func:`measure`) of one contender as one result: sums of images,
+    seconds and CPU time; every round's windows in the spread; the statistic over the sums.
+    A failed round fails it. The per-batch waits are summarised, not kept."""
+    failed = next((r for r in runs if r.get("status") != "ok"), None)
+    if failed is not None:
+        return dict(failed)
+    first = runs[0]
+    pooled: Dict[str, Any] = {
+        "name": first["name"], "label": first["label"], "status": "ok",
+        "timed_images": sum(r["timed_images"] for r in runs),
+        "timed_batches": sum(r["timed_batches"] for r in runs),
+        "timed_seconds": sum(r["timed_seconds"] for r in runs),
+        "window_rates": [x for r in runs for x in r["window_rates"]],
+        "warmup_batches": sum(r["warmup_batches"] for r in runs),
+        "first_batch_seconds": statistics.median(r["first_batch_seconds"] for r in runs),
+        "total_seconds": sum(r["total_seconds"] for r in runs),
+        "cpu_seconds": sum(r["cpu_seconds"] for r in runs),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "output": first["output"],
+        "detail": first["detail"],
+    }
+    return _with_statistics(pooled, runs, [x for r in runs for x in r["waits"]])
+
+
+def _with_statistics(r: Dict[str, Any], runs: Sequence[Dict[str, Any]], waits: Sequence[float]) -> Dict[str, Any]:
+    rate = r["timed_images"] / r["timed_seconds"]
+    rates = r["window_rates"]
+    q = _quartiles(rates)
+    r.update(
+        images_per_s=rate,
+        mean_images_per_s=rate,  # the same number, under the key older JSON readers know
+        spread={"min": min(rates), "max": max(rates), "q1": q[0], "q3": q[2]},
+        round_rates=[run["timed_images"] / run["timed_seconds"] for run in runs],
+        cpu_cores_busy=r["cpu_seconds"] / r["timed_seconds"],
+        cpu_percent=100.0 * r["cpu_seconds"] / r["timed_seconds"] / usable_cores(),
+        wait_ms_p50=1e3 * statistics.median(waits),
+        wait_fraction=sum(waits) / r["timed_seconds"],
+    )
+    return r

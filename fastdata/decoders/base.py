@@ -1,0 +1,102 @@
+"""The decoder plug-in: how the native engine, nvJPEG and DALI take part in one pipeline.
+
+A batch reaches the decoders planned (``PlannedBatch``, made by fastdata.decoders.routing):
+its encoded bytes, and each sample's crop box and flip from the native header reader,
+keyed by (seed, epoch, index). The pipeline asks the decoders in order which rows each
+``accepts``; the native decoder comes last and accepts everything, so every row has one.
+Then, per decoder, on the pipeline's producer thread::
+
+    handle = decoder.start(batch, rows)    # queue the work (GPU decoders: on the pipeline's stream)
+    done = decoder.finish(handle, host)    # in the order started
+    decoder.discard(handle)                # instead of finish: a started batch nobody will collect
+
+A decoder either writes its rows into ``host`` (``len(rows)`` rows of the batch's pinned
+slot: the native decoder) or returns them as pixels (``DecodedRows.pixels``), and names the
+rows it rejected; those go to the native decoder, so a batch is never lost. Decoders do not
+normalize, copy to the device or replace failed samples: the pipeline does each once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Protocol, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..errors import DecodeError
+from ..io.engine import CropPlan
+
+Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
+
+
+@dataclass
+class PlannedBatch:
+    """One batch as the decoders see it.
+
+    items: what the source returned (paths or encoded buffers); indices: int64 dataset
+    indices (the RNG keys); names: per row, for errors (may be lazy: only failed rows are
+    looked up). datas and plan are filled when some decoder other than the native one is
+    configured: encoded bytes as writable uint8 arrays (empty when unreadable), and the crop
+    plan from the headers. unplanned: rows whose bytes or header could not be read; only the
+    native decoder gets them, and reports them as it would without a plan.
+    """
+
+    items: Sequence[Item]
+    indices: np.ndarray
+    epoch: int
+    names: Sequence[Optional[str]]
+    datas: Optional[List[np.ndarray]] = None
+    plan: Optional[CropPlan] = None
+    not_jpeg: frozenset = frozenset()
+    unplanned: frozenset = frozenset()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass
+class DecodedRows:
+    """What ``Decoder.finish`` returns.
+
+    pixels: for a decoder that does not write into ``host``: [k, H, W, 3] uint8, or float32
+    holding values 0..255, for the rows it was given minus ``rejected``, in order (None when
+    k is 0). failures: (row, DecodeError) for rows that could not be decoded (their host rows
+    hold zeros). rejected: rows this decoder could not take after all (they go native).
+    """
+
+    pixels: Optional[torch.Tensor] = None
+    failures: List[Tuple[int, DecodeError]] = field(default_factory=list)
+    rejected: List[int] = field(default_factory=list)
+
+
+class Decoder(Protocol):
+    """What a decoder offers the pipeline (see the module docstring)."""
+
+    name: str
+    depth: int  # batches that may be started before the first one is finished
+
+    def accepts(self, batch: PlannedBatch, row: int) -> bool:
+        """Whether this decoder takes ``row`` (from the header facts in ``batch``)."""
+
+    def start(self, batch: PlannedBatch, rows: List[int]) -> Any:
+        """Queue the decode of ``rows`` (sorted); returns a handle for ``finish``/``discard``."""
+
+    def finish(self, handle: Any, host: Optional[np.ndarray]) -> DecodedRows:
+        """Complete a started decode. ``host``: uint8 (or float32 when the native threads
+        normalize) [len(rows), H, W, 3] pinned memory for decoders that write on the host."""
+
+    def discard(self, handle: Any) -> None:
+        """Drop a started decode nobody will finish; never raises."""
+
+    def close(self) -> None:
+        """Release the decoder's resources. Idempotent."""
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small per-batch host tensor (indices, tables, labels) on ``device``, queued on the
+    current stream without blocking the host: a copy from pageable memory would wait for
+    all work queued on the stream. The pinned staging block comes from torch's caching
+    host allocator, which reuses it only after this copy has finished."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)

@@ -1,0 +1,356 @@
+"""Loader: the DataLoader-compatible iterator.
+
+One producer thread per loader (started on the first iteration, reused for every epoch,
+ended by ``close``) runs the pipeline ahead of the training loop (fastdata.loader.producer):
+
+    sampler indices -> source.fetch -> plan/route -> decoders write a pinned ring slot
+    (native threads, GIL released; GPU decoders on the pipeline's stream) -> [CUDA] one H2D
+    copy + normalize on that stream, event recorded -> queue -> next(): the consumer's stream
+    waits on the event (no host sync)
+
+The stages are in fastdata.loader.pipeline, the decoders in fastdata.decoders, the ring in
+fastdata.loader.pinned_ring, the CUDA stream handoff in fastdata.loader.cuda. While one
+epoch is consumed the thread goes on into the next one (the epoch the next iteration yields
+unless ``set_epoch``/``load_state_dict`` say otherwise), so short epochs do not drain it.
+"""
+from __future__ import annotations
+
+import queue
+import time
+import warnings
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..decoders.base import Decoder
+from ..diagnostics.tracing import stage
+from ..errors import DecodeError
+from ..io.engine import DEFAULT_MAX_PIXELS, default_threads, native_spec
+from ..io.transforms import RandomResizedCrop, Transform
+from ..sources.base import Source
+from .cuda import handoff
+from .pipeline import IMAGENET_MEAN, IMAGENET_STD, BatchPipeline
+from .producer import END, BatchProducer, Feed, ProducerThread
+from .sampler import ShardedOrder
+from .stats import LoaderStats, StatsCounter
+
+__all__ = ["Loader", "IMAGENET_MEAN", "IMAGENET_STD"]
+
+_STATE_VERSION = 1
+
+
+class Loader:
+    """Batches of decoded, cropped, normalized images and their labels.
+
+    Args:
+        source: a ``fastdata.Source`` (ImageFolder, FileList, BytesSource, LMDBSource, RAMCache).
+        batch_size: samples per batch (per rank).
+        transform: ``RandomResizedCrop`` (training) or ``CenterCrop`` (evaluation).
+        shuffle, seed, drop_last: epoch order; epoch e's order and crops depend only on
+            (seed, e). Without ``set_epoch`` each new iteration moves to the next epoch.
+        threads: native decode threads (default: the cores this process may use).
+        prefetch: batches prepared ahead (pinned slots in the ring).
+        device: "cuda" (default when available) or "cpu".
+        dtype: ``torch.uint8`` gives raw NHWC images; a float dtype gives normalized NCHW
+            images (``channels_last`` memory unless ``channels_last=False``).
+        on_error: "raise" (DecodeError naming the file) or "skip" (replace the sample by the
+            next one that decodes, count it in ``stats()``, warn once per file).
+        strict: treat libjpeg's corrupt-data warnings as errors.
+        rank, world_size: shard of this process; default from ``torch.distributed`` when it
+            is initialized, else a single process.
+        backend: "native" (libjpeg-turbo threads), "nvjpeg" (torchvision's GPU decoder) or
+            "dali" (NVIDIA DALI, optional extra); same order, crops, labels and outputs.
+            ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``). A GPU
+            backend decodes the rows it can take; the native threads decode the rest. A
+            ``fastdata.decoders.Decoder`` object plugs in a decoder of your own the same way.
+        num_workers, pin_memory: accepted for DataLoader compatibility (num_workers is an
+            alias of threads; slots are pinned whenever CUDA is available).
+
+    Outputs on CUDA belong to the stream that was current when ``next()`` returned them.
+    CPU outputs are written directly by the native threads (normalized there for float
+    dtypes) into ring slots; a batch the caller keeps is never overwritten (the ring
+    replaces a slot still referenced anywhere). CPU outputs are pinned when CUDA is
+    available and ``pin_memory`` is true (then each batch is a fresh block from torch's
+    caching host allocator, so ``x.cuda(non_blocking=True)`` is safe even if ``x`` is
+    dropped at once).
+    """
+
+    def __init__(self, source: Source, batch_size: int = 256, transform: Optional[Transform] = None, *,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = True, threads: Optional[int] = None,
+                 prefetch: int = 3, device: Optional[str] = None, dtype: torch.dtype = torch.float32,
+                 channels_last: bool = True, mean: Sequence[float] = IMAGENET_MEAN,
+                 std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "native",
+                 backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
+                 pin_memory: bool = True):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        if threads is None:
+            threads = num_workers if num_workers else default_threads()
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.source = source
+        self.transform = transform if transform is not None else RandomResizedCrop(224)
+        native_spec(self.transform)  # TypeError for a non-transform, before any thread starts
+        self.batch_size = int(batch_size)
+        self.prefetch = int(prefetch)
+        self.on_error = on_error
+        self.strict = bool(strict)
+        self.max_pixels = int(max_pixels)
+        self.roi = bool(roi)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}") from e
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device='cuda' but torch.cuda.is_available() is False")
+        if self.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+        if dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"dtype must be uint8, float32, float16 or bfloat16, got {dtype}")
+        self.dtype = dtype
+        if rank is None or world_size is None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                rank = dist.get_rank() if rank is None else rank
+                world_size = dist.get_world_size() if world_size is None else world_size
+            else:
+                rank, world_size = rank or 0, world_size or 1
+        self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                                  rank=rank, world_size=world_size)
+        self._labels = np.ascontiguousarray(source.labels, dtype=np.int64)
+        cuda = self.device.type == "cuda"
+        if not cuda and backend == "nvjpeg":
+            raise ValueError("backend='nvjpeg' decodes on the GPU: it needs device='cuda'")
+        self._stats = StatsCounter(int(threads), self.prefetch, self.batch_size)
+        # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode
+        # until its copy's event, so ``prefetch`` slots keep ``prefetch`` batches in flight.
+        # CPU: the slots are the outputs; alive at once are the queue (prefetch), the batch
+        # being decoded and the one the training step still holds, hence prefetch + 2.
+        # On the CPU the native threads normalize float outputs as they write them.
+        self._pipeline = BatchPipeline(
+            self.transform, backend=backend, device=self.device, dtype=None if dtype == torch.uint8 else dtype,
+            mean=mean, std=std, channels_last=channels_last, seed=self.order.seed, strict=self.strict,
+            max_pixels=self.max_pixels, threads=int(threads), roi=self.roi, batch_size=self.batch_size,
+            ring_slots=self.prefetch if cuda else self.prefetch + 2, handed_out=not cuda,
+            pin=torch.cuda.is_available() and (cuda or bool(pin_memory)), cpu_normalize=True,
+            backend_options=backend_options, on_stats=self._stats.add)
+        self._producer = BatchProducer(source, self._labels, self._pipeline, self._stats, on_error)
+        self._next_epoch = 0
+        self._resume_batch = 0
+        self._serial = 0  # numbers the epoch runs handed to the producer thread
+        self._feed: Optional[Feed] = None
+        self._current: Optional["weakref.ref[_EpochIterator]"] = None
+        self._thread = ProducerThread(f"fastdata-loader-{id(self):x}")
+        self._warned: set = set()
+        self._closed = False
+
+    # ---- DataLoader-like surface ----
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return self.order.num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s order and crops for the next iteration.
+
+        Setting the epoch a ``load_state_dict`` resumed into keeps the resume point, so the
+        usual ``for epoch in range(start, E): loader.set_epoch(epoch)`` loop resumes exactly.
+        """
+        if epoch < 0:
+            raise ValueError("epoch must be non-negative")
+        if int(epoch) != self._next_epoch:
+            self._resume_batch = 0
+        self._next_epoch = int(epoch)
+
+    def __iter__(self) -> "_EpochIterator":
+        if self._closed:
+            raise RuntimeError("Loader is closed")
+        epoch, start = self._next_epoch, self._resume_batch
+        self._next_epoch, self._resume_batch = epoch + 1, 0
+        feed = self._feed
+        cur = self._current() if self._current is not None else None
+        if (feed is not None and feed.alive and feed.lookahead is not None and feed.lookahead[1:] == (epoch, start)
+                and (cur is None or cur.exhausted)):
+            # The producer is already on this epoch: take its batches. Items of the run before
+            # (its end marker) are skipped by serial, also when that iterator was dropped early
+            # without being freed yet (it may no longer halt the feed: see _EpochIterator.close).
+            serial = feed.lookahead[0]
+            if cur is not None:
+                cur.finished = True
+        else:
+            self._stop_current()
+            feed = self._feed = Feed(self._producer, self.prefetch)
+            serial = self._next_serial()
+            self._extend(feed, serial, epoch, start)
+        feed.owner = serial
+        # Go on into the epoch an iteration after this one yields unless told otherwise.
+        ahead = self._next_serial()
+        self._extend(feed, ahead, epoch + 1, 0)
+        feed.lookahead = (ahead, epoch + 1, 0) if feed.alive else None
+        it = _EpochIterator(self, feed, serial, epoch, start)
+        self._current = weakref.ref(it)
+        return it
+
+    def stats(self) -> LoaderStats:
+        return self._stats.snapshot()
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader stands: resuming from it yields exactly the remaining batches."""
+        cur = self._current() if self._current is not None else None
+        if cur is not None and not cur.finished:
+            epoch, batch = cur.epoch, cur.consumed
+        else:
+            epoch, batch = self._next_epoch, self._resume_batch
+        o = self.order
+        if batch >= o.num_batches:  # the epoch is used up: resume at the start of the next
+            epoch, batch = epoch + 1, 0
+        return {"version": _STATE_VERSION, "epoch": epoch, "batch": batch, "seed": o.seed, "shuffle": o.shuffle,
+                "num_samples": o.num_samples, "batch_size": o.batch_size, "drop_last": o.drop_last,
+                "rank": o.rank, "world_size": o.world_size}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported Loader state version {state.get('version')!r}")
+        o = self.order
+        for key in ("seed", "shuffle", "num_samples", "batch_size", "drop_last", "world_size"):
+            if state[key] != getattr(o, key):
+                raise ValueError(f"state was saved with {key}={state[key]!r}, this loader has {getattr(o, key)!r}")
+        if not 0 <= state["batch"] <= o.num_batches:
+            raise ValueError(f"state batch {state['batch']} outside 0..{o.num_batches}")
+        self._stop_current()
+        self._next_epoch, self._resume_batch = int(state["epoch"]), int(state["batch"])
+
+    def close(self) -> None:
+        """Stop the producer and join the native threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_current()
+        self._thread.close()
+        self._pipeline.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: modules may already be gone
+            pass
+
+    # ---- internals ----
+    @property
+    def _ring(self):  # the pinned ring (tests check its allocations)
+        return self._pipeline.ring
+
+    def _next_serial(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    def _extend(self, feed: Feed, serial: int, epoch: int, start: int) -> None:
+        """Queue ``epoch``'s batches from ``start`` on ``feed`` (computed on the producer thread)."""
+        if feed.extend(serial, epoch, self.order.batches(epoch, start)):
+            self._thread.submit(feed)
+
+    def _stop_current(self) -> None:
+        """End the current iteration and whatever the producer does ahead."""
+        cur = self._current() if self._current is not None else None
+        if cur is not None:
+            cur.finished = True
+        self._current = None
+        if self._feed is not None:
+            self._feed.halt(self._thread)
+            self._feed = None
+
+    def _warn_skipped(self, failures: List[DecodeError]) -> None:
+        for f in failures:
+            key = f.name or f.index
+            if key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(f"fastdata: replaced an undecodable sample ({f}); counted in Loader.stats().failures",
+                              RuntimeWarning, stacklevel=3)
+
+
+class _EpochIterator:
+    """One pass over an epoch's batches, produced ahead by the loader's thread."""
+
+    def __init__(self, loader: Loader, feed: Feed, serial: int, epoch: int, start: int):
+        self.epoch = epoch
+        self.consumed = start
+        self.finished = False
+        self._loader = loader
+        self._feed = feed
+        self._serial = serial
+        self._total = loader.order.num_batches
+        self._thread = loader._thread
+        loader._stats.start_clock()
+
+    @property
+    def exhausted(self) -> bool:
+        """Every batch of the epoch was handed out: what the feed produces next is another epoch's."""
+        return self.consumed >= self._total
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __len__(self) -> int:
+        return self._total - self.consumed
+
+    def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        if self.finished:
+            raise StopIteration
+        loader = self._loader
+        t0 = time.perf_counter()
+        with stage("fastdata.wait"):
+            while True:
+                try:
+                    serial, item = self._feed.queue.get(timeout=1.0)
+                except queue.Empty:
+                    if not self._thread.is_alive():
+                        self.finished = True
+                        raise RuntimeError("fastdata loader thread stopped without a result") from None
+                    continue
+                if serial == self._serial:
+                    break
+                # else: the end marker of the epoch before this one, never asked for
+        waited = time.perf_counter() - t0
+        if item is END:
+            self.finished = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.finished = True
+            raise item
+        images, labels, event, failures = item
+        if event is not None:
+            handoff(images, labels, event, loader.device)
+        self.consumed += 1
+        loader._stats.add(wait_seconds=waited, batches=1, images=len(labels))
+        if failures:
+            loader._warn_skipped(failures)
+        return images, labels
+
+    def close(self) -> None:
+        """Stop producing this epoch (and the lookahead) unless every batch was handed out or
+        a later iteration took the feed over; return once the thread has left it. Safe to
+        call twice."""
+        self.finished = True
+        if not self.exhausted and self._feed.owner == self._serial:
+            self._feed.halt(self._thread)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,344 @@
+"""The staged batch pipeline every decoder plugs into: plan -> route -> decode into a slot -> upload -> normalize.
+
+One batch, on the producer thread::
+
+    pending = pipeline.submit(items, indices, epoch, names)
+        plan: read bytes and plan crops from the headers (only when a GPU decoder is configured;
+        the native decoder alone plans inside its one native call)
+        route: each row to the first decoder that accepts it (fastdata.decoders.routing)
+        start: GPU decoders queue their rows on the pipeline's stream (DALI runs ``depth`` ahead)
+    decoded = pipeline.decode(pending)
+        finish the GPU decoders (rejected rows fall back), then the native decoder writes the
+        rest into one pinned ring slot (fastdata.loader.pinned_ring): the one host staging area
+    pipeline.replace(decoded, row, ...)          # the caller's skip policy, into the same slot
+    images, labels, done, times = pipeline.deliver(decoded, labels=True)
+        one host-to-device copy of the slot's rows (fastdata.loader.cuda), GPU rows placed
+        beside them, one normalize (dtype, layout), one event
+
+The host slot holds the rows decoded on the host, in order (``host_rows``; failed rows hold
+zeros). When every row is native (the usual case) that is the batch itself, and on the CPU
+the slot is the output.
+
+``make_backend`` builds a pipeline outside a Loader (benchmarks, tests): ``run`` is one batch
+through every stage (``collect(submit(...))``), returning images and the failed rows (black),
+never replacing them.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..decoders import make_decoder
+from ..decoders.base import DecodedRows, Decoder, Item, PlannedBatch, to_device
+from ..decoders.native import NativeDecoder
+from ..decoders.routing import plan_batch, route
+from ..errors import DecodeError
+from ..io.engine import DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec, scale_bias_for
+from ..io.transforms import Transform
+from .cuda import CudaUploader, GpuNormalizer
+from .pinned_ring import PinnedRing, Slot
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class PendingBatch:
+    """A submitted batch: its plan, the GPU decoders' started work, the rows left to the native decoder."""
+
+    batch: PlannedBatch
+    started: List[Tuple[Decoder, List[int], Any]]
+    native_rows: List[int]
+
+
+@dataclass
+class DecodedBatch:
+    """A batch whose pixels are all decoded: host rows in ``slot`` (slot row i is batch row
+    ``host_rows[i]``), device rows in ``parts`` as (rows, pixels), failures by row."""
+
+    batch: PlannedBatch
+    slot: Slot
+    host_rows: List[int]
+    parts: List[Tuple[List[int], torch.Tensor]] = field(default_factory=list)
+    failures: List[Tuple[int, DecodeError]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    @property
+    def in_order(self) -> bool:
+        """Every row is on the host, in batch order: the slot is the batch."""
+        return not self.parts and self.host_rows == list(range(len(self.batch)))
+
+    def host_position(self, row: int) -> int:
+        return self.host_rows.index(row)
+
+
+class BatchPipeline:
+    """The stages of a batch for one transform, output device, dtype and backend.
+
+    backend: "native" (libjpeg-turbo threads only), "nvjpeg" or "dali" (a GPU decoder first,
+    the native decoder for the rows it cannot take; ``backend_options`` go to it), or a
+    ``fastdata.decoders.Decoder`` of your own in that first place.
+    ring_slots, handed_out, pin: the pinned ring (see PinnedRing). cpu_normalize: on the CPU,
+    let the native threads write normalized float32 when they decode every row (the
+    Loader's CPU path); otherwise normalization runs in torch after the rows are placed.
+    on_stats: receives counter deltas (LoaderStats field names).
+
+    Not thread-safe: one producer thread drives it. On CUDA, work is queued on ``stream``.
+    """
+
+    def __init__(self, transform: Transform, *, backend: Union[str, Decoder] = "native",
+                 device: Union[str, torch.device] = "cpu", dtype: Optional[torch.dtype] = None,
+                 mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+                 channels_last: bool = True, seed: int = 0, strict: bool = False,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None, roi: bool = True,
+                 batch_size: int = 1, ring_slots: int = 2, handed_out: bool = True, pin: bool = False,
+                 cpu_normalize: bool = False, backend_options: Optional[Dict[str, Any]] = None,
+                 on_stats: Optional[Callable[..., None]] = None):
+        native_spec(transform)  # TypeError for a non-transform, before any thread starts
+        if seed < 0:
+            raise ValueError("seed must be non-negative")
+        self.transform = transform
+        self.out_hw = transform.output_size
+        self.device = torch.device(device)
+        self.dtype = dtype  # None: uint8 NHWC out
+        self.channels_last = bool(channels_last)
+        self.seed = int(seed)
+        self.max_pixels = int(max_pixels)
+        self._on_stats = on_stats
+        cuda = self.device.type == "cuda"
+        # The GPU decoder first (it checks its device before any native thread starts).
+        if isinstance(backend, str):
+            gpu = make_decoder(backend, transform, device=self.device, threads=threads or 1, **(backend_options or {}))
+        else:
+            gpu = backend
+        self._closed = False
+        self.engine = Engine(threads)
+        self.threads = self.engine.threads
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+        cpu_norm = None
+        if cpu_normalize and gpu is None and not cuda and dtype is not None:
+            cpu_norm = (tuple(mean), tuple(std))
+            scale_bias_for(*cpu_norm)  # validates mean/std now, not on the producer thread
+        self._normalizer = None if dtype is None or cpu_norm is not None else \
+            GpuNormalizer(mean, std, dtype, channels_last, self.device)
+        self._cpu_norm = cpu_norm
+        self.native = NativeDecoder(self.engine, transform, seed=self.seed, strict=strict, max_pixels=self.max_pixels,
+                                    roi=roi, normalize=cpu_norm, on_report=self._count_report)
+        self.decoders: List[Decoder] = ([gpu] if gpu is not None else []) + [self.native]
+        self.depth = max(d.depth for d in self.decoders)
+        self.ring = PinnedRing(ring_slots, batch_size, self.out_hw,
+                               image_dtype=torch.uint8 if cpu_norm is None else torch.float32, pin=pin,
+                               handed_out=handed_out)
+        self._uploader = CudaUploader(self.device, self.stream) if cuda else None
+        self.stats = {"batches": 0, "gpu_decoded": 0, "native_fallbacks": 0, "gpu_rejected": 0}
+
+    # ---- stages ----
+    def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
+               names: Optional[Sequence[Optional[str]]] = None) -> PendingBatch:
+        """Plan and route a batch and start its GPU rows. ``names`` label failures (default:
+        the path of path items)."""
+        if self._closed:
+            raise RuntimeError("the pipeline is closed")
+        index_arr = np.ascontiguousarray(indices, dtype=np.int64)
+        if index_arr.shape != (len(items),):
+            raise ValueError(f"indices must have {len(items)} entries, got shape {index_arr.shape}")
+        if epoch < 0:
+            raise ValueError("epoch must be non-negative")
+        if len(items) > self.ring.shape[0]:
+            raise ValueError(f"a batch of {len(items)} does not fit the ring's {self.ring.shape[0]} rows")
+        if names is None:
+            names = [it if isinstance(it, str) else None for it in items]
+        if len(self.decoders) == 1:  # the native decoder alone: the engine reads, plans and decodes in one call
+            return PendingBatch(PlannedBatch(items, index_arr, epoch, names), [], list(range(len(items))))
+        t0 = time.perf_counter()
+        batch = plan_batch(items, index_arr, epoch, names, self.engine, self.transform, seed=self.seed,
+                           max_pixels=self.max_pixels)
+        routes = route(batch, self.decoders)
+        started = []
+        with self._on_stream():
+            for decoder, rows in zip(self.decoders[:-1], routes[:-1]):
+                if rows:
+                    started.append((decoder, rows, decoder.start(batch, rows)))
+        self._count(decode_seconds=time.perf_counter() - t0)
+        return PendingBatch(batch, started, routes[-1])
+
+    def decode(self, pending: PendingBatch) -> DecodedBatch:
+        """Finish the GPU rows, then decode the host rows into a ring slot (in submission order)."""
+        batch = pending.batch
+        native_rows = list(pending.native_rows)
+        parts: List[Tuple[List[int], torch.Tensor]] = []
+        failures: List[Tuple[int, DecodeError]] = []
+        t0 = time.perf_counter()
+        with self._on_stream():
+            while pending.started:
+                decoder, rows, handle = pending.started.pop(0)
+                done: DecodedRows = decoder.finish(handle, None)
+                failures.extend(done.failures)
+                self.stats["gpu_rejected"] += len(done.rejected)
+                rejected = set(done.rejected)
+                ok = [r for r in rows if r not in rejected]
+                if ok:
+                    if done.pixels is None or len(done.pixels) != len(ok):
+                        raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(ok)} rows")
+                    parts.append((ok, done.pixels))
+                    self.stats["gpu_decoded"] += len(ok)
+                native_rows.extend(done.rejected)
+        if len(self.decoders) > 1:
+            self._count(decode_seconds=time.perf_counter() - t0)
+        native_rows.sort()
+        slot = self.ring.acquire()
+        k = len(native_rows)
+        if native_rows:
+            done = self.native.finish(self.native.start(batch, native_rows), slot.images[:k].numpy())
+            failures.extend(done.failures)
+        self.stats["native_fallbacks"] += k
+        self.stats["batches"] += 1
+        failures.sort(key=lambda pair: pair[0])
+        return DecodedBatch(batch, slot, native_rows, parts, failures)
+
+    def replace(self, decoded: DecodedBatch, row: int, item: Item, index: int, name: Optional[str]) -> bool:
+        """Decode sample ``index`` (``item``) natively into failed ``row``'s place; True on success."""
+        pos = decoded.host_position(row)
+        out = decoded.slot.images[pos:pos + 1].numpy()
+        report = self.native.run([item], np.array([index], dtype=np.int64), decoded.batch.epoch, [name], out)
+        return not report.failures
+
+    def deliver(self, decoded: DecodedBatch, labels: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor],
+                                                                             Any, Any]:
+        """The batch as the consumer receives it: (images, labels, done event, start event).
+
+        images: [N, 3, H, W] ``dtype`` (channels_last memory when asked), or uint8 [N, H, W, 3]
+        when dtype is None, on the device; labels: the slot's labels (int64 [N], written by the
+        caller) on the device when ``labels``. On CUDA they belong to ``stream`` until ``done``.
+        """
+        n, slot, k = len(decoded), decoded.slot, len(decoded.host_rows)
+        host_labels = slot.labels[:n] if labels else None
+        if self._uploader is None:
+            if decoded.in_order:
+                images = slot.images[:n]
+                if self._cpu_norm is not None:  # normalized by the native threads
+                    images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
+                    if self.dtype != torch.float32 or not self.channels_last:
+                        images = images.to(dtype=self.dtype, memory_format=self._memory_format)
+                    return images, host_labels, None, None
+                return self._finish(images), host_labels, None, None
+            return self._finish(self._place(decoded, slot.images[:k])), host_labels, None, None
+        host = slot.images[:k] if k else None
+        place = (lambda dev: dev) if decoded.in_order else (lambda dev: self._place(decoded, dev))
+        images, gpu_labels, start, done = self._uploader.upload(host, host_labels, lambda dev: self._finish(place(dev)))
+        slot.reader = done  # the ring rewrites this slot only after the copy
+        return images, gpu_labels, done, start
+
+    def discard(self, pending: PendingBatch) -> None:
+        """Drop a submitted batch nobody will collect (an epoch left early), keeping the GPU
+        decoders' queues in step. Never raises."""
+        with self._on_stream():
+            while pending.started:
+                decoder, _, handle = pending.started.pop(0)
+                decoder.discard(handle)
+
+    # ---- one batch outside a Loader ----
+    def run(self, items: Sequence[Item], indices: Sequence[int],
+            epoch: int) -> Tuple[torch.Tensor, List[DecodeError], List[int]]:
+        """One batch through every stage: (images as ``deliver`` gives them, failures, failed
+        rows). Failed rows hold black (zero pixels, normalized like the others)."""
+        return self.collect(self.submit(items, indices, epoch))
+
+    def collect(self, pending: PendingBatch) -> Tuple[torch.Tensor, List[DecodeError], List[int]]:
+        """A submitted batch, finished as ``run`` returns it (batches in submission order)."""
+        decoded = self.decode(pending)
+        images, _, _, _ = self.deliver(decoded)
+        return images, [err for _, err in decoded.failures], [row for row, _ in decoded.failures]
+
+    def close(self) -> None:
+        """Stop the decoders and join the native threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for decoder in self.decoders:
+            decoder.close()
+        self.ring.close()
+        self.engine.close()
+
+    def __enter__(self) -> "BatchPipeline":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- helpers ----
+    @property
+    def _memory_format(self) -> torch.memory_format:
+        return torch.channels_last if self.channels_last else torch.contiguous_format
+
+    def _on_stream(self) -> ContextManager:
+        return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
+
+    def _place(self, decoded: DecodedBatch, host: Optional[torch.Tensor]) -> torch.Tensor:
+        """[N, H, W, 3] on the output device: host rows and each GPU decoder's rows in their
+        places; rows nobody wrote (failures) hold black. uint8, or float32 when a decoder
+        delivered float pixels (values 0..255)."""
+        n = len(decoded)
+        h, w = self.out_hw
+        parts = list(decoded.parts)
+        if host is not None and len(decoded.host_rows):
+            parts.append((decoded.host_rows, host))
+        if len(parts) == 1 and parts[0][0] == list(range(n)):
+            return parts[0][1]
+        dtype = torch.float32 if any(p.dtype != torch.uint8 for _, p in parts) else torch.uint8
+        out = torch.zeros((n, h, w, 3), dtype=dtype, device=self.device)
+        for rows, pixels in parts:
+            out[to_device(torch.tensor(rows), self.device)] = pixels.to(device=self.device, dtype=dtype)
+        return out
+
+    def _finish(self, nhwc: torch.Tensor) -> torch.Tensor:
+        """Pixels [N, H, W, 3] (uint8, or float32 0..255) -> the output dtype and layout."""
+        if self.dtype is None:
+            return nhwc if nhwc.dtype == torch.uint8 else nhwc.round().clamp_(0, 255).to(torch.uint8)
+        return self._normalizer(nhwc)
+
+    def _count_report(self, report: BatchReport) -> None:
+        self._count(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
+                    warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
+
+    def _count(self, **deltas: float) -> None:
+        if self._on_stats is not None:
+            self._on_stats(**deltas)
+
+
+def resolve_dtype(dtype: Union[torch.dtype, str, None]) -> Optional[torch.dtype]:
+    """torch dtype of the output; None or torch.uint8 means raw uint8 NHWC."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    if dtype == torch.uint8:
+        return None
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"dtype must be torch.float16, torch.bfloat16, torch.float32 or torch.uint8, got {dtype!r}")
+    return dtype
+
+
+def make_backend(name: Union[str, Decoder], transform: Transform, *, device: Union[str, torch.device] = "cuda",
+                 dtype: Union[torch.dtype, str, None] = torch.float16, mean: Sequence[float] = IMAGENET_MEAN,
+                 std: Sequence[float] = IMAGENET_STD, channels_last: bool = True, seed: int = 0,
+                 strict: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None,
+                 max_batch: int = 256, **options: Any) -> BatchPipeline:
+    """A pipeline for backend ``name`` outside a Loader (benchmarks and tests): call ``run``.
+
+    Batches of up to ``max_batch`` rows; ``options`` go to the decoder (DALI: hw_decoder_load,
+    batch_size, prefetch). Raises ValueError for an unknown name or nvjpeg without CUDA,
+    ImportError with the install command when DALI is missing.
+    """
+    device = torch.device(device)
+    return BatchPipeline(transform, backend=name, device=device, dtype=resolve_dtype(dtype), mean=mean, std=std,
+                         channels_last=channels_last, seed=seed, strict=strict, max_pixels=max_pixels,
+                         threads=threads, batch_size=max_batch, ring_slots=2, handed_out=device.type != "cuda",
+                         pin=device.type == "cuda", backend_options=options)

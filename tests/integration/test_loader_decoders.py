@@ -1,0 +1,189 @@
+"""A decoder plugged into the Loader's pipeline: it gets exactly the rows it accepts, its rows
+land in their places, and the skip/raise policy is the native path's, whatever decodes a row.
+
+The fake decoder decodes its rows with its own native engine (same seed, epoch and index, so
+the same pixels as the native decoder) and hands them back as a tensor, as a GPU decoder
+does: any misplaced, lost or doubled row shows as a difference from Loader(backend="native").
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastdata
+from fastdata.cli.demo import photo_like_jpeg
+from fastdata.decoders.base import DecodedRows, PlannedBatch
+
+TRANSFORM = fastdata.RandomResizedCrop(32)
+SEED = 3
+
+
+class OddIndexDecoder:
+    """Accepts JPEG rows whose dataset index is odd (from the planned batch's header facts).
+
+    ``depth`` > 1 makes it asynchronous like DALI: ``start`` only queues, ``finish`` decodes.
+    Rows it cannot decode (its engine reports a failure) and dataset indices in ``reject`` are
+    rejected, as a GPU decoder rejects what it cannot take.
+    """
+
+    name = "odd-index"
+
+    def __init__(self, depth: int = 1, reject: Tuple[int, ...] = (), strict: bool = False):
+        self.depth = depth
+        self.reject = set(reject)
+        self.strict = strict
+        self.engine = fastdata.Engine(1)
+        self.got: List[Tuple[int, List[int]]] = []  # (epoch, dataset indices) per start
+        self.pending: List[Any] = []
+        self.finished = 0
+        self.discarded = 0
+
+    def accepts(self, batch: PlannedBatch, row: int) -> bool:
+        return row not in batch.not_jpeg and int(batch.indices[row]) % 2 == 1
+
+    def start(self, batch: PlannedBatch, rows: List[int]) -> Any:
+        self.got.append((batch.epoch, [int(batch.indices[r]) for r in rows]))
+        handle = (batch, list(rows))
+        self.pending.append(handle)
+        return handle
+
+    def finish(self, handle: Any, host: Any) -> DecodedRows:
+        assert self.pending and self.pending[0] is handle, "finished out of start order"
+        self.pending.pop(0)
+        self.finished += 1
+        batch, rows = handle
+        h, w = TRANSFORM.output_size
+        out = np.zeros((len(rows), h, w, 3), np.uint8)
+        report = self.engine.run([batch.datas[r] for r in rows], TRANSFORM, out, seed=SEED, epoch=batch.epoch,
+                                 indices=batch.indices[rows], strict=self.strict)
+        bad = {rows[i] for i in report.failed_rows} | {r for r in rows if int(batch.indices[r]) in self.reject}
+        keep = [i for i, r in enumerate(rows) if r not in bad]
+        return DecodedRows(pixels=torch.from_numpy(out[keep]) if keep else None, rejected=sorted(bad))
+
+    def discard(self, handle: Any) -> None:
+        self.pending.remove(handle)
+        self.discarded += 1
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """2 classes x 13 photo-like JPEGs, a PNG, and in class b a garbage file and a truncated JPEG."""
+    root = tmp_path_factory.mktemp("decoders")
+    for c in "ab":
+        (root / c).mkdir()
+        for i in range(13):
+            (root / c / f"{i:02d}.jpg").write_bytes(photo_like_jpeg(4, 100 * ord(c) + i, 60 + 3 * i, 48))
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(photo_like_jpeg(4, 7, 50, 40))).save(buf, "PNG")
+    (root / "a" / "05_png.png").write_bytes(buf.getvalue())
+    (root / "b" / "03_garbage.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg at all")
+    good = (root / "b" / "04.jpg").read_bytes()
+    (root / "b" / "06_truncated.jpg").write_bytes(good[: len(good) // 2])
+    return root
+
+
+def make(folder: Path, backend: Any, clean: bool = False, **kw) -> fastdata.Loader:
+    """A loader over ``folder`` (``clean``: its good JPEGs only)."""
+    cfg = dict(batch_size=5, transform=TRANSFORM, seed=SEED, threads=2, device="cpu", dtype=torch.uint8,
+               drop_last=False, prefetch=2, backend=backend)
+    cfg.update(kw)
+    source = fastdata.ImageFolder(str(folder))
+    if clean:
+        good = [(path, label) for path, label in source.samples if "_" not in Path(path).name]
+        source = fastdata.FileList([p for p, _ in good], [label for _, label in good])
+    return fastdata.Loader(source, **cfg)
+
+
+def epochs(loader: fastdata.Loader, which) -> List[List[Tuple[torch.Tensor, torch.Tensor]]]:
+    out = []
+    for e in which:
+        loader.set_epoch(e)
+        out.append([(x.clone(), y.clone()) for x, y in loader])
+    return out
+
+
+def skipping_epochs(loader: fastdata.Loader, which) -> Tuple[list, List[str]]:
+    """``epochs`` with on_error="skip": the batches, and the replaced samples it warned about."""
+    with pytest.warns(RuntimeWarning, match="replaced an undecodable sample") as record:
+        out = epochs(loader, which)
+    return out, sorted(str(w.message) for w in record)
+
+
+def assert_same(got, want) -> None:
+    assert len(got) == len(want)
+    for eg, ew in zip(got, want):
+        assert len(eg) == len(ew)
+        for (a, la), (b, lb) in zip(eg, ew):
+            assert torch.equal(la, lb)
+            assert torch.equal(a, b)
+
+
+def test_a_decoder_gets_exactly_the_rows_it_accepts_and_they_land_in_place(folder):
+    source = fastdata.ImageFolder(str(folder))
+    png = {i for i in range(len(source)) if source.name(i).endswith(".png")}
+    garbage = {i for i in range(len(source)) if "garbage" in source.name(i)}
+    fake = OddIndexDecoder()
+    with make(folder, fake, on_error="skip", shuffle=False) as plugged, \
+            make(folder, "native", on_error="skip", shuffle=False) as native:
+        got, warned = skipping_epochs(plugged, [0, 1])
+        want, warned_native = skipping_epochs(native, [0, 1])
+        assert_same(got, want)
+        assert warned == warned_native and any("garbage" in w for w in warned)
+    order = plugged.order
+    expected = [(e, [int(i) for i in b if i % 2 == 1 and int(i) not in png | garbage])
+                for e in (0, 1, 2) for b in order.batches(e)]
+    expected = [g for g in expected if g[1]]
+    done = [g for g in fake.got if g[0] < 2]
+    assert done == expected[:len(done)] and len(done) == sum(1 for g in expected if g[0] < 2)
+    ahead = fake.got[len(done):]  # epoch 2, started before the loader closed (the lookahead)
+    assert ahead == expected[len(done):len(done) + len(ahead)]
+    assert fake.finished + fake.discarded == len(fake.got) and not fake.pending
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_rejected_rows_go_native_and_the_skip_policy_is_the_native_one(folder, strict):
+    source = fastdata.ImageFolder(str(folder))
+    odd = [i for i in range(len(source)) if i % 2 == 1]
+    fake = OddIndexDecoder(reject=tuple(odd[::3]), strict=strict)
+    with make(folder, fake, on_error="skip", strict=strict) as plugged, \
+            make(folder, "native", on_error="skip", strict=strict) as native:
+        got, warned = skipping_epochs(plugged, [2, 3])
+        want, warned_native = skipping_epochs(native, [2, 3])
+        assert_same(got, want)
+        assert warned == warned_native and len(warned) == (2 if strict else 1)  # garbage (+ truncated)
+    assert sum(len(rows) for _, rows in fake.got) > 0
+
+
+def test_raise_policy_names_the_same_sample_with_a_plugged_decoder(folder):
+    errors = []
+    for backend in (OddIndexDecoder(), "native"):
+        with make(folder, backend, shuffle=False, strict=True) as loader:
+            with pytest.raises(fastdata.DecodeError) as info:
+                for _ in loader:
+                    pass
+            errors.append((info.value.index, info.value.name))
+    assert errors[0] == errors[1] and "garbage" in errors[0][1]
+
+
+def test_an_asynchronous_decoder_in_flight_across_epochs_and_early_exits(folder):
+    fake = OddIndexDecoder(depth=3)
+    with make(folder, fake, clean=True) as plugged, make(folder, "native", clean=True) as native:
+        for e in range(3):  # leave epochs early: started batches are discarded, in order
+            plugged.set_epoch(e)
+            for k, _ in enumerate(plugged):
+                if k == 1:
+                    break
+        got = [[(x.clone(), y.clone()) for x, y in plugged] for _ in range(2)]  # epochs 3 and 4, implied
+        want = epochs(native, [3, 4])
+        assert_same(got, want)
+    assert fake.discarded > 0 and not fake.pending
+    assert fake.finished + fake.discarded == len(fake.got)

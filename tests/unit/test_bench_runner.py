@@ -1,0 +1,140 @@
+"""fastdata.cli.bench_runner computes its statistic as documented: timed images / timed seconds,
+pooled over rounds as a ratio of sums, with window rates as the spread only.
+
+A fake contender advances a fake clock by known per-batch times, so every number below is
+computed by hand, not read off a wall clock.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Iterator, List, Sequence
+
+import pytest
+
+from fastdata.cli import bench_runner
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeUsage:
+    """CPU seconds read at the start and end of the timed span."""
+
+    def __init__(self, readings: Sequence[float]) -> None:
+        self.readings = list(readings)
+        self.peak_rss = 3 * 2**20
+        self.stopped = False
+
+    def cpu_seconds(self) -> float:
+        return self.readings.pop(0)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class FakeContender:
+    """Batch k takes ``durations[k]`` seconds of the fake clock and holds ``size`` images."""
+
+    name, label = "fake", "a fake contender"
+
+    def __init__(self, clock: FakeClock, durations: Sequence[float], size: int = 8, fail_at: int = -1) -> None:
+        self.clock, self.durations, self.size, self.fail_at = clock, list(durations), size, fail_at
+        self.detail = {"kind": "fake"}
+        self.closed = False
+
+    def batches(self, job) -> Iterator:
+        try:
+            for k, d in enumerate(self.durations):
+                self.clock.now += d
+                if k == self.fail_at:
+                    raise RuntimeError("decoder fell over")
+                yield SimpleNamespace(shape=(self.size, 3, 4, 4)), None
+            raise AssertionError("the runner asked for more batches than the test planned")
+        finally:
+            self.closed = True
+
+
+JOB = SimpleNamespace(device="cpu")
+# Warm-up: 2 batches of 1 s (budget 10: at least 2 batches and 2 s). Timed: eight batches of
+# 0.5 s, then one of 4 s, which ends the budget (2 + 4 + 4 = 10 s after the start).
+WARM = [1.0, 1.0]
+TIMED = [0.5] * 8 + [4.0]
+
+
+def run(durations: Sequence[float], budget: float = 10.0, cpu=(50.0, 54.0), step: float = 0.0, size: int = 8,
+        fail_at: int = -1):
+    clock = FakeClock()
+    usage = FakeUsage(cpu)
+    contender = FakeContender(clock, durations, size=size, fail_at=fail_at)
+    r = bench_runner.measure(contender, JOB, budget, clock=clock, sleep=clock.sleep, usage_factory=lambda: usage,
+                             step_seconds=step)
+    assert contender.closed and usage.stopped  # the loader and the sampler are shut down
+    return r
+
+
+def test_statistic_is_timed_images_over_timed_seconds():
+    r = run(WARM + TIMED)
+    assert r["status"] == "ok"
+    assert (r["warmup_batches"], r["timed_batches"], r["timed_images"]) == (2, 9, 72)
+    assert r["first_batch_seconds"] == pytest.approx(1.0)
+    assert r["timed_seconds"] == pytest.approx(8.0)
+    assert r["images_per_s"] == pytest.approx(72 / 8.0)  # 9 img/s: the slow batch counts in full
+    assert r["mean_images_per_s"] == r["images_per_s"]
+    # Spread: 5 windows of 2, 2, 1, 2, 2 batches; the median of them (16) is NOT the statistic.
+    assert r["window_rates"] == pytest.approx([16.0, 16.0, 16.0, 16.0, 16 / 4.5])
+    assert r["spread"]["min"] == pytest.approx(16 / 4.5) and r["spread"]["max"] == pytest.approx(16.0)
+    assert r["spread"]["min"] <= r["images_per_s"] <= r["spread"]["max"]
+    assert r["round_rates"] == pytest.approx([9.0])
+    # CPU: 4 s over the 8 timed seconds; every batch was waited for in full (no step).
+    assert r["cpu_cores_busy"] == pytest.approx(0.5)
+    assert r["wait_fraction"] == pytest.approx(1.0) and r["wait_ms_p50"] == pytest.approx(500.0)
+    assert r["peak_rss_mb"] == pytest.approx(3.0) and r["detail"] == {"kind": "fake"}
+    assert r["total_seconds"] == pytest.approx(10.0)
+
+
+def test_a_simulated_step_counts_in_the_span_not_in_the_wait():
+    # Warm-up 2 x 1 s; then 0.5 s per batch + a 0.5 s step: one batch per second.
+    r = run(WARM + [0.5] * 8, budget=10.0, step=0.5)
+    assert r["timed_batches"] == 8
+    assert r["images_per_s"] == pytest.approx(8.0 * 8 / 7.5)  # 8 batches, last arrival at 7.5 s
+    assert r["wait_ms_p50"] == pytest.approx(500.0)
+    assert r["wait_fraction"] == pytest.approx(8 * 0.5 / 7.5)
+
+
+def test_rounds_pool_as_a_ratio_of_sums():
+    a = run(WARM + TIMED)  # 72 images in 8 s
+    b = run(WARM + [0.25] * 16, budget=6.0, size=4, cpu=(0.0, 1.0))  # 16 x 4 = 64 images in 4 s
+    assert b["images_per_s"] == pytest.approx(16.0) and b["timed_seconds"] == pytest.approx(4.0)
+    pooled = bench_runner.pool([a, b])
+    assert pooled["status"] == "ok"
+    assert (pooled["timed_images"], pooled["timed_batches"]) == (136, 25)
+    assert pooled["images_per_s"] == pytest.approx(136 / 12.0)  # every second weighs the same
+    assert pooled["images_per_s"] != pytest.approx((9.0 + 16.0) / 2)  # not a mean of the rounds' rates
+    assert pooled["round_rates"] == pytest.approx([9.0, 16.0])
+    assert pooled["window_rates"] == pytest.approx(a["window_rates"] + b["window_rates"])
+    assert pooled["cpu_cores_busy"] == pytest.approx((4.0 + 1.0) / 12.0)
+    assert "waits" not in pooled  # per-batch waits are summarised, not written out
+    one = bench_runner.pool([a])
+    assert one["images_per_s"] == pytest.approx(9.0) and "waits" not in one
+
+
+def test_a_failing_contender_is_reported_and_fails_the_pool():
+    bad = run(WARM + TIMED, fail_at=4)
+    assert bad["status"] == "failed" and bad["reason"] == "RuntimeError: decoder fell over"
+    good = run(WARM + TIMED)
+    assert bench_runner.pool([good, bad])["status"] == "failed"
+
+
+def test_windows_partition_the_span():
+    times: List[float] = [0.1 * (k + 1) for k in range(10)] + [2.0]
+    rates = bench_runner.windows(times, [4] * 11, 0.0)
+    assert len(rates) == bench_runner.MAX_WINDOWS
+    assert rates[:4] == pytest.approx([40.0] * 4) and rates[4] == pytest.approx(8 / 1.1)
