@@ -21,7 +21,7 @@ mkdir -p "$work"
 # tar keeps modification times, so unchanged sources are not rebuilt on the next run.
 git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
 cd "$work"
-FASTDATA_SANITIZE=1 "$py" setup.py -q build_ext --inplace >build.log 2>&1 || {
+FASTDATA_SANITIZE=1 "$py" setup.py -q build_ext --inplace -j "$(nproc)" >build.log 2>&1 || {
   tail -30 build.log; echo "sanitized build failed" >&2; exit 1; }
 compiler=$("$py" -c "import sysconfig; print(sysconfig.get_config_var('CXX').split()[0])")
 libasan=$("$compiler" -print-file-name=libasan.so)
