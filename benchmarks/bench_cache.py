@@ -1,6 +1,6 @@
 """Caches side by side: loader throughput from a folder, LMDB and RAM; convert throughput.
 
-Exact command (the README's cache table comes from it; 2-core CPU box):
+Exact command (docs/results.md's cache table comes from it; 2-core CPU box):
 
     /work/venv/bin/python benchmarks/bench_cache.py --json bench_cache.json
 
@@ -14,8 +14,7 @@ Rows:
   cores), without and with ``--max-side`` (img/s, img/s per worker, MB/s read).
 * fetch: Python cost per sample of ``source.fetch`` (folder = open+read, LMDB, RAM).
 * load: one epoch of RandomResizedCrop(224) batches of 64 in shuffled order, decoded by
-  ``fastdata.Loader`` when it exists, else ``fastdata.Engine.run`` over ``source.fetch``
-  (folder items are paths read by the native threads). Warm = page cache warm (one
+  ``fastdata.Loader`` (folder items are paths read by the native threads). Warm = page cache warm (one
   untimed pass first); cold = after ``echo 3 > /proc/sys/vm/drop_caches`` (root only; the
   table says when it could not drop). RAM is warm by definition.
 * load big: the same loader over the full-size photos (folder) against their
@@ -46,46 +45,15 @@ import numpy as np
 import fastdata
 from fastdata.cli.convert import convert
 from fastdata.cli.demo import photo_like_jpeg
+from fastdata.io.host import usable_cores
 from fastdata.sources.lmdb import LMDBSource
 from fastdata.sources.ram import RAMCache
 
 BATCH = 64
 
 
-class PathList:
-    """Folder source: file paths, read by the native threads (fastdata.ImageFolder when present)."""
-
-    def __init__(self, root: Path):
-        self.paths = sorted(str(p) for p in root.rglob("*.jpg"))
-        classes = sorted({Path(p).parent.name for p in self.paths})
-        self.classes = classes
-        self._labels = np.array([classes.index(Path(p).parent.name) for p in self.paths], dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self._labels
-
-    def name(self, i: int) -> str:
-        return self.paths[i]
-
-    def fetch(self, indices: Sequence[int]) -> List[str]:
-        return [self.paths[i] for i in indices]
-
-
-def optional(name: str) -> Any:
-    """fastdata.<name>, or None while the module that defines it is not written yet."""
-    try:
-        return getattr(fastdata, name)
-    except (ImportError, AttributeError):
-        return None
-
-
 def folder_source(root: Path) -> Any:
-    image_folder = optional("ImageFolder")
-    return image_folder(str(root)) if image_folder is not None else PathList(root)
+    return fastdata.ImageFolder(str(root))
 
 
 def make_data(root: Path, n: int, size: Tuple[int, int], classes: int = 4) -> int:
@@ -115,21 +83,10 @@ def drop_caches() -> bool:
 def loader_epoch(source: Any, threads: int, seed: int) -> float:
     """Seconds for one shuffled epoch of RandomResizedCrop(224) uint8 batches."""
     rrc = fastdata.RandomResizedCrop(224)
-    loader_cls = optional("Loader")
     t0 = time.perf_counter()
-    if loader_cls is not None:
-        loader = loader_cls(source, BATCH, transform=rrc, shuffle=True, seed=seed, drop_last=False, threads=threads)
-        for _ in loader:
-            pass
-    else:
-        order = np.random.default_rng(seed).permutation(len(source))
-        out = np.empty((BATCH, 224, 224, 3), np.uint8)
-        with fastdata.Engine(threads) as engine:
-            for lo in range(0, len(order), BATCH):
-                idx = order[lo:lo + BATCH]
-                rep = engine.run(source.fetch(idx), rrc, out[:len(idx)], seed=seed, indices=idx)
-                if rep.failures:
-                    raise RuntimeError(f"decode failures: {rep.failures[:3]}")
+    loader = fastdata.Loader(source, BATCH, transform=rrc, shuffle=True, seed=seed, drop_last=False, threads=threads)
+    for _ in loader:
+        pass
     return time.perf_counter() - t0
 
 
@@ -167,7 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     workers = args.workers or cores
     threads = args.threads or cores
     size = tuple(int(v) for v in args.size.split("x"))
@@ -178,7 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     res: Dict[str, Any] = {"command": " ".join([sys.executable] + sys.argv), "machine": platform.node(),
                            "cores": cores, "workers": workers, "threads": threads, "images": args.images,
                            "size": args.size, "big_images": args.big_images, "big": args.big,
-                           "max_side": args.max_side, "via": "Loader" if optional("Loader") else "Engine.run"}
+                           "max_side": args.max_side, "via": "Loader"}
     try:
         bytes_small = make_data(work / "folder", args.images, size)
         bytes_big = make_data(work / "big", args.big_images, big)

@@ -1,6 +1,6 @@
 """Per-core decode throughput of the native engine against the usual Python paths.
 
-Exact commands (the README's decode table comes from these):
+Exact commands (docs/results.md's decode table comes from these):
 
     # 2-core CPU box
     /work/venv/bin/python benchmarks/bench_decode.py --json bench_decode.json
@@ -47,7 +47,8 @@ import numpy as np
 
 import fastdata
 from fastdata.cli import demo
-from fastdata.cli.bench_contenders import IMAGENET_MEAN, IMAGENET_STD
+from fastdata.io.host import usable_cores
+from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 Row = Tuple[str, str, Callable[[int], None]]  # key, label, fn(round) doing one pass over all images
 
@@ -358,7 +359,7 @@ def evaluate_targets(res: Dict[str, Dict[str, Any]], scaling: List[Dict[str, Any
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    cores = demo.usable_cores()
+    cores = usable_cores()
     default_threads = ",".join(str(t) for t in [1, 2, 4, 8, 16] if t <= max(cores, 1)) or "1"
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=int, default=64)

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from fastdata.cli import bench  # noqa: E402
 from fastdata.cli.demo import photo_like_jpeg  # noqa: E402
+from fastdata.io.host import usable_cores  # noqa: E402
 
 CLASSES = 10
 CONTENDERS = "dataloader,fastdata,fastdata-nvjpeg,fastdata-dali,dali"
@@ -70,7 +71,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, rest = p.parse_known_args(argv)
     root = args.root / f"n{args.count}-{args.width}x{args.height}"
     t0 = time.perf_counter()
-    paths = build_set(root, args.count, args.width, args.height, workers=max(1, os.cpu_count() or 1))
+    paths = build_set(root, args.count, args.width, args.height, workers=usable_cores())
     print(f"set: {len(paths)} JPEGs {args.width}x{args.height} in {root} ({time.perf_counter() - t0:.1f}s)", flush=True)
     dtype = ["--dtype", "float16"] if args.device == "cuda" else []
     return bench.main([str(root), "--device", args.device, *dtype, "--batch-size", "256",

@@ -39,6 +39,7 @@ import fastdata
 from fastdata import _C
 from fastdata.cli import bench_contenders, bench_runner, demo
 from fastdata.cli.convert import convert
+from fastdata.io.host import usable_cores
 from fastdata.sources.lmdb import LMDBSource
 
 
@@ -107,7 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     meta = LMDBSource(dbs["transcoded (default)"]).meta
     res = {
         "command": "benchmarks/bench_transcode.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "cores": len(os.sched_getaffinity(0)), "threads": args.threads, "repeats": args.repeats,
+        "cores": usable_cores(), "threads": args.threads, "repeats": args.repeats,
         "files": {k: len(v) for k, v in decode_sets.items()},
         "decode_ms_per_image_1_thread": {k: summarize(v) for k, v in dec.items()},
         "loader_img_per_s": {k: summarize(v) for k, v in load.items()},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands behind the README's GPU-machine tables (one H200, 16 cores), in stages so
+# The commands behind the GPU-machine tables in docs/results.md (one H200, 16 cores), in stages so
 # that each fits one 10-minute call. Results go to $OUT (default ./gpu_results).
 #   bash benchmarks/gpu_suite.sh setup   # build fastdata in place; install carried wheels
 #   bash benchmarks/gpu_suite.sh decode  # CPU decode tests, core_contention probe, bench_decode (1..16 threads); no DALI
@@ -23,8 +23,8 @@ case "$stage" in
     lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket)" | tee "$OUT/lscpu.txt"
     ;;
   decode)
-    python3 -m pytest tests/unit/test_fast_huffman.py tests/unit/test_decode.py tests/unit/test_decode_batch.py \
-      tests/unit/test_bad_input.py -q -p no:cacheprovider 2>&1 | tee "$OUT/decode_tests.log" | tail -3
+    python3 -m pytest tests/io/test_fast_huffman.py tests/io/test_decode.py tests/io/test_decode_batch.py \
+      tests/io/test_bad_input.py -q -p no:cacheprovider 2>&1 | tee "$OUT/decode_tests.log" | tail -3
     # The machine's own per-core slowdown with N busy cores (no fastdata involved)
     gcc -O2 -pthread -o /tmp/core_contention benchmarks/core_contention.c && /tmp/core_contention 1.5 2 \
       | tee "$OUT/core_contention.txt"
@@ -33,7 +33,7 @@ case "$stage" in
     ;;
   tests)
     # tests/gpu, plus the DALI backend and Loader-DALI suites' CUDA cases (DALI's asynchronous mixed pipeline)
-    python3 -m pytest tests/gpu tests/integration/test_dali_backend.py tests/integration/test_loader_dali.py \
+    python3 -m pytest tests/gpu tests/decoders/test_dali_backend.py tests/loader/test_loader_dali.py \
       -q -m "gpu and not slow" -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
     python3 benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json "$OUT/bench_decode_16c.json" 2>&1 \
       | tee "$OUT/bench_decode_16c.log" | tail -32
@@ -62,7 +62,7 @@ case "$stage" in
     python3 examples/train.py --table "$OUT/runs.jsonl" | tee "$OUT/train_table.md"
     ;;
   ddp)
-    python3 -m pytest tests/integration/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5
+    python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac

@@ -41,8 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # small_resnet b
 import fastdata  # noqa: E402
 from fastdata.diagnostics.stall import StallMeter, StallReport  # noqa: E402
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGENET_MEAN, IMAGENET_STD = fastdata.IMAGENET_MEAN, fastdata.IMAGENET_STD
 
 
 # ---------------------------------------------------------------------------------------
@@ -72,39 +71,11 @@ class SubsetSource:
         return self.source.fetch([int(self.indices[i]) for i in indices])
 
 
-class _TorchvisionFolder:
-    """A fastdata-style source over torchvision's folder scan (used while fastdata.ImageFolder is absent)."""
-
-    def __init__(self, root: str):
-        from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
-
-        self.classes, class_to_idx = find_classes(root)
-        samples = make_dataset(root, class_to_idx, extensions=IMG_EXTENSIONS)
-        self._paths = [p for p, _ in samples]
-        self._labels = np.array([c for _, c in samples], dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self._paths)
-
-    @property
-    def labels(self) -> np.ndarray:
-        return self._labels
-
-    def name(self, index: int) -> str:
-        return self._paths[index]
-
-    def fetch(self, indices: Sequence[int]) -> List[str]:
-        return [self._paths[i] for i in indices]
-
-
 def open_source(path: str) -> Any:
-    """fastdata.LMDBSource for an LMDB directory, else fastdata.ImageFolder (torchvision scan fallback)."""
+    """fastdata.LMDBSource for an LMDB directory, else fastdata.ImageFolder."""
     if os.path.isfile(os.path.join(path, "data.mdb")):
         return fastdata.LMDBSource(path)
-    try:
-        return fastdata.ImageFolder(path)
-    except (ImportError, AttributeError):  # fastdata.sources.folder not available in this build
-        return _TorchvisionFolder(path)
+    return fastdata.ImageFolder(path)
 
 
 def split_sources(data: str, val_fraction: float, seed: int) -> Tuple[Any, Any]:

@@ -1,6 +1,6 @@
 """Typed stub of fastdata._C, the native core (csrc/bindings/).
 
-Kept in step with the extension by tests/unit/test_c_stub.py: every name, class, method and
+Kept in step with the extension by tests/package/test_c_stub.py: every name, class, method and
 property registered in C++ appears here and nothing else does, with the same parameters
 (names, order, keyword-only markers, defaults) and the same scalar and bound-class types.
 Arguments are converted with the GIL held; the work runs with the GIL released.
@@ -97,6 +97,9 @@ class SampleFailure:
     def status(self) -> SampleStatus: ...
     @property
     def message(self) -> str: ...
+    @property
+    def file_bytes(self) -> Optional[npt.NDArray[np.uint8]]:
+        """NOT_JPEG from a path: the bytes the engine read (for the fallback), else None."""
     def __repr__(self) -> str: ...
 
 class BatchReport:
@@ -129,6 +132,15 @@ class CropPlan:
     def orientations(self) -> npt.NDArray[np.int32]:
         """[N]: EXIF orientation 1..8."""
     @property
+    def components(self) -> npt.NDArray[np.int32]:
+        """[N]: colour components in the header (1, 3, or 4 for CMYK/YCCK)."""
+    @property
+    def precisions(self) -> npt.NDArray[np.int32]:
+        """[N]: bits per sample in the header."""
+    @property
+    def arithmetic(self) -> npt.NDArray[np.bool_]:
+        """[N]: arithmetic-coded entropy data instead of Huffman."""
+    @property
     def failures(self) -> list[SampleFailure]: ...
 
 class Engine:
@@ -139,13 +151,14 @@ class Engine:
     @property
     def threads(self) -> int: ...
     def run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
-            indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int,
+            indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int, max_file_bytes: int,
             scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> BatchReport:
         """Decode + transform items[i] into out[i] (uint8 [N, H, W, 3], or float32 with
         scale_bias); never raises for bad data: failures are in the report."""
     def plan(self, items: Sequence[_Item], spec: TransformSpec, seed: int, epoch: int,
-             indices: Optional[npt.ArrayLike], max_pixels: int) -> CropPlan: ...
-    def read_files(self, paths: Sequence[str]) -> tuple[list[npt.NDArray[np.uint8]], list[Optional[str]]]: ...
+             indices: Optional[npt.ArrayLike], max_pixels: int, max_file_bytes: int) -> CropPlan: ...
+    def read_files(self, paths: Sequence[str],
+                   max_file_bytes: int) -> tuple[list[npt.NDArray[np.uint8]], list[Optional[str]]]: ...
     def transform_pixels(self, pixels: npt.NDArray[np.uint8], spec: TransformSpec, out: npt.NDArray[Any], row: int,
                          seed: int, epoch: int, index: int,
                          scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> None: ...
@@ -159,6 +172,9 @@ def decode_full(data: _Buffer, strict: bool, max_pixels: int) -> tuple[npt.NDArr
 
 def jpeg_info() -> dict[str, Any]:
     """libjpeg_turbo_version, simd_disabled_by_env."""
+
+def read_file(path: str, max_file_bytes: int) -> tuple[npt.NDArray[np.uint8], Optional[str]]:
+    """A whole regular file as the engine reads it: (bytes, None), or (empty array, the reason)."""
 
 def sample_crop_boxes(height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float], hflip: float,
                       seed: int, epoch: int, indices: npt.ArrayLike) -> npt.NDArray[np.int64]:

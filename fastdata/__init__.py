@@ -21,6 +21,7 @@ _EXPORTS = {
     "decode": "fastdata.io.decoding",
     "decode_batch": "fastdata.io.decoding",
     "DEFAULT_MAX_PIXELS": "fastdata.io.decoding",
+    "DEFAULT_MAX_FILE_BYTES": "fastdata.io.decoding",
     "Engine": "fastdata.io.engine",
     "Source": "fastdata.sources.base",
     "ImageFolder": "fastdata.sources.folder",
@@ -31,8 +32,8 @@ _EXPORTS = {
     "RAMBudgetError": "fastdata.sources.ram",
     "CacheFormatError": "fastdata.cache.format",
     "Loader": "fastdata.loader.loader",
-    "IMAGENET_MEAN": "fastdata.loader.loader",
-    "IMAGENET_STD": "fastdata.loader.loader",
+    "IMAGENET_MEAN": "fastdata.io.normalization",
+    "IMAGENET_STD": "fastdata.io.normalization",
     "StallMeter": "fastdata.diagnostics.stall",
     "profile": "fastdata.diagnostics.stall",
 }

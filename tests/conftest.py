@@ -1,4 +1,4 @@
-"""Shared test setup: GPU tests skip themselves without CUDA; a few common fixtures.
+"""Shared test setup: the ``gpu`` marker decides which tests need CUDA; a few common fixtures.
 
 Test images and Pillow oracles live in tests/imagegen.py (importable as ``imagegen`` because pytest
 puts this directory on sys.path for the tests below it).
@@ -13,18 +13,29 @@ import pytest
 ASSETS = Path(__file__).parent / "assets"
 
 
+GPU_DIR = Path(__file__).parent / "gpu"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    """Skip ``@pytest.mark.gpu`` tests when no CUDA device is usable."""
+    """The one place that decides GPU tests: ``@pytest.mark.gpu`` (one CUDA device) or
+    ``@pytest.mark.gpu(n)`` (n devices) is skipped where fewer are usable. Tests skip for
+    nothing else about CUDA, and every test under tests/gpu must carry the marker."""
+    unmarked = [item.nodeid for item in items
+                if GPU_DIR in Path(item.path).parents and item.get_closest_marker("gpu") is None]
+    if unmarked:
+        raise pytest.UsageError(f"tests under tests/gpu need @pytest.mark.gpu: {unmarked}")
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return  # torch is imported only when a GPU test was collected (it is slow to import)
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in gpu_items:
-        item.add_marker(skip)
+        marker = item.get_closest_marker("gpu")
+        needed = int(marker.args[0]) if marker.args else 1
+        if devices < needed:
+            reason = "needs a CUDA device" if needed == 1 else f"needs {needed} CUDA devices, found {devices}"
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import struct
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image, ImageOps
+
+from fastdata.cli.demo import photo_like_jpeg
 
 # Pillow's `subsampling=` codes
 SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
@@ -25,6 +27,8 @@ def photo_like(height: int, width: int, index: int = 0, seed: int = 0) -> Image.
     Red rises left→right and green top→bottom, so any wrong flip/rotation is visible;
     noise (sigma ~5 levels) gives realistic JPEG bit rates. The top-left strip holds
     ``index`` as 8 black/white cells (bit 0 first), readable with ``read_index``.
+    Not the library's ``fastdata.cli.demo.photo_like``: tests that need only realistic photos use
+    that one (``photo_like_jpeg``); this one exists for the index and the orientation cues.
     """
     rng = np.random.default_rng(seed * 1_000_003 + index)
     y = np.linspace(0.0, 1.0, height, dtype=np.float64)[:, None]
@@ -79,9 +83,7 @@ def encode_jpeg(img: Image.Image, *, quality: int = 90, subsampling: str = "4:2:
     if restart_rows:
         kwargs["restart_marker_rows"] = restart_rows
     if orientation is not None:
-        exif = Image.Exif()
-        exif[0x0112] = orientation
-        kwargs["exif"] = exif.tobytes()
+        kwargs["exif"] = exif_bytes(orientation)
     if icc_profile is not None:
         kwargs["icc_profile"] = icc_profile
     buf = io.BytesIO()
@@ -155,6 +157,64 @@ def icc_profile_bytes() -> bytes:
         return struct.pack(">I", 128 + len(body)) + b"\0" * 124 + body
 
 
+def exif_bytes(orientation: int) -> bytes:
+    """An EXIF block holding only the orientation tag (Pillow's ``exif=`` argument)."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+def two_colour_classes(root: Path, per_class: int, size: Optional[Tuple[int, int]] = None) -> Path:
+    """An ImageFolder of noisy red (c0/) and blue (c1/) JPEGs: a model that sees them with their
+    right labels reaches high accuracy in a few dozen steps. ``size`` (h, w), or random sides
+    in 40..71 per image. Returns ``root``."""
+    rng = np.random.default_rng(0)
+    for c, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
+        (root / f"c{c}").mkdir()
+        for i in range(per_class):
+            h, w = size if size is not None else (int(rng.integers(40, 72)), int(rng.integers(40, 72)))
+            img = np.clip(np.array(colour) + rng.normal(0, 30, (h, w, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
+    return root
+
+
+def with_each_exif_orientation(base: Image.Image, quality: int = 95) -> Tuple[List[bytes], List[Image.Image]]:
+    """``base`` saved with EXIF orientations 1..8 (the stored pixels are the same in each), and
+    Pillow's oriented RGB image of each: what a decoder must return for it."""
+    datas = [encode_jpeg(base, quality=quality, orientation=o) for o in range(1, 9)]
+    return datas, [pillow_oriented(d) for d in datas]
+
+
+def hard_case_folder(root: Path) -> List[str]:
+    """Paths of 6 distinct photo-like JPEGs (decoders must keep them apart and in order), then
+    the cases a GPU decoder must hand to the native one: CMYK, progressive, grayscale, PNG, EXIF
+    orientations 6 and 7, a truncated JPEG, garbage after a JPEG signature, a missing file."""
+    paths = []
+    for i in range(6):
+        p = root / f"{i:02d}_plain.jpg"
+        p.write_bytes(photo_like_jpeg(11, i, 180 + 7 * i, 140))
+        paths.append(str(p))
+    base = Image.open(io.BytesIO(photo_like_jpeg(11, 99, 160, 120)))
+    cases = {
+        "cmyk.jpg": lambda f: base.convert("CMYK").save(f, "JPEG", quality=92),
+        "progressive.jpg": lambda f: base.save(f, "JPEG", quality=92, progressive=True),
+        "gray.jpg": lambda f: base.convert("L").save(f, "JPEG", quality=92),
+        "png.png": lambda f: base.save(f, "PNG"),
+        "exif6.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=exif_bytes(6)),
+        "exif7.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=exif_bytes(7)),
+    }
+    for name, save in cases.items():
+        p = root / name
+        with open(p, "wb") as f:
+            save(f)
+        paths.append(str(p))
+    good = Path(paths[0]).read_bytes()
+    (root / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (root / "garbage.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg at all")
+    paths += [str(root / "truncated.jpg"), str(root / "garbage.jpg"), str(root / "missing.jpg")]
+    return paths
+
+
 # ---------------------------------------------------------------- oracles
 
 def pillow_oriented(data: bytes) -> Image.Image:
@@ -180,12 +240,23 @@ def pillow_crop_resize(img: Image.Image, box: Sequence[int], out_hw: Tuple[int, 
     return np.ascontiguousarray(arr[:, ::-1]) if flip else arr
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR in dB of two uint8 arrays of the same shape (inf when identical)."""
+def psnr(a, b) -> float:
+    """PSNR in dB of two 8-bit images of the same shape: ``10 log10(255^2 / MSE)``, the mean
+    over every element (all channels) in float64; ``inf`` when identical. ``a`` and ``b`` are
+    numpy arrays or torch tensors (on any device), uint8 or float holding 0..255 values.
+    The one PSNR of the test suite: every threshold in the tests means this."""
+    a, b = _as_numpy(a), _as_numpy(b)
     if a.shape != b.shape:
         raise ValueError(f"shape mismatch {a.shape} vs {b.shape}")
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
+
+
+def _as_numpy(x) -> np.ndarray:
+    """A numpy view/copy of a numpy array or a torch tensor (moved to the CPU)."""
+    if hasattr(x, "detach"):  # a torch tensor; torch is not imported here
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
 
 
 def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:

@@ -2,8 +2,10 @@
 // scratch of the calling thread, and the conversion of Python batch items to SampleInputs.
 // All of them run with the GIL held.
 #pragma once
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <string>
 #include <vector>
 
 #include "core/engine.h"
@@ -28,6 +30,15 @@ class BufferViews {
 
 // Decode state of the calling thread, reused between calls (probe, decode_full, hooks).
 SampleScratch& thread_scratch();
+
+// A str path as the file system spells it, i.e. os.fsencode(path): a file name that is not
+// valid UTF-8 comes from os.listdir as a str with lone surrogates (surrogateescape), which a
+// plain UTF-8 cast refuses ("Unable to cast Python instance of type str", #16 item 11).
+// ValueError for an empty path or one with a NUL byte (`row` names it).
+std::string fs_path(const py::handle& path, size_t row);
+
+// Bytes read by the engine, handed to Python without a copy: a uint8 array owning them.
+py::array_t<uint8_t> owned_array(std::vector<uint8_t>&& bytes);
 
 // str items are paths the native threads read; anything else must be a byte buffer.
 std::vector<SampleInput> inputs_from_items(const py::sequence& items, BufferViews* views);

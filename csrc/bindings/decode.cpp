@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bindings/common.h"
+#include "bindings/released_gil.h"
 #include "bindings/register.h"
 #include "core/decoder.h"
 #include "core/sample.h"
@@ -30,7 +31,7 @@ py::dict probe(const py::object& data) {
   const Py_buffer& v = views.add(data);
   JpegInfo info;
   {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     info = thread_scratch().decoder.read_header(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), false);
   }
   py::dict d;
@@ -52,10 +53,10 @@ py::tuple decode_full_py(const py::object& data, bool strict, int64_t max_pixels
   py::array_t<uint8_t> out;
   int warnings;
   {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     warnings = decode_full(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), strict, max_pixels,
                            &thread_scratch(), [&](int h, int w) {
-                             py::gil_scoped_acquire gil;
+                             ReleasedGil::Held gil(nogil);
                              out = py::array_t<uint8_t>({h, w, 3});
                              return out.mutable_data();
                            });

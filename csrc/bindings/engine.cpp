@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings/common.h"
+#include "bindings/released_gil.h"
 #include "bindings/register.h"
 #include "bindings/types.h"
 #include "core/augment.h"
@@ -43,7 +44,7 @@ struct EngineDeleter {
   // Joining workers needs no Python, but other Python threads should not wait on it.
   void operator()(Engine* e) const {
     if (PyGILState_Check()) {
-      py::gil_scoped_release nogil;
+      ReleasedGil nogil;
       delete e;
     } else {
       delete e;
@@ -62,7 +63,7 @@ std::vector<int64_t> indices_from(const py::object& indices_obj, size_t n) {
 }
 
 CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformSpec& spec, uint64_t seed,
-                     uint64_t epoch, const py::object& indices_obj, int64_t max_pixels) {
+                     uint64_t epoch, const py::object& indices_obj, int64_t max_pixels, int64_t max_file_bytes) {
   BufferViews views;
   const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
   const size_t n = inputs.size();
@@ -70,8 +71,9 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   std::vector<Engine::SamplePlan> plans;
   std::vector<SampleResult> results;
   {
-    py::gil_scoped_release nogil;
-    engine.plan(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), max_pixels, &plans, &results);
+    ReleasedGil nogil;
+    engine.plan(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), max_pixels, max_file_bytes,
+                &plans, &results);
   }
   const auto rows = static_cast<py::ssize_t>(n);
   CropPlan plan;
@@ -79,10 +81,16 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   plan.flips = py::array_t<bool>(rows);
   plan.sizes = py::array_t<int32_t>({rows, static_cast<py::ssize_t>(2)});
   plan.orientations = py::array_t<int32_t>(rows);
+  plan.components = py::array_t<int32_t>(rows);
+  plan.precisions = py::array_t<int32_t>(rows);
+  plan.arithmetic = py::array_t<bool>(rows);
   auto b = plan.boxes.mutable_unchecked<2>();
   auto f = plan.flips.mutable_unchecked<1>();
   auto s = plan.sizes.mutable_unchecked<2>();
   auto o = plan.orientations.mutable_unchecked<1>();
+  auto c = plan.components.mutable_unchecked<1>();
+  auto bits = plan.precisions.mutable_unchecked<1>();
+  auto arith = plan.arithmetic.mutable_unchecked<1>();
   for (size_t i = 0; i < n; ++i) {
     const auto& p = plans[i];
     const auto r = static_cast<py::ssize_t>(i);
@@ -90,6 +98,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
     f(r) = p.flip;
     s(r, 0) = p.height, s(r, 1) = p.width;
     o(r) = p.orientation;
+    c(r) = p.components, bits(r) = p.precision, arith(r) = p.arithmetic;
   }
   plan.failures = failures_of(results);
   return plan;
@@ -97,21 +106,37 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
 
 // Files read on the engine's threads (GIL released), each returned as a uint8 array that
 // owns the bytes read (no copy), or the reason it could not be read.
-py::tuple engine_read_files(Engine& engine, const std::vector<std::string>& paths) {
+py::tuple engine_read_files(Engine& engine, const py::sequence& path_objs, int64_t max_file_bytes) {
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < static_cast<size_t>(py::len(path_objs)); ++i) paths.push_back(fs_path(path_objs[i], i));
   std::vector<std::vector<uint8_t>> bufs;
   std::vector<std::string> errors;
   {
-    py::gil_scoped_release nogil;
-    engine.read_files(paths, &bufs, &errors);
+    ReleasedGil nogil;
+    engine.read_files(paths, max_file_bytes, &bufs, &errors);
   }
   py::list arrays, reasons;
   for (size_t i = 0; i < paths.size(); ++i) {
-    auto* owned = new std::vector<uint8_t>(std::move(bufs[i]));
-    py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<uint8_t>*>(p); });
-    arrays.append(py::array_t<uint8_t>({static_cast<py::ssize_t>(owned->size())}, owned->data(), free_when_done));
+    arrays.append(owned_array(std::move(bufs[i])));
     reasons.append(errors[i].empty() ? py::object(py::none()) : py::object(py::str(errors[i])));
   }
   return py::make_tuple(arrays, reasons);
+}
+
+// One file, read as the engine reads files (read_file in core/engine.h): (uint8 array, None)
+// or (empty array, the reason). For Python code that needs a file's bytes (fastdata-convert,
+// the RAM cache), so that every input file is opened in one place.
+py::tuple read_file_py(const py::str& path, int64_t max_file_bytes) {
+  const std::string p = fs_path(path, 0);
+  std::vector<uint8_t> buf;
+  std::string error;
+  bool ok;
+  {
+    ReleasedGil nogil;
+    ok = read_file(p, max_file_bytes, &buf, &error);
+  }
+  if (!ok) return py::make_tuple(owned_array(std::vector<uint8_t>()), py::str(error));
+  return py::make_tuple(owned_array(std::move(buf)), py::none());
 }
 
 // out: uint8 or float32 [N, H, W, 3] with contiguous rows; float32 needs (scale, bias).
@@ -143,7 +168,7 @@ BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpe
 
 BatchReport engine_run(Engine& engine, const py::sequence& items, const TransformSpec& spec, const py::object& out_obj,
                        uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels,
-                       const py::object& scale_bias) {
+                       int64_t max_file_bytes, const py::object& scale_bias) {
   BufferViews views;
   const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
   const size_t n = inputs.size();
@@ -153,9 +178,9 @@ BatchReport engine_run(Engine& engine, const py::sequence& items, const Transfor
   std::vector<SampleResult> results;
   BatchTimes times;
   {
-    py::gil_scoped_release nogil;
-    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels, out,
-               &results, &times);
+    ReleasedGil nogil;
+    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels,
+               max_file_bytes, out, &results, &times);
   }
   BatchReport report;
   for (const auto& r : results) report.warnings += r.warnings;
@@ -177,7 +202,7 @@ void engine_transform_pixels(Engine& engine, py::array_t<uint8_t, py::array::c_s
   const BatchOutput out = batch_output(out_obj, static_cast<size_t>(rows), spec, scale_bias, &info);
   const int h = static_cast<int>(rgb.shape(0)), w = static_cast<int>(rgb.shape(1));
   const uint8_t* src = rgb.data();
-  py::gil_scoped_release nogil;
+  ReleasedGil nogil;
   engine.transform_pixels_into(src, h, w, static_cast<ptrdiff_t>(w) * 3, spec, SampleKey{seed, epoch, index}, out,
                                row);
 }
@@ -188,17 +213,21 @@ void register_engine(py::module_& m) {
   m.def("sample_crop_boxes", &sample_crop_boxes, py::arg("height"), py::arg("width"), py::arg("scale"),
         py::arg("ratio"), py::arg("hflip"), py::arg("seed"), py::arg("epoch"), py::arg("indices"),
         "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");
+  m.def("read_file", &read_file_py, py::arg("path"), py::arg("max_file_bytes"),
+        "A whole regular file as the engine reads it: (uint8 array, None), or (empty array, reason).");
 
   py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine",
                                                              "A pool of native threads (the caller counts as one).")
       .def(py::init<int>(), py::arg("threads"))
       .def_property_readonly("threads", &Engine::threads)
       .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
-           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("scale_bias") = py::none(),
+           py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("max_file_bytes"),
+           py::arg("scale_bias") = py::none(),
            "Decode + transform items[i] into out[i] with the GIL released; never raises for bad data.")
       .def("plan", &engine_plan, py::arg("items"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
-           py::arg("indices"), py::arg("max_pixels"), "Source boxes without decoding pixels (headers only).")
-      .def("read_files", &engine_read_files, py::arg("paths"),
+           py::arg("indices"), py::arg("max_pixels"), py::arg("max_file_bytes"),
+           "Source boxes without decoding pixels (headers only).")
+      .def("read_files", &engine_read_files, py::arg("paths"), py::arg("max_file_bytes"),
            "Read files on the pool: ([uint8 array per file], [None or the reason it could not be read])")
       .def("transform_pixels", &engine_transform_pixels, py::arg("pixels"), py::arg("spec"), py::arg("out"),
            py::arg("row"), py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("scale_bias") = py::none(),

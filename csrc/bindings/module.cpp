@@ -1,7 +1,8 @@
 // pybind11 surface of fastdata._C, joined from one file per topic. Every binding checks and
-// converts its arguments with the GIL held and runs the work with the GIL released; no
+// converts its arguments with the GIL held and runs the work with the GIL released (through
+// ReleasedGil, released_gil.h: a thread still working at interpreter exit must not abort); no
 // Python object is touched by a worker thread. fastdata/_C.pyi is the typed stub of what
-// is registered here (tests/unit/test_c_stub.py keeps the two in step).
+// is registered here (tests/package/test_c_stub.py keeps the two in step).
 #include <pybind11/pybind11.h>
 
 #include "bindings/register.h"

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "bindings/common.h"
+#include "bindings/released_gil.h"
 #include "bindings/register.h"
 #include "core/augment.h"
 #include "core/decoder.h"
@@ -17,7 +18,7 @@ namespace {
 void entropy_floor_py(const py::list& datas, const TransformSpec& spec, uint64_t seed, uint64_t epoch) {
   BufferViews views;
   const std::vector<SampleInput> inputs = buffers_only(datas, &views);
-  py::gil_scoped_release nogil;
+  ReleasedGil nogil;
   for (size_t i = 0; i < inputs.size(); ++i) {
     entropy_floor(inputs[i].data, inputs[i].size, spec, SampleKey{seed, epoch, i}, &thread_scratch());
   }
@@ -26,7 +27,7 @@ void entropy_floor_py(const py::list& datas, const TransformSpec& spec, uint64_t
 void plain_decode_py(const py::list& datas) {
   BufferViews views;
   const std::vector<SampleInput> inputs = buffers_only(datas, &views);
-  py::gil_scoped_release nogil;
+  ReleasedGil nogil;
   JpegDecoder decoder;  // its own, switched to libjpeg-turbo's Huffman decoder for good
   decoder.set_fast_huffman(false);
   for (const auto& in : inputs) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "bindings/common.h"
+#include "bindings/released_gil.h"
 #include "bindings/register.h"
 #include "core/transcode.h"
 
@@ -16,7 +17,7 @@ py::bytes transcode_to_baseline_py(const py::object& data, int64_t max_pixels) {
   const Py_buffer& v = views.add(data);
   std::vector<uint8_t> out;
   {
-    py::gil_scoped_release nogil;
+    ReleasedGil nogil;
     out = transcode_to_baseline(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), max_pixels);
   }
   return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());

@@ -2,6 +2,8 @@
 // one), status codes, and the plan and report a batch call returns.
 #include "bindings/types.h"
 
+#include "bindings/common.h"
+
 #include <pybind11/stl.h>
 
 #include <string>
@@ -84,10 +86,14 @@ std::string spec_repr(const TransformSpec& s) {
 
 }  // namespace
 
-std::vector<SampleFailure> failures_of(const std::vector<SampleResult>& results) {
+std::vector<SampleFailure> failures_of(std::vector<SampleResult>& results) {
   std::vector<SampleFailure> failures;
   for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].status != SampleStatus::kOk) failures.push_back({i, results[i].status, results[i].message});
+    SampleResult& r = results[i];
+    if (r.status == SampleStatus::kOk) continue;
+    SampleFailure f{i, r.status, r.message};
+    if (r.status == SampleStatus::kNotJpeg && !r.file_bytes.empty()) f.file_bytes = owned_array(std::move(r.file_bytes));
+    failures.push_back(std::move(f));
   }
   return failures;
 }
@@ -133,6 +139,8 @@ void register_types(py::module_& m) {
       .def_readonly("row", &SampleFailure::row)
       .def_readonly("status", &SampleFailure::status)
       .def_readonly("message", &SampleFailure::message)
+      .def_readonly("file_bytes", &SampleFailure::file_bytes,
+                    "NOT_JPEG from a path: the bytes the engine read (uint8), else None")
       .def("__repr__", [](const SampleFailure& f) {
         return "SampleFailure(row=" + std::to_string(f.row) + ", status=SampleStatus." + status_name(f.status) +
                ", message=" + py::repr(py::str(f.message)).cast<std::string>() + ")";
@@ -149,11 +157,16 @@ void register_types(py::module_& m) {
   py::class_<CropPlan>(m, "CropPlan",
                        "Where each sample's output comes from (Engine.plan): boxes float64 [N, 4] (x0, y0, x1, y1 "
                        "in EXIF-oriented pixels), flips bool [N], sizes int32 [N, 2] (oriented height, width), "
-                       "orientations int32 [N], and the samples whose header could not be read.")
+                       "orientations int32 [N], from each header components int32 [N], precisions (bits per "
+                       "sample) int32 [N] and arithmetic (coding) bool [N], and the samples whose header could "
+                       "not be read.")
       .def_readonly("boxes", &CropPlan::boxes)
       .def_readonly("flips", &CropPlan::flips)
       .def_readonly("sizes", &CropPlan::sizes)
       .def_readonly("orientations", &CropPlan::orientations)
+      .def_readonly("components", &CropPlan::components)
+      .def_readonly("precisions", &CropPlan::precisions)
+      .def_readonly("arithmetic", &CropPlan::arithmetic)
       .def_readonly("failures", &CropPlan::failures);
 }
 

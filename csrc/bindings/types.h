@@ -20,6 +20,7 @@ struct SampleFailure {
   size_t row = 0;
   SampleStatus status = SampleStatus::kOk;
   std::string message;
+  py::object file_bytes = py::none();  // kNotJpeg read from a path: those bytes (uint8), for the fallback
 };
 
 // Engine.run's outcome. Times are summed over native threads.
@@ -31,16 +32,21 @@ struct BatchReport {
 };
 
 // Engine.plan's outcome: per sample, the source box in EXIF-oriented pixels, the flip, the
-// oriented size and the EXIF orientation. Failed rows keep zeros.
+// oriented size, the EXIF orientation and the header facts decoders are chosen by (what the
+// header reader parsed, so Python never walks the markers again). Failed rows keep zeros.
 struct CropPlan {
   py::array_t<double> boxes;         // float64 [N, 4]: x0, y0, x1, y1
   py::array_t<bool> flips;           // bool [N]
   py::array_t<int32_t> sizes;        // int32 [N, 2]: height, width
   py::array_t<int32_t> orientations; // int32 [N]
+  py::array_t<int32_t> components;   // int32 [N]: colour components (1 gray, 3, 4 CMYK/YCCK)
+  py::array_t<int32_t> precisions;   // int32 [N]: bits per sample
+  py::array_t<bool> arithmetic;      // bool [N]: arithmetic-coded instead of Huffman
   std::vector<SampleFailure> failures;
 };
 
-// Failures (status != kOk) of results, in row order.
-std::vector<SampleFailure> failures_of(const std::vector<SampleResult>& results);
+// Failures (status != kOk) of results, in row order. A non-JPEG's file bytes move into its
+// failure, so the fallback decodes what the engine read instead of opening the file again.
+std::vector<SampleFailure> failures_of(std::vector<SampleResult>& results);
 
 }  // namespace fastdata::bindings

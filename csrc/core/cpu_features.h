@@ -8,7 +8,7 @@
 namespace fastdata {
 
 // False when FASTDATA_FORCE_SCALAR=1: every dispatched loop takes its baseline x86-64 (or
-// scalar) version. Tests compare both ways bit for bit (tests/unit/test_simd_parity.py).
+// scalar) version. Tests compare both ways bit for bit (tests/io/test_simd_parity.py).
 bool simd_allowed();
 
 }  // namespace fastdata

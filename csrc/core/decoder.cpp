@@ -71,6 +71,38 @@ const char* libjpeg_version() {
 #endif
 }
 
+int64_t coefficient_buffer_bytes(const jpeg_decompress_struct& c, bool buffered) {
+  if (!buffered) return 0;
+  int64_t bytes = 0;
+  for (int ci = 0; ci < c.num_components; ++ci) {
+    const jpeg_component_info& comp = c.comp_info[ci];
+    const int64_t h = comp.h_samp_factor, v = comp.v_samp_factor;  // 1..4, checked by libjpeg
+    const int64_t w_blocks = (static_cast<int64_t>(comp.width_in_blocks) + h - 1) / h * h;
+    const int64_t h_blocks = (static_cast<int64_t>(comp.height_in_blocks) + v - 1) / v * v;
+    bytes += w_blocks * h_blocks * static_cast<int64_t>(sizeof(JBLOCK));
+  }
+  return bytes;
+}
+
+void check_coefficient_budget(jpeg_decompress_struct* c, size_t input_size, bool buffered) {
+  const int64_t need = coefficient_buffer_bytes(*c, buffered);
+  const int64_t budget = coefficient_budget(input_size);
+  if (need > budget) {
+    jpeg_abort_decompress(c);
+    char msg[400];
+    std::snprintf(msg, sizeof(msg),
+                  "a %ux%u JPEG of %zu bytes would need %lld MiB of whole-image coefficient buffers (as progressive "
+                  "decoding and transcoding use), above its budget of %lld MiB (64 MiB + 1024 x the file size, "
+                  "which a complete file never exceeds): the file is truncated or crafted",
+                  static_cast<unsigned>(c->image_width), static_cast<unsigned>(c->image_height), input_size,
+                  static_cast<long long>(need >> 20), static_cast<long long>(budget >> 20));
+    throw DecodeError(msg);
+  }
+  // The backstop inside libjpeg (jmemnobs.c honours it since libjpeg-turbo 2.0): room for
+  // the arrays above plus the row buffers (a few MB at most: a JPEG is at most 65535 wide).
+  c->mem->max_memory_to_use = static_cast<long>(budget + (int64_t{32} << 20));
+}
+
 jpeg_error_mgr* install_error_manager(JpegDecoder::ErrorManager* err) {
   jpeg_error_mgr* pub = jpeg_std_error(&err->pub);
   pub->error_exit = on_error_exit;
@@ -128,6 +160,8 @@ JpegInfo JpegDecoder::read_header(const uint8_t* data, size_t size, bool strict)
   info.width = static_cast<int>(cinfo_.image_width);
   info.height = static_cast<int>(cinfo_.image_height);
   info.components = cinfo_.num_components;
+  info.precision = cinfo_.data_precision;
+  info.arithmetic = cinfo_.arith_code != 0;
   switch (cinfo_.jpeg_color_space) {
     case JCS_GRAYSCALE: info.color_space = ColorSpace::kGray; break;
     case JCS_YCbCr: info.color_space = ColorSpace::kYCbCr; break;
@@ -147,6 +181,7 @@ JpegInfo JpegDecoder::read_header(const uint8_t* data, size_t size, bool strict)
     }
   }
   info_ = info;
+  input_size_ = size;
   return info;
 }
 
@@ -187,6 +222,7 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
   for (int r = 0; r < y1 - y0; ++r) rows_[r] = base + r * stride;
 
   JDIMENSION out_x0 = static_cast<JDIMENSION>(x0), out_w = static_cast<JDIMENSION>(sw);
+  check_coefficient_budget(&cinfo_, input_size_, jpeg_has_multiple_scans(&cinfo_) != 0);
   if (setjmp(err_.jump)) fail();
   if (!jpeg_start_decompress(&cinfo_)) {  // only with suspending sources, which we never use
     jpeg_abort_decompress(&cinfo_);
@@ -253,6 +289,7 @@ void JpegDecoder::skip_rows(int rows) {
   cinfo_.scale_denom = 1;
   cinfo_.out_color_space =
       (info_.color_space == ColorSpace::kCMYK || info_.color_space == ColorSpace::kYCCK) ? JCS_CMYK : JCS_RGB;
+  check_coefficient_budget(&cinfo_, input_size_, jpeg_has_multiple_scans(&cinfo_) != 0);
   if (setjmp(err_.jump)) fail();
   jpeg_start_decompress(&cinfo_);
   if (fast_huffman_) huffman_.install(&cinfo_);

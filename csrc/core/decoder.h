@@ -26,6 +26,8 @@ enum class ColorSpace : int { kGray = 0, kYCbCr = 1, kRGB = 2, kCMYK = 3, kYCCK 
 struct JpegInfo {
   int width = 0, height = 0;  // as stored
   int components = 0;
+  int precision = 8;        // bits per sample (SOF)
+  bool arithmetic = false;  // arithmetic-coded entropy data (SOF9..SOF15) instead of Huffman
   ColorSpace color_space = ColorSpace::kOther;
   const char* subsampling = "other";
   bool progressive = false;
@@ -34,6 +36,30 @@ struct JpegInfo {
   int oriented_width() const { return orientation >= 5 ? height : width; }
   int oriented_height() const { return orientation >= 5 ? width : height; }
 };
+
+// Progressive (and other multi-scan) JPEGs are decoded through whole-image arrays of DCT
+// coefficients: 128 bytes per 8x8 block of every component, whatever the crop or DCT scale.
+// A complete file codes every block's DC coefficient with at least one bit, so its arrays
+// never exceed 1024 x its size; a file that claims more is truncated or crafted (a 2 KB
+// progressive CMYK file claiming 9459x9459 asked for ~700 MB per thread, #16 item 8). The
+// budget is that bound plus a floor that keeps small truncated images decodable (grey
+// below the cut, as before). The pixel limit alone cannot bound this: it is per image, and
+// libjpeg fills the arrays whatever the file actually holds.
+constexpr int64_t kCoefficientBytesPerInputByte = 1024;
+constexpr int64_t kCoefficientBudgetFloor = int64_t{64} << 20;  // 64 MiB
+inline int64_t coefficient_budget(size_t input_size) {
+  return kCoefficientBudgetFloor + kCoefficientBytesPerInputByte * static_cast<int64_t>(input_size);
+}
+
+// Bytes of the whole-image coefficient arrays libjpeg allocates for `c` after
+// jpeg_read_header (the sizes jdcoefct.c requests); `buffered`: the arrays are made
+// (multi-scan decode, or jpeg_read_coefficients), else 0.
+int64_t coefficient_buffer_bytes(const jpeg_decompress_struct& c, bool buffered);
+
+// Throws DecodeError (after aborting `c`) when coefficient_buffer_bytes exceeds
+// coefficient_budget(input_size); otherwise sets libjpeg's own max_memory_to_use a little
+// above the budget, so nothing else libjpeg buffers can grow past it either.
+void check_coefficient_budget(jpeg_decompress_struct* c, size_t input_size, bool buffered);
 
 inline bool looks_like_jpeg(const uint8_t* data, size_t size) {
   return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
@@ -92,6 +118,7 @@ class JpegDecoder {
   jpeg_decompress_struct cinfo_;
   ErrorManager err_;
   JpegInfo info_;
+  size_t input_size_ = 0;  // of the image read_header parsed
   std::vector<uint8_t> region_;
   std::vector<uint8_t> cmyk_row_;
   std::vector<JSAMPROW> rows_;

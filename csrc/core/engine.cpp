@@ -33,12 +33,12 @@ void zero_row(const BatchOutput& out, size_t i, size_t pixels) {
 
 }  // namespace
 
-bool load_input(const SampleInput& in, std::vector<uint8_t>* file_buffer, const uint8_t** data, size_t* size,
-                SampleResult* res) {
+bool load_input(const SampleInput& in, int64_t max_file_bytes, std::vector<uint8_t>* file_buffer,
+                const uint8_t** data, size_t* size, SampleResult* res) {
   *data = in.data;
   *size = in.size;
   if (!in.path.empty()) {
-    if (!read_file(in.path, file_buffer, &res->message)) {
+    if (!read_file(in.path, max_file_bytes, file_buffer, &res->message)) {
       res->status = SampleStatus::kReadError;
       return false;
     }
@@ -53,8 +53,24 @@ bool load_input(const SampleInput& in, std::vector<uint8_t>* file_buffer, const 
   return true;
 }
 
-bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a named pipe";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+bool read_file(const std::string& path, int64_t max_file_bytes, std::vector<uint8_t>* buf, std::string* error) {
+  buf->clear();
+  // O_NONBLOCK: opening a named pipe for reading would otherwise wait for a writer forever.
+  // It changes nothing for the regular files read below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     *error = std::string("cannot open file: ") + std::strerror(errno);
     return false;
@@ -65,7 +81,23 @@ bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* 
     ::close(fd);
     return false;
   }
-  buf->resize(static_cast<size_t>(st.st_size));
+  if (!S_ISREG(st.st_mode)) {
+    *error = std::string("not a regular file (") + file_kind(st.st_mode) + "); only regular files are read";
+    ::close(fd);
+    return false;
+  }
+  if (max_file_bytes > 0 && st.st_size > max_file_bytes) {
+    *error = "file is " + std::to_string(static_cast<long long>(st.st_size)) + " bytes, above the limit of " +
+             std::to_string(static_cast<long long>(max_file_bytes)) + " (max_file_bytes; raise it to read larger files)";
+    ::close(fd);
+    return false;
+  }
+  try {
+    buf->resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    throw;
+  }
   size_t got = 0;
   while (got < buf->size()) {
     const ssize_t n = ::read(fd, buf->data() + got, buf->size() - got);
@@ -79,7 +111,7 @@ bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* 
     if (n == 0) break;  // the file shrank while we read it
     got += static_cast<size_t>(n);
   }
-  buf->resize(got);
+  buf->resize(got);  // never more than the size checked above, even if the file grew
   ::close(fd);
   return true;
 }
@@ -89,8 +121,13 @@ Engine::Engine(int threads) : pool_(new ThreadPool(threads < 1 ? 1 : threads)) {
   file_buffers_.resize(pool_->size());
 }
 
+Engine::~Engine() {
+  if (!pool_->made_here()) static_cast<void>(pool_.release());  // deliberately leaked
+}
+
 void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
-                 const int64_t* indices, bool strict, int64_t max_pixels, const BatchOutput& out,
+                 const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes,
+                 const BatchOutput& out,
                  std::vector<SampleResult>* results, BatchTimes* times) {
   results->assign(inputs.size(), SampleResult());
   std::vector<double> read_s(pool_->size(), 0.0), decode_s(pool_->size(), 0.0);
@@ -101,10 +138,15 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
       const uint8_t* data;
       size_t size;
       const double t_read = now_seconds();
-      const bool loaded = load_input(inputs[i], &file_buffers_[worker], &data, &size, &res);
+      const bool loaded = load_input(inputs[i], max_file_bytes, &file_buffers_[worker], &data, &size, &res);
       if (!inputs[i].path.empty()) read_s[worker] += now_seconds() - t_read;
       if (!loaded) {
         if (res.status == SampleStatus::kReadError) zero_row(out, i, pixels);
+        // The fallback decodes what was read here rather than opening the file again.
+        if (res.status == SampleStatus::kNotJpeg && !inputs[i].path.empty()) {
+          res.file_bytes = std::move(file_buffers_[worker]);
+          file_buffers_[worker] = std::vector<uint8_t>();
+        }
         return;
       }
       const double t0 = now_seconds();
@@ -142,7 +184,8 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
 }
 
 void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
-                  const int64_t* indices, int64_t max_pixels, std::vector<SamplePlan>* plans,
+                  const int64_t* indices, int64_t max_pixels, int64_t max_file_bytes,
+                  std::vector<SamplePlan>* plans,
                   std::vector<SampleResult>* results) {
   plans->assign(inputs.size(), SamplePlan());
   results->assign(inputs.size(), SampleResult());
@@ -151,7 +194,7 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
     try {
       const uint8_t* data;
       size_t size;
-      if (!load_input(inputs[i], &file_buffers_[worker], &data, &size, &res)) return;
+      if (!load_input(inputs[i], max_file_bytes, &file_buffers_[worker], &data, &size, &res)) return;
       const JpegInfo info = scratch_[worker]->decoder.read_header(data, size, false);
       check_pixel_limit(info, max_pixels);
       const int h = info.oriented_height(), w = info.oriented_width();
@@ -166,6 +209,9 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
       p.height = h;
       p.width = w;
       p.orientation = info.orientation;
+      p.components = info.components;
+      p.precision = info.precision;
+      p.arithmetic = info.arithmetic;
     } catch (const DecodeError& e) {
       res.status = SampleStatus::kDecodeError;
       res.message = e.what();
@@ -176,13 +222,15 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
   });
 }
 
-void Engine::read_files(const std::vector<std::string>& paths, std::vector<std::vector<uint8_t>>* bufs,
-                        std::vector<std::string>* errors) {
+void Engine::read_files(const std::vector<std::string>& paths, int64_t max_file_bytes,
+                        std::vector<std::vector<uint8_t>>* bufs, std::vector<std::string>* errors) {
   bufs->assign(paths.size(), std::vector<uint8_t>());
   errors->assign(paths.size(), std::string());
   pool_->parallel_for(paths.size(), [&](size_t i, int) {
     try {
-      if (!read_file(paths[i], &(*bufs)[i], &(*errors)[i]) && (*errors)[i].empty()) (*errors)[i] = "cannot read file";
+      if (!read_file(paths[i], max_file_bytes, &(*bufs)[i], &(*errors)[i]) && (*errors)[i].empty()) {
+        (*errors)[i] = "cannot read file";
+      }
     } catch (const std::exception& e) {  // out of memory for a huge file
       (*bufs)[i] = std::vector<uint8_t>();
       (*errors)[i] = std::string("cannot read file: ") + e.what();

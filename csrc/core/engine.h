@@ -32,6 +32,7 @@ struct SampleResult {
   SampleStatus status = SampleStatus::kOk;
   std::string message;
   int warnings = 0;
+  std::vector<uint8_t> file_bytes;  // kNotJpeg from a path: what was read, for the fallback
 };
 
 // Where a batch's rows go: uint8 RGB, or float32 RGB normalized per channel as
@@ -52,30 +53,35 @@ struct BatchTimes {
 class Engine {
  public:
   explicit Engine(int threads);
+  ~Engine();  // in a forked child the pool is leaked, not destroyed (ThreadPool says why)
   int threads() const { return pool_->size(); }
 
   // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels). Never throws for
   // bad data: every sample's outcome is in results[i]. Call without the GIL.
+  // Files are read as read_file does, refusing any above max_file_bytes (0: no limit).
   void run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
-           const int64_t* indices, bool strict, int64_t max_pixels, const BatchOutput& out,
+           const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes, const BatchOutput& out,
            std::vector<SampleResult>* results, BatchTimes* times);
 
   // Where each sample's output comes from, without decoding pixels (for GPU decoders):
   // per sample the source box (x0, y0, x1, y1) in EXIF-oriented coordinates, the flip, the
-  // oriented size, and a status (kNotJpeg / kDecodeError / kReadError leave the box unset).
+  // oriented size, the header facts a decoder is chosen by, and a status (kNotJpeg /
+  // kDecodeError / kReadError leave the rest unset).
   struct SamplePlan {
     double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
     bool flip = false;
     int height = 0, width = 0, orientation = 1;
+    int components = 0, precision = 0;
+    bool arithmetic = false;
   };
   void plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
-            const int64_t* indices, int64_t max_pixels, std::vector<SamplePlan>* plans,
+            const int64_t* indices, int64_t max_pixels, int64_t max_file_bytes, std::vector<SamplePlan>* plans,
             std::vector<SampleResult>* results);
 
   // Reads each file into bufs[i] on the pool, for decoders that take encoded bytes (the GPU
   // backends). errors[i] is empty on success, else the reason. Never throws. Call without the GIL.
-  void read_files(const std::vector<std::string>& paths, std::vector<std::vector<uint8_t>>* bufs,
-                  std::vector<std::string>* errors);
+  void read_files(const std::vector<std::string>& paths, int64_t max_file_bytes,
+                  std::vector<std::vector<uint8_t>>* bufs, std::vector<std::string>* errors);
 
   // The fallback's second half: crop/resize/flip of pixels decoded elsewhere.
   void transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t stride, const TransformSpec& spec,
@@ -89,10 +95,14 @@ class Engine {
 
 // The encoded bytes of one input: its buffer, or its file read into file_buffer. False (with
 // res->status kReadError or kNotJpeg and a message) when there is nothing to decode here.
-bool load_input(const SampleInput& in, std::vector<uint8_t>* file_buffer, const uint8_t** data, size_t* size,
-                SampleResult* res);
+bool load_input(const SampleInput& in, int64_t max_file_bytes, std::vector<uint8_t>* file_buffer,
+                const uint8_t** data, size_t* size, SampleResult* res);
 
-// Reads a whole file into buf; false with a message on failure.
-bool read_file(const std::string& path, std::vector<uint8_t>* buf, std::string* error);
+// Reads a whole file into buf; false with a message on failure. The one place fastdata
+// opens an input file (the engine's threads, the Pillow fallback, fastdata-convert and the
+// RAM cache all come here), so the rules hold for every caller: only regular files are read
+// (a named pipe would block open() and read() forever, a device never end), and a file above
+// max_file_bytes (> 0) is refused from its size before a byte is read.
+bool read_file(const std::string& path, int64_t max_file_bytes, std::vector<uint8_t>* buf, std::string* error);
 
 }  // namespace fastdata

@@ -12,7 +12,7 @@
 // skipping stay libjpeg-turbo's. It installs only for 8-bit baseline sequential Huffman
 // scans (with or without restart markers, which libjpeg's own marker reader reads);
 // progressive and arithmetic-coded files keep libjpeg's own decoder. On valid data it
-// yields libjpeg's coefficients exactly (tests/unit/test_fast_huffman.py). On damaged data
+// yields libjpeg's coefficients exactly (tests/io/test_fast_huffman.py). On damaged data
 // it follows libjpeg (a bad code reads as symbol 0; running into a marker or the end of the
 // data warns and decodes the rest as zeros) and is stricter in two ways: every bad code
 // warns (libjpeg-turbo's fast path stays silent), and bytes between an MCU and the next

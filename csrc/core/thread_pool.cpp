@@ -1,10 +1,17 @@
 #include "core/thread_pool.h"
 
+#include <unistd.h>
+
+#include <stdexcept>
+#include <string>
+
 namespace fastdata {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads) : owner_pid_(::getpid()) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this, i);
 }
+
+bool ThreadPool::made_here() const { return ::getpid() == owner_pid_; }
 
 ThreadPool::~ThreadPool() {
   {
@@ -41,6 +48,11 @@ void ThreadPool::worker_main(int worker) {
 }
 
 void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, int)>& fn) {
+  if (!workers_.empty() && !made_here()) {
+    throw std::runtime_error("this thread pool was created in process " + std::to_string(owner_pid_) +
+                             " before a fork; its threads do not exist in process " +
+                             std::to_string(::getpid()) + ": create a new one here");
+  }
   std::lock_guard<std::mutex> run_lock(run_mutex_);
   if (n == 0) return;
   if (workers_.empty() || n == 1) {

@@ -1,6 +1,14 @@
 // A fixed pool of native worker threads running one parallel loop at a time.
 // The calling thread works too, so a pool of size 1 has no extra thread.
+//
+// fork() copies only the calling thread: in a child the workers do not exist. A pool made
+// before a fork refuses to run there (it would wait for them forever), and it must not be
+// destroyed there either: joining would wait for threads that are not there, and destroying
+// a condition variable the parent's workers waited on blocks for good. Its owner leaks it in
+// a child (see made_here; Engine does).
 #pragma once
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -14,14 +22,16 @@ namespace fastdata {
 class ThreadPool {
  public:
   explicit ThreadPool(int threads);
-  ~ThreadPool();  // joins the workers
+  ~ThreadPool();  // joins the workers; only in the process that made them (made_here())
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  bool made_here() const;  // false in a process forked after this pool was made
 
   // Calls fn(i, worker) for i in [0, n) across the pool; worker in [0, size()) names the
   // thread, for per-thread scratch. Returns when every call has returned. fn must not throw.
+  // Throws std::runtime_error in a process forked after this pool was made (workers > 0).
   void parallel_for(size_t n, const std::function<void(size_t, int)>& fn);
 
  private:
@@ -29,6 +39,7 @@ class ThreadPool {
   void drain(const std::function<void(size_t, int)>& fn, size_t n, int worker);
 
   std::vector<std::thread> workers_;
+  const pid_t owner_pid_;  // the process whose threads workers_ are
   std::mutex mutex_;
   std::mutex run_mutex_;  // one parallel_for at a time
   std::condition_variable wake_, done_;

@@ -123,6 +123,7 @@ class Transcoder {
           "transcode_to_baseline: only grayscale and YCbCr/RGB JPEGs are transcoded (CMYK/YCCK or unknown "
           "colour spaces are not)");
     }
+    check_coefficient_budget(&src_, size, true);  // jpeg_read_coefficients buffers every image
     // Entropy-decodes every scan into whole-image coefficient arrays (libjpeg's memory);
     // with a memory source it cannot suspend, so NULL would be a libjpeg bug.
     jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&src_);

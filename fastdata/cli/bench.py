@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from fastdata.cli import bench_contenders as bc
 from fastdata.cli import bench_report, demo
 from fastdata.cli.bench_runner import MAX_WINDOWS, measure, pool, windows  # noqa: F401 (MAX_WINDOWS, windows: API)
+from fastdata.io.host import usable_cores
 from fastdata.sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_SECONDS = 20.0
@@ -339,7 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit("fastdata-bench: --batch-size, --seconds and --rounds must be positive, --step-ms >= 0")
     if args.ablation and args.dtype == "uint8":
         raise SystemExit("fastdata-bench: the ablation measures normalized output; use a float --dtype")
-    args.threads = args.threads or demo.usable_cores()
+    args.threads = args.threads or usable_cores()
     names = [n.strip() for n in args.compare.split(",") if n.strip()]
     unknown = [n for n in names if n not in bc.CONTENDERS]
     if unknown:

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD
 
 Batch = Tuple[Any, Any]  # (images tensor, labels tensor)
 

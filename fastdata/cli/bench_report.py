@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, TextIO
 
 import fastdata
-from fastdata.cli.demo import usable_cores
+from fastdata.io.host import usable_cores
 
 
 def _version(dist: str) -> Optional[str]:

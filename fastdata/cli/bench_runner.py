@@ -25,8 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from fastdata.cli.demo import usable_cores
-from fastdata.diagnostics.stall import process_cpu_seconds
+from fastdata.io.host import process_cpu_seconds, usable_cores
 
 MAX_WINDOWS = 5
 
@@ -60,7 +59,7 @@ class Usage:
             self.peak_rss = max(self.peak_rss, total)
 
     def cpu_seconds(self) -> float:
-        return process_cpu_seconds() or 0.0
+        return process_cpu_seconds()
 
     def stop(self) -> None:
         self._stop.set()

@@ -35,13 +35,14 @@ import numpy as np
 
 from .. import __version__
 from ..cache import format as cf
+from ..io.encoded import is_jpeg
+from ..io.host import usable_cores
 from ..sources.folder import read_file_list, scan_image_folder
 
 DEFAULT_QUALITY = 90
 DEFAULT_BATCH = 512  # records per write transaction (also capped by DEFAULT_BATCH_BYTES)
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_MAP_SIZE = 1 << 30  # LMDB files grow with use; the map only bounds them, and grows too
-_JPEG_MAGIC = b"\xff\xd8\xff"
 
 
 class ConvertError(RuntimeError):
@@ -191,7 +192,7 @@ def _transcodable(data: bytes) -> bool:
     """Progressive grayscale/YCbCr/RGB JPEGs: those whose decode pays for entropy-decoding every
     scan of the whole image. CMYK/YCCK stay as they are (rare, and an Adobe marker would
     have to be reproduced exactly); without the native extension nothing is transcoded."""
-    if not _use_native() or data[:3] != _JPEG_MAGIC:
+    if not _use_native() or not is_jpeg(data):
         return False
     import fastdata
 
@@ -228,7 +229,7 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
     uses libjpeg's block smoothing, which a sequential rewrite does not get) is stored as it
     is: the transcode is only a speed-up, and a good image is never dropped for it.
     """
-    if max_side is not None and not (data[:3] == _JPEG_MAGIC and max(_oriented_size(data)) <= max_side):
+    if max_side is not None and not (is_jpeg(data) and max(_oriented_size(data)) <= max_side):
         return _shrink(data, max_side, quality), cf.STORED_REENCODED  # too large, or not a JPEG
     pixels = _validate(data)
     if not keep_progressive and _transcodable(data):
@@ -243,13 +244,24 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
 Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, int]
 
 
+def _read_input(path: str) -> bytes:
+    """The file's bytes, read by the engine's reader (fastdata.io.engine.read_file: regular files
+    only, never blocking on a named pipe, DEFAULT_MAX_FILE_BYTES at most)."""
+    if _use_native():
+        from ..io.engine import read_file
+        return read_file(path).tobytes()
+    with open(path, "rb") as f:  # without the extension (a source checkout before the build)
+        return f.read()
+
+
 def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep_progressive: bool = False) -> Result:
     """Read, hash, validate and store (:func:`stored_bytes`) one input. Never raises for bad data."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = _read_input(path)
     except OSError as exc:
         return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", cf.STORED_ORIGINAL
+    except ValueError as exc:  # fastdata.DecodeError from the native reader: not a regular file, too large
+        return pos, None, f"cannot read: {getattr(exc, 'reason', exc)}", 0, b"", cf.STORED_ORIGINAL
     digest = hashlib.sha256(data).digest()
     try:
         stored, kind = stored_bytes(data, max_side, quality, keep_progressive)
@@ -435,7 +447,7 @@ def convert(
         raise ValueError(f"quality must be in 1..100, got {quality}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cores()
     t0 = time.monotonic()
 
     plan = scan(src)

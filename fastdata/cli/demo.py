@@ -32,6 +32,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 from PIL import Image
 
+from ..io.host import usable_cores
+
 DEMO_VERSION = 1
 DEFAULT_COUNT = 500
 DEFAULT_CLASSES = 8
@@ -63,13 +65,6 @@ class DemoImage:
     height: int
     orientation: int  # EXIF orientation 1..8 (1 = none)
     nbytes: int
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (affinity-aware where the OS tells)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
 
 
 def cache_root() -> Path:

@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..io.host import usable_cores
+
 __all__ = ["Finding", "main", "run_checks", "STATUSES"]
 
 STATUSES = ("ok", "warn", "fail", "info")
@@ -49,13 +51,6 @@ class Finding:
 
 def _mb(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -195,7 +190,7 @@ def check_pinned_and_h2d() -> List[Finding]:
 
 
 def check_cpu() -> List[Finding]:
-    usable = _usable_cores()
+    usable = usable_cores()
     physical = None
     with contextlib.suppress(ImportError):
         import psutil
@@ -221,7 +216,7 @@ def check_load() -> List[Finding]:
         load1, load5, _ = os.getloadavg()
     except OSError:
         return [Finding("cpu_load", "info", None, "os.getloadavg unavailable on this system")]
-    usable = _usable_cores()
+    usable = usable_cores()
     value = {"load1": round(load1, 2), "load5": round(load5, 2), "usable_cores": usable}
     if load1 > usable:
         return [Finding("cpu_load", "warn", value,
@@ -261,24 +256,6 @@ def check_libjpeg() -> List[Finding]:
     return [Finding("libjpeg_turbo", "ok", info, "")]
 
 
-def _photo_like_jpegs(n: int = 20, size: Tuple[int, int] = (500, 375), seed: int = 0) -> List[bytes]:
-    """ImageNet-like test JPEGs: smooth structure + sensor-like noise, quality 90 (~60-90 KB)."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    w, h = size
-    out = []
-    for _ in range(n):
-        coarse = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
-        base = np.asarray(Image.fromarray(coarse).resize((w, h), Image.BICUBIC), dtype=np.float32)
-        noisy = base + rng.normal(0, 10, (h, w, 3))
-        buf = io.BytesIO()
-        Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
-        out.append(buf.getvalue())
-    return out
-
-
 def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
     """Images/s of ``fn`` over ``datas`` on this thread, looping for ~_DECODE_BUDGET_S."""
     fn(datas[0])  # warm-up: first call loads codecs / allocates
@@ -295,7 +272,12 @@ def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
 def check_decode_rate(samples: Optional[Sequence[bytes]], origin: str) -> List[Finding]:
     from PIL import Image
 
-    datas = list(samples) if samples else _photo_like_jpegs()
+    if samples:
+        datas = list(samples)
+    else:  # the demo set's generator: ImageNet-like photos of the size bench_decode.py uses
+        from .demo import photo_like_jpeg
+
+        datas = [photo_like_jpeg(0, i, 500, 375) for i in range(20)]
     origin = origin if samples else "20 generated photo-like 500x375 JPEGs"
 
     def pil(d: bytes) -> Any:
@@ -314,7 +296,7 @@ def check_decode_rate(samples: Optional[Sequence[bytes]], origin: str) -> List[F
         value["fastdata_img_per_s"] = round(_rate(decode, datas))
     except ValueError as e:  # DecodeError is a ValueError: a sample image is bad, say which
         return [Finding("decode_rate", "warn", value, f"fastdata.decode failed on a sample image: {e}")]
-    cores = _usable_cores()
+    cores = usable_cores()
     ratio = value["fastdata_img_per_s"] / max(value["pillow_img_per_s"], 1)
     value["per_core_vs_pillow"] = round(ratio, 2)
     if ratio < 0.6:
@@ -466,7 +448,7 @@ def check_storage(data: str, scan: _Scan, decode_rate: Optional[float]) -> List[
     # Page cache: DONTNEED cannot drop pages that are mapped or dirty, and tmpfs is RAM.
     warm = fs.get("fstype") in ("tmpfs", "ramfs") or seq > 8e9
     value["page_cache_maybe_warm"] = warm
-    demand = (decode_rate or 1000.0) * _usable_cores()
+    demand = (decode_rate or 1000.0) * usable_cores()
     status, advice = "ok", ""
     network = fs.get("fstype") in _NETWORK_FS or str(fs.get("fstype", "")).startswith("fuse")
     if value["random_reads_per_s"] < demand and not warm:

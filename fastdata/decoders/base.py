@@ -18,16 +18,14 @@ normalize, copy to the device or replace failed samples: the pipeline does each 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from ..errors import DecodeError
+from ..io.encoded import Item
 from ..io.engine import CropPlan
-
-Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
-
 
 @dataclass
 class PlannedBatch:

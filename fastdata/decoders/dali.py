@@ -31,6 +31,7 @@ import torch
 from ..io.engine import CropPlan
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch
+from .gpu_resize import filter_reach
 from .routing import gpu_decodable
 
 
@@ -133,8 +134,8 @@ class DaliDecoder:
             x1, y1 = np.minimum(iw, np.ceil(boxes[:, 2])), np.minimum(ih, np.ceil(boxes[:, 3]))
         else:
             h, w = self.out_hw
-            rx = np.ceil(np.maximum((boxes[:, 2] - boxes[:, 0]) / w, 1.0)) + 1
-            ry = np.ceil(np.maximum((boxes[:, 3] - boxes[:, 1]) / h, 1.0)) + 1
+            rx = filter_reach((boxes[:, 2] - boxes[:, 0]) / w)
+            ry = filter_reach((boxes[:, 3] - boxes[:, 1]) / h)
             x0 = np.maximum(0, np.floor(boxes[:, 0] - rx))
             y0 = np.maximum(0, np.floor(boxes[:, 1] - ry))
             x1 = np.minimum(iw, np.ceil(boxes[:, 2] + rx))

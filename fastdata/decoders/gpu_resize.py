@@ -28,10 +28,24 @@ import torch
 
 from .base import to_device
 
-__all__ = ["AxisTables", "axis_tables", "ImageLayout", "resample_batch", "orientation_maps"]
+__all__ = ["AxisTables", "axis_tables", "filter_support", "filter_reach", "ImageLayout", "resample_batch",
+           "orientation_maps"]
 
 # Elements of index memory per gather (int64): bounds the working set of one chunk.
 _CHUNK_ELEMENTS = 48 * 1024 * 1024
+
+
+def filter_support(scale: np.ndarray) -> np.ndarray:
+    """Half-width, in source pixels, of the resize filter for ``scale`` source pixels per
+    output pixel: Pillow's bilinear triangle (support 1), widened by the downscale factor to
+    antialias. csrc/core/resize.cpp (build_axis_filter) uses the same filter."""
+    return np.maximum(np.asarray(scale, np.float64), 1.0)
+
+
+def filter_reach(scale: np.ndarray) -> np.ndarray:
+    """Source pixels the filter may read beyond each edge of its box: the support rounded up,
+    plus one pixel of margin (the DALI backend's decode window for a fused resize + crop)."""
+    return np.ceil(filter_support(scale)) + 1
 
 
 @dataclass
@@ -68,7 +82,7 @@ def axis_tables(start: np.ndarray, scale: np.ndarray, lo: np.ndarray, hi: np.nda
     if np.any(scale <= 0):
         raise ValueError("scale must be positive")
     b = start.shape[0]
-    support = np.maximum(scale, 1.0)  # filterscale; the triangle's support is 1 * filterscale
+    support = filter_support(scale)  # Pillow's filterscale; the triangle's support is 1 * filterscale
     max_taps = (np.ceil(support) * 2 + 1).astype(np.int64)
     origin = (start - lo)[:, None]
     window = (hi - lo)[:, None]

@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..io.engine import DEFAULT_MAX_PIXELS, BatchReport, Engine
+from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine
 from ..io.transforms import Transform
 from .base import DecodedRows, PlannedBatch
 
@@ -40,7 +40,8 @@ class NativeDecoder:
     depth = 1
 
     def __init__(self, engine: Engine, transform: Transform, *, seed: int, strict: bool = False,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, roi: bool = True,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 roi: bool = True,
                  normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
                  on_report: Optional[Callable[[BatchReport], None]] = None):
         self.engine = engine
@@ -48,6 +49,7 @@ class NativeDecoder:
         self.seed = int(seed)
         self.strict = bool(strict)
         self.max_pixels = int(max_pixels)
+        self.max_file_bytes = int(max_file_bytes)
         self.roi = bool(roi)
         self.normalize = normalize
         self._on_report = on_report
@@ -79,7 +81,7 @@ class NativeDecoder:
         """One engine call: ``items`` into ``out`` (failed rows zero-filled and reported)."""
         report = self.engine.run(items, self.transform, out, seed=self.seed, epoch=epoch, indices=indices,
                                  strict=self.strict, max_pixels=self.max_pixels, names=names, roi=self.roi,
-                                 normalize=self.normalize)
+                                 normalize=self.normalize, max_file_bytes=self.max_file_bytes)
         if self._on_report is not None:
             self._on_report(report)
         return report

@@ -22,7 +22,7 @@ synchronization in the loop (``cuda_timing="sync"`` instead synchronizes at ever
 end: simpler numbers, but it stops the CPU from running ahead).
 
 The meter's own cost is two clock reads, one length probe and a few appends per step
-(~1-2 µs on the 2-core CPU box; see tests/unit/test_stall_meter.py), plus two event
+(~1-2 µs on the 2-core CPU box; see tests/diagnostics/test_stall_meter.py), plus two event
 records per step in CUDA-event mode. It never prints; ``report()`` is cheap enough to
 call every few hundred steps.
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import statistics
 import sys
 import threading
@@ -42,6 +41,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
+from ..io.host import process_cpu_seconds, usable_cores
 from .tracing import stage
 
 __all__ = ["StallMeter", "StallReport", "profile", "classify", "INPUT_BOUND_ABOVE", "COMPUTE_BOUND_BELOW"]
@@ -162,36 +162,6 @@ def _batch_on_cuda(batch: Any) -> bool:
         if getattr(item, "is_cuda", False):
             return True
     return False
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def process_cpu_seconds() -> Optional[float]:
-    """CPU seconds (user+system) of this process plus its children, live (DataLoader workers)
-    or already reaped; None when psutil cannot read them. The one such counter: the stall
-    meter and fastdata-bench both difference it over a window."""
-    try:
-        import psutil
-    except ImportError:
-        t = os.times()
-        # os.times counts children only after they were reaped; good enough without psutil.
-        return t.user + t.system + t.children_user + t.children_system
-    try:
-        proc = psutil.Process()
-        ct = proc.cpu_times()
-        total = ct.user + ct.system + ct.children_user + ct.children_system
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                c = child.cpu_times()
-                total += c.user + c.system
-        return total
-    except psutil.Error:
-        return None
 
 
 def _stats_dict(stats: Any) -> Dict[str, float]:
@@ -491,7 +461,7 @@ class StallMeter:
                 frac = self._gpu_wait / gpu_total
         cpu_now = process_cpu_seconds()
         cores_used = None
-        if cpu_now is not None and self._t_cpu0 is not None and wall > 0:
+        if wall > 0:
             cores_used = (cpu_now - self._t_cpu0) / wall
         gpu_util = self._sampler.take() if self._sampler is not None else None
         stages = self._stage_deltas()
@@ -515,7 +485,7 @@ class StallMeter:
             gpu_util_percent=gpu_util,
             gpu_util_source=self._sampler.source if self._sampler is not None and gpu_util is not None else None,
             cpu_cores_used=cores_used,
-            cpu_cores_available=_usable_cores(),
+            cpu_cores_available=usable_cores(),
             loader_stages=stages,
             verdict=verdict,
             next_action="",

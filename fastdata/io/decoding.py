@@ -1,6 +1,7 @@
 """The functional API over the native decoder: probe, decode, decode_batch."""
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union, overload
@@ -9,13 +10,13 @@ import numpy as np
 
 from .. import _C
 from ..errors import BatchDecodeError, DecodeError
-from .engine import DEFAULT_MAX_PIXELS, Engine, Item, default_threads, native_spec
+from .encoded import Item, is_jpeg
+from .engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, Engine, native_spec
+from .host import usable_cores
 from .pillow_fallback import decode_with_pillow
 from .transforms import Transform
 
-__all__ = ["ImageInfo", "probe", "decode", "decode_batch", "DEFAULT_MAX_PIXELS"]
-
-_JPEG_MAGIC = b"\xff\xd8\xff"
+__all__ = ["ImageInfo", "probe", "decode", "decode_batch", "DEFAULT_MAX_PIXELS", "DEFAULT_MAX_FILE_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def decode(data: Union[bytes, memoryview, np.ndarray], *, strict: bool = True,
     the (possibly partly grey) image is returned.
     """
     view = _as_bytes_like(data)
-    if view.nbytes == 0 or bytes(view[:3]) == _JPEG_MAGIC:
+    if view.nbytes == 0 or is_jpeg(view):
         try:
             pixels, _warnings = _C.decode_full(view, strict, max_pixels)
         except _C.NativeDecodeError as e:
@@ -74,9 +75,21 @@ _engines: Dict[int, Engine] = {}
 _engines_lock = threading.Lock()
 
 
+def _forget_engines_after_fork() -> None:
+    """In a forked child (a DataLoader worker, say) the shared engines' native threads do not
+    exist, and the lock may have been held by a parent thread: start afresh, lazily. The old
+    engines are dropped without joining anything (their native side knows it is in a child)."""
+    global _engines, _engines_lock
+    _engines = {}
+    _engines_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_engines_after_fork)
+
+
 def _shared_engine(threads: Optional[int]) -> Engine:
     """One process-wide engine per thread count, kept for reuse (like a BLAS pool)."""
-    n = default_threads() if threads is None else threads
+    n = usable_cores() if threads is None else threads
     with _engines_lock:
         engine = _engines.get(n)
         if engine is None:
@@ -88,18 +101,18 @@ def _shared_engine(threads: Optional[int]) -> Engine:
 def decode_batch(datas: Sequence[Item], transform: Transform, out: Optional[np.ndarray] = ..., *,
                  seed: int = ..., epoch: int = ..., indices: Optional[Sequence[int]] = ...,
                  threads: Optional[int] = ..., strict: bool = ..., on_error: Literal["raise"] = ...,
-                 max_pixels: int = ...) -> np.ndarray: ...
+                 max_pixels: int = ..., max_file_bytes: int = ...) -> np.ndarray: ...
 
 
 @overload
 def decode_batch(datas: Sequence[Item], transform: Transform, out: Optional[np.ndarray] = ..., *,
                  seed: int = ..., epoch: int = ..., indices: Optional[Sequence[int]] = ...,
                  threads: Optional[int] = ..., strict: bool = ..., on_error: Literal["skip"],
-                 max_pixels: int = ...) -> Tuple[np.ndarray, List[DecodeError]]: ...
+                 max_pixels: int = ..., max_file_bytes: int = ...) -> Tuple[np.ndarray, List[DecodeError]]: ...
 
 
 def decode_batch(datas, transform, out=None, *, seed=0, epoch=0, indices=None, threads=None, strict=False,
-                 on_error="raise", max_pixels=DEFAULT_MAX_PIXELS):
+                 on_error="raise", max_pixels=DEFAULT_MAX_PIXELS, max_file_bytes=DEFAULT_MAX_FILE_BYTES):
     """Decode and transform a batch on native threads (GIL released) into ``out``.
 
     datas: encoded buffers (bytes, memoryview, numpy uint8) or file paths (str).
@@ -108,6 +121,8 @@ def decode_batch(datas, transform, out=None, *, seed=0, epoch=0, indices=None, t
     on_error="raise": BatchDecodeError naming every failed sample (after the whole batch ran).
     on_error="skip": returns (out, failures); failed rows are zero-filled.
     strict: libjpeg corrupt-data warnings count as failures (default: decode and count them).
+    max_file_bytes: a file above it fails without being read (0: no limit); only regular
+    files are read (a named pipe or device fails, never blocks).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -116,7 +131,7 @@ def decode_batch(datas, transform, out=None, *, seed=0, epoch=0, indices=None, t
     if out is None:
         out = np.empty((len(datas), h, w, 3), dtype=np.uint8)
     report = _shared_engine(threads).run(datas, transform, out, seed=seed, epoch=epoch, indices=indices,
-                                         strict=strict, max_pixels=max_pixels)
+                                         strict=strict, max_pixels=max_pixels, max_file_bytes=max_file_bytes)
     if on_error == "skip":
         return out, report.failures
     if report.failures:

@@ -16,28 +16,39 @@ import numpy as np
 
 from .. import _C
 from ..errors import DecodeError
+from .encoded import Item
+from .host import usable_cores
+from .normalization import scale_bias_for
 from .pillow_fallback import decode_with_pillow
 from .transforms import CenterCrop, RandomResizedCrop, Transform
 
 # Pillow's own default Image.MAX_IMAGE_PIXELS: ~89.5 MP (a 3-channel image of 1/4 GiB).
 DEFAULT_MAX_PIXELS = 89_478_485
 
-Item = Union[str, bytes, bytearray, memoryview, np.ndarray]
+# Input files above this size are refused from their size, before a byte is read. 256 MiB is
+# the raw RGB pixels of an image at DEFAULT_MAX_PIXELS (89.5 MP x 3 B): a compressed image
+# that is larger is beyond the pixel limit or mostly not image data (real photos at that pixel
+# count are 10-60 MB as JPEGs). Without a cap a 3 GB sparse .jpg was read whole, twice for a
+# non-JPEG (#16 item 9). Each native thread holds at most one file of this size.
+DEFAULT_MAX_FILE_BYTES = 256 << 20
 
 
-def default_threads() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+def _check_max_file_bytes(max_file_bytes: int) -> int:
+    if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
+        raise ValueError(f"max_file_bytes must be an int >= 0 (0: no limit), got {max_file_bytes!r}")
+    return max_file_bytes
 
 
-def scale_bias_for(mean: Sequence[float], std: Sequence[float]) -> Tuple[List[float], List[float]]:
-    """(x / 255 - mean) / std as x * scale + bias, per channel."""
-    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-        raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
-    return [1.0 / (255.0 * s) for s in std], [-m / s for m, s in zip(mean, std)]
+def read_file(path: Union[str, "os.PathLike[str]"], max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> np.ndarray:
+    """A whole file as a uint8 array, read the way the native threads read inputs (the one place
+    fastdata opens an input file): regular files only (a named pipe or a device is refused, never
+    waited on), at most ``max_file_bytes`` (0: no limit; checked from the size before reading).
+    Raises DecodeError naming the file."""
+    path = os.fspath(path)
+    array, reason = _C.read_file(path, _check_max_file_bytes(max_file_bytes))
+    if reason is not None:
+        raise DecodeError(reason, name=path)
+    return array
 
 
 # The last spec built, by transform identity: transforms are frozen, and a training loop passes
@@ -86,12 +97,18 @@ class BatchReport:
 class CropPlan:
     """Per sample: source box (x0, y0, x1, y1) in EXIF-oriented pixels (float64 [N, 4]; the
     output samples it with Pillow's pixel-centre convention), flip (bool [N]), oriented size
-    (int32 [N, 2] as height, width) and EXIF orientation (int32 [N])."""
+    (int32 [N, 2] as height, width), EXIF orientation (int32 [N]), and from the header the
+    native reader parsed: components (int32 [N]), bits per sample (int32 [N]) and whether the
+    entropy coding is arithmetic (bool [N]). Rows in ``failed_rows`` or ``not_jpeg_rows`` hold
+    zeros."""
 
     boxes: np.ndarray
     flips: np.ndarray
     sizes: np.ndarray
     orientations: np.ndarray
+    components: np.ndarray
+    precisions: np.ndarray
+    arithmetic: np.ndarray
     failures: List[DecodeError] = field(default_factory=list)
     failed_rows: List[int] = field(default_factory=list)
     not_jpeg_rows: List[int] = field(default_factory=list)
@@ -122,12 +139,21 @@ class Engine:
 
     def __init__(self, threads: Optional[int] = None):
         if threads is None:
-            threads = default_threads()
+            threads = usable_cores()
         if not isinstance(threads, int) or threads < 1 or threads > 1024:
             raise ValueError(f"threads must be an int in 1..1024, got {threads!r}")
         self._native: Optional[_C.Engine] = _C.Engine(threads)
         self._threads = threads
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _check_process(self) -> None:
+        """fork() copies only the calling thread: in a child this engine's native threads (and
+        perhaps a lock another thread held) are the parent's, and a run would wait forever."""
+        if os.getpid() != self._pid:
+            raise RuntimeError(f"this fastdata Engine was created before fork (in process {self._pid}); its native "
+                               f"threads do not exist in process {os.getpid()}: create a new Engine here "
+                               "(decode_batch does so by itself)")
 
     @property
     def threads(self) -> int:
@@ -136,7 +162,8 @@ class Engine:
     def run(self, items: Sequence[Item], transform: Transform, out: np.ndarray, *, seed: int = 0,
             epoch: int = 0, indices: Optional[Sequence[int]] = None, strict: bool = False,
             max_pixels: int = DEFAULT_MAX_PIXELS, names: Optional[Sequence[str]] = None,
-            roi: bool = True, normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None) -> BatchReport:
+            roi: bool = True, normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
+            max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> BatchReport:
         """Decode + transform ``items[i]`` into ``out[i]`` (uint8 [N, H, W, 3]).
 
         With ``normalize=(mean, std)``, ``out`` is float32 [N, H, W, 3] and receives
@@ -147,8 +174,11 @@ class Engine:
         Failed rows are zero-filled and listed in the report; nothing is raised for bad data.
         ``names`` label samples in errors (defaults to the path for ``str`` items).
         ``roi=False`` turns off region-of-interest and DCT-scaled decoding (benchmarks only).
+        ``max_file_bytes``: files above it fail unread (see ``read_file``).
         """
+        self._check_process()
         spec = native_spec(transform, roi)
+        _check_max_file_bytes(max_file_bytes)
         n = len(items)
         check_out(out, n, transform.output_size, normalized=normalize is not None)
         scale_bias = None if normalize is None else scale_bias_for(*normalize)
@@ -165,7 +195,8 @@ class Engine:
             native = self._native
             if native is None:
                 raise RuntimeError("Engine is closed")
-            raw = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels, scale_bias)
+            raw = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels, max_file_bytes,
+                             scale_bias)
             report = BatchReport(read_seconds=raw.read_seconds, decode_seconds=raw.decode_seconds,
                                  warnings=raw.warnings)
             for failure in raw.failures:
@@ -174,8 +205,9 @@ class Engine:
                 item = items[row]
                 name = names[row] if names is not None else (item if isinstance(item, str) else None)
                 if failure.status == _C.SampleStatus.NOT_JPEG:
-                    try:
-                        pixels = decode_with_pillow(item, max_pixels)
+                    try:  # a path's bytes come back from the native read: the file is read once
+                        pixels = decode_with_pillow(item if failure.file_bytes is None else failure.file_bytes,
+                                                    max_pixels)
                         native.transform_pixels(pixels, spec, out, row, seed, epoch, index, scale_bias)
                         report.fallbacks += 1
                         continue
@@ -188,20 +220,23 @@ class Engine:
 
     def plan(self, items: Sequence[Item], transform: Transform, *, seed: int = 0, epoch: int = 0,
              indices: Optional[Sequence[int]] = None,
-             max_pixels: int = DEFAULT_MAX_PIXELS) -> "CropPlan":
+             max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> "CropPlan":
         """Where each sample's output comes from, reading headers only (for GPU decoders).
 
         Same crops and flips as ``run`` for the same (seed, epoch, indices). Samples whose
         header cannot be read are listed in ``failures`` (non-JPEGs among them, with
         ``not_jpeg_rows`` set so a caller can fall back to ``run`` for them).
         """
+        self._check_process()
         spec = native_spec(transform)
         index_arr = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
+        _check_max_file_bytes(max_file_bytes)
         with self._lock:
             if self._native is None:
                 raise RuntimeError("Engine is closed")
-            raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels)
-        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations)
+            raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels, max_file_bytes)
+        plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations,
+                        components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic)
         for failure in raw.failures:
             row = failure.row
             if failure.status == _C.SampleStatus.NOT_JPEG:
@@ -214,16 +249,22 @@ class Engine:
                 plan.failed_rows.append(row)
         return plan
 
-    def read_files(self, paths: Sequence[str]) -> Tuple[List[np.ndarray], List[Optional[str]]]:
-        """Read whole files on the native threads: a uint8 array per path (empty when it could
-        not be read) and, per path, None or the reason it could not be read."""
+    def read_files(self, paths: Sequence[str],
+                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Tuple[List[np.ndarray], List[Optional[str]]]:
+        """Read whole files on the native threads (as ``read_file`` does): a uint8 array per path
+        (empty when it could not be read) and, per path, None or the reason it could not be read."""
+        self._check_process()
+        _check_max_file_bytes(max_file_bytes)
         with self._lock:
             if self._native is None:
                 raise RuntimeError("Engine is closed")
-            return self._native.read_files([os.fspath(p) for p in paths])
+            return self._native.read_files([os.fspath(p) for p in paths], max_file_bytes)
 
     def close(self) -> None:
         """Join the native threads. Idempotent."""
+        if os.getpid() != self._pid:  # a forked child: nothing to join (the native side forgets the threads)
+            self._native = None
+            return
         with self._lock:
             native, self._native = self._native, None
         del native  # the native destructor joins its threads with the GIL released

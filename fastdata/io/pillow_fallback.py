@@ -15,19 +15,14 @@ from PIL import Image, ImageOps
 from ..errors import DecodeError
 
 
-def _read(item: Union[str, bytes, memoryview, np.ndarray]) -> bytes:
-    if isinstance(item, str):
-        try:
-            with open(item, "rb") as f:
-                return f.read()
-        except OSError as e:
-            raise DecodeError(f"cannot read file: {e.strerror}") from e
-    return bytes(memoryview(item).cast("B"))
+def decode_with_pillow(data: Union[bytes, memoryview, np.ndarray], max_pixels: int) -> np.ndarray:
+    """uint8 RGB [H, W, 3] with EXIF orientation applied; DecodeError on anything wrong.
 
-
-def decode_with_pillow(item: Union[str, bytes, memoryview, np.ndarray], max_pixels: int) -> np.ndarray:
-    """uint8 RGB [H, W, 3] with EXIF orientation applied; DecodeError on anything wrong."""
-    data = _read(item)
+    ``data`` is the encoded bytes: files are read by the engine (fastdata.io.engine.read_file's
+    rules), never opened here."""
+    if isinstance(data, str):
+        raise TypeError("decode_with_pillow takes encoded bytes, not a path")
+    data = bytes(memoryview(data).cast("B"))
     if not data:
         raise DecodeError("empty input (0 bytes)")
     try:

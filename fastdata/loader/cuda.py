@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import torch
 
 from ..diagnostics.tracing import stage
+from ..io.normalization import scale_bias_for
 
 
 class GpuNormalizer:
@@ -30,13 +31,10 @@ class GpuNormalizer:
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype, channels_last: bool,
                  device: torch.device):
-        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-            raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
-        mean_t = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-        std_t = torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-        # x * scale + bias: the same arithmetic as the native CPU path (engine.scale_bias_for).
-        self.scale = 1.0 / (255.0 * std_t)
-        self.bias = -mean_t / std_t
+        # x * scale + bias with the native CPU path's scale and bias (and its validation).
+        scale, bias = scale_bias_for(mean, std)
+        self.scale = torch.tensor(scale, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        self.bias = torch.tensor(bias, dtype=torch.float32, device=device).view(1, 3, 1, 1)
         self.dtype = dtype
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 

@@ -15,6 +15,8 @@ unless ``set_epoch``/``load_state_dict`` say otherwise), so short epochs do not 
 """
 from __future__ import annotations
 
+import atexit
+import os
 import queue
 import time
 import warnings
@@ -27,11 +29,13 @@ import torch
 from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
 from ..errors import DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, default_threads, native_spec
+from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, native_spec
+from ..io.host import usable_cores
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
 from .cuda import handoff
-from .pipeline import IMAGENET_MEAN, IMAGENET_STD, BatchPipeline
+from .pipeline import BatchPipeline
 from .producer import END, BatchProducer, Feed, ProducerThread
 from .sampler import ShardedOrder
 from .stats import LoaderStats, StatsCounter
@@ -39,6 +43,28 @@ from .stats import LoaderStats, StatsCounter
 __all__ = ["Loader", "IMAGENET_MEAN", "IMAGENET_STD"]
 
 _STATE_VERSION = 1
+# At interpreter exit, how long a loader's thread may take to leave its batch (one batch's
+# decode) before the exit goes on without it.
+_EXIT_TIMEOUT_S = 10.0
+
+_live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+def _close_loaders_at_exit() -> None:
+    """Stop every loader's threads before the interpreter finalizes.
+
+    A producer thread still running at finalization (after Ctrl-C, whose traceback keeps the
+    loader alive, or after a loop left early) is inside native code or DALI: CPython ends such
+    a thread when it takes the GIL back, which aborted the process (SIGABRT, exit 134 instead
+    of 130; #16 item 3), and DALI's own exit hook shut its pipelines down under a thread still
+    using them. Runs before DALI's hook: every iteration registers it again (moved last, so
+    it runs first).
+    """
+    for loader in list(_live_loaders):
+        try:
+            loader._close(timeout=_EXIT_TIMEOUT_S)
+        except Exception:  # exiting: one loader's trouble must not keep the others running
+            pass
 
 
 class Loader:
@@ -58,6 +84,8 @@ class Loader:
         on_error: "raise" (DecodeError naming the file) or "skip" (replace the sample by the
             next one that decodes, count it in ``stats()``, warn once per file).
         strict: treat libjpeg's corrupt-data warnings as errors.
+        max_pixels, max_file_bytes: per-sample limits (decompression bombs; files above
+            max_file_bytes fail unread, 0: no limit). Only regular files are read.
         rank, world_size: shard of this process; default from ``torch.distributed`` when it
             is initialized, else a single process.
         backend: "native" (libjpeg-turbo threads), "nvjpeg" (torchvision's GPU decoder) or
@@ -82,7 +110,8 @@ class Loader:
                  prefetch: int = 3, device: Optional[str] = None, dtype: torch.dtype = torch.float32,
                  channels_last: bool = True, mean: Sequence[float] = IMAGENET_MEAN,
                  std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, rank: Optional[int] = None,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 rank: Optional[int] = None,
                  world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "native",
                  backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
                  pin_memory: bool = True):
@@ -91,7 +120,7 @@ class Loader:
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         if threads is None:
-            threads = num_workers if num_workers else default_threads()
+            threads = num_workers if num_workers else usable_cores()
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         if int(batch_size) < 1:
@@ -104,6 +133,9 @@ class Loader:
         self.on_error = on_error
         self.strict = bool(strict)
         self.max_pixels = int(max_pixels)
+        if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
+            raise ValueError(f"max_file_bytes must be an int >= 0 (0: no limit), got {max_file_bytes!r}")
+        self.max_file_bytes = max_file_bytes
         self.roi = bool(roi)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -140,7 +172,8 @@ class Loader:
         self._pipeline = BatchPipeline(
             self.transform, backend=backend, device=self.device, dtype=None if dtype == torch.uint8 else dtype,
             mean=mean, std=std, channels_last=channels_last, seed=self.order.seed, strict=self.strict,
-            max_pixels=self.max_pixels, threads=int(threads), roi=self.roi, batch_size=self.batch_size,
+            max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes, threads=int(threads), roi=self.roi,
+            batch_size=self.batch_size,
             ring_slots=self.prefetch if cuda else self.prefetch + 2, handed_out=not cuda,
             pin=torch.cuda.is_available() and (cuda or bool(pin_memory)), cpu_normalize=True,
             backend_options=backend_options, on_stats=self._stats.add)
@@ -149,10 +182,13 @@ class Loader:
         self._resume_batch = 0
         self._serial = 0  # numbers the epoch runs handed to the producer thread
         self._feed: Optional[Feed] = None
+        self._iterated = False
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
         self._thread = ProducerThread(f"fastdata-loader-{id(self):x}")
         self._warned: set = set()
         self._closed = False
+        self._pid = os.getpid()
+        _live_loaders.add(self)
 
     # ---- DataLoader-like surface ----
     def __len__(self) -> int:
@@ -170,12 +206,17 @@ class Loader:
         if int(epoch) != self._next_epoch:
             self._resume_batch = 0
         self._next_epoch = int(epoch)
+        self._prefetch_next()
 
     def __iter__(self) -> "_EpochIterator":
         if self._closed:
             raise RuntimeError("Loader is closed")
+        self._check_process()
+        atexit.unregister(_close_loaders_at_exit)  # last registered runs first: before DALI's hook
+        atexit.register(_close_loaders_at_exit)
         epoch, start = self._next_epoch, self._resume_batch
         self._next_epoch, self._resume_batch = epoch + 1, 0
+        self._iterated = True
         feed = self._feed
         cur = self._current() if self._current is not None else None
         if (feed is not None and feed.alive and feed.lookahead is not None and feed.lookahead[1:] == (epoch, start)
@@ -199,6 +240,14 @@ class Loader:
         it = _EpochIterator(self, feed, serial, epoch, start)
         self._current = weakref.ref(it)
         return it
+
+    def _check_process(self) -> None:
+        """fork() copies only the calling thread: in a child (a DataLoader worker, say) this
+        loader's producer and native threads do not exist."""
+        if os.getpid() != self._pid:
+            raise RuntimeError(f"this fastdata Loader was created before fork (in process {self._pid}); its threads "
+                               f"do not exist in process {os.getpid()}: create the Loader in the process that "
+                               "iterates it")
 
     def stats(self) -> LoaderStats:
         return self._stats.snapshot()
@@ -228,14 +277,30 @@ class Loader:
             raise ValueError(f"state batch {state['batch']} outside 0..{o.num_batches}")
         self._stop_current()
         self._next_epoch, self._resume_batch = int(state["epoch"]), int(state["batch"])
+        self._prefetch_next()
 
     def close(self) -> None:
         """Stop the producer and join the native threads. Idempotent."""
+        self._close(timeout=None)
+
+    def _close(self, timeout: Optional[float]) -> None:
+        """``close``, waiting at most ``timeout`` seconds for the producer to stop (at exit);
+        past it, the rest is left to the process's end (the native side never aborts it)."""
         if self._closed:
             return
         self._closed = True
-        self._stop_current()
-        self._thread.close()
+        if os.getpid() != self._pid:  # a forked child: the threads to stop and join are not here
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cur = self._current() if self._current is not None else None
+        if cur is not None:
+            cur.finished = True
+        self._current = None
+        feed, self._feed = self._feed, None
+        if feed is not None and not feed.halt(self._thread, deadline):
+            return
+        if not self._thread.close(deadline):
+            return
         self._pipeline.close()
 
     def __enter__(self) -> "Loader":
@@ -258,6 +323,31 @@ class Loader:
     def _next_serial(self) -> int:
         self._serial += 1
         return self._serial
+
+    def _prefetch_next(self) -> None:
+        """Point the work ahead at the iteration ``set_epoch``/``load_state_dict`` asked for.
+
+        Mid-epoch, the lookahead is swapped if the producer has not begun it yet (else the
+        next ``iter()`` drops it). Between epochs, the producer starts on the asked-for epoch
+        at once, and the next ``iter()`` adopts it.
+        """
+        if self._closed or not self._iterated:
+            return  # nothing runs yet: the first iteration starts the producer
+        want = (self._next_epoch, self._resume_batch)
+        feed = self._feed
+        if feed.alive and feed.lookahead is not None and feed.lookahead[1:] == want:
+            return
+        cur = self._current() if self._current is not None else None
+        if cur is not None and not cur.exhausted:
+            serial = self._next_serial()
+            if feed.retarget(serial, want[0], self.order.batches(*want)):
+                feed.lookahead = (serial, *want)
+            return
+        self._stop_current()
+        feed = self._feed = Feed(self._producer, self.prefetch)
+        serial = self._next_serial()
+        self._extend(feed, serial, *want)
+        feed.lookahead = (serial, *want) if feed.alive else None
 
     def _extend(self, feed: Feed, serial: int, epoch: int, start: int) -> None:
         """Queue ``epoch``'s batches from ``start`` on ``feed`` (computed on the producer thread)."""
@@ -312,6 +402,7 @@ class _EpochIterator:
         if self.finished:
             raise StopIteration
         loader = self._loader
+        loader._check_process()
         t0 = time.perf_counter()
         with stage("fastdata.wait"):
             while True:
@@ -346,6 +437,8 @@ class _EpochIterator:
         a later iteration took the feed over; return once the thread has left it. Safe to
         call twice."""
         self.finished = True
+        if os.getpid() != self._loader._pid:
+            return  # a forked child: no producer here to wait for
         if not self.exhausted and self._feed.owner == self._serial:
             self._feed.halt(self._thread)
 

@@ -38,13 +38,12 @@ from ..decoders.base import DecodedRows, Decoder, Item, PlannedBatch, to_device
 from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, route
 from ..errors import DecodeError
-from ..io.engine import DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec, scale_bias_for
+from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec
+from ..io.host import usable_cores
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
 from ..io.transforms import Transform
 from .cuda import CudaUploader, GpuNormalizer
 from .pinned_ring import PinnedRing, Slot
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass
@@ -98,7 +97,8 @@ class BatchPipeline:
                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                  channels_last: bool = True, seed: int = 0, strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, threads: Optional[int] = None, roi: bool = True,
-                 batch_size: int = 1, ring_slots: int = 2, handed_out: bool = True, pin: bool = False,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, batch_size: int = 1, ring_slots: int = 2,
+                 handed_out: bool = True, pin: bool = False,
                  cpu_normalize: bool = False, backend_options: Optional[Dict[str, Any]] = None,
                  on_stats: Optional[Callable[..., None]] = None):
         native_spec(transform)  # TypeError for a non-transform, before any thread starts
@@ -111,11 +111,13 @@ class BatchPipeline:
         self.channels_last = bool(channels_last)
         self.seed = int(seed)
         self.max_pixels = int(max_pixels)
+        self.max_file_bytes = int(max_file_bytes)
         self._on_stats = on_stats
         cuda = self.device.type == "cuda"
+        threads = usable_cores() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         if isinstance(backend, str):
-            gpu = make_decoder(backend, transform, device=self.device, threads=threads or 1, **(backend_options or {}))
+            gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
         else:
             gpu = backend
         self._closed = False
@@ -125,12 +127,12 @@ class BatchPipeline:
         cpu_norm = None
         if cpu_normalize and gpu is None and not cuda and dtype is not None:
             cpu_norm = (tuple(mean), tuple(std))
-            scale_bias_for(*cpu_norm)  # validates mean/std now, not on the producer thread
+            check_mean_std(*cpu_norm)  # now, not on the producer thread
         self._normalizer = None if dtype is None or cpu_norm is not None else \
             GpuNormalizer(mean, std, dtype, channels_last, self.device)
         self._cpu_norm = cpu_norm
         self.native = NativeDecoder(self.engine, transform, seed=self.seed, strict=strict, max_pixels=self.max_pixels,
-                                    roi=roi, normalize=cpu_norm, on_report=self._count_report)
+                                    max_file_bytes=self.max_file_bytes, roi=roi, normalize=cpu_norm, on_report=self._count_report)
         self.decoders: List[Decoder] = ([gpu] if gpu is not None else []) + [self.native]
         self.depth = max(d.depth for d in self.decoders)
         self.ring = PinnedRing(ring_slots, batch_size, self.out_hw,
@@ -159,7 +161,7 @@ class BatchPipeline:
             return PendingBatch(PlannedBatch(items, index_arr, epoch, names), [], list(range(len(items))))
         t0 = time.perf_counter()
         batch = plan_batch(items, index_arr, epoch, names, self.engine, self.transform, seed=self.seed,
-                           max_pixels=self.max_pixels)
+                           max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes)
         routes = route(batch, self.decoders)
         started = []
         with self._on_stream():

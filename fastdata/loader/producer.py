@@ -175,6 +175,15 @@ class Feed:
             self._idle.clear()
             return True
 
+    def retarget(self, serial: int, epoch: int, batches: Iterable[np.ndarray]) -> bool:
+        """Replace the last queued segment (the lookahead) if the thread has not begun it."""
+        with self._lock:
+            if not self.alive or len(self._segments) == 0 or self.lookahead is None \
+                    or self._segments[-1][0] != self.lookahead[0]:
+                return False
+            self._segments[-1] = (serial, epoch, batches)
+            return True
+
     def run(self) -> None:
         """Produce every queued segment in order (on the producer thread)."""
         producer = self._producer
@@ -268,11 +277,12 @@ class Feed:
                 continue
         return False
 
-    def halt(self, thread: "ProducerThread") -> None:
-        """Stop producing; return once the thread has left this feed (unless called on it)."""
+    def halt(self, thread: "ProducerThread", deadline: Optional[float] = None) -> bool:
+        """Stop producing; return once the thread has left this feed (unless called on it).
+        False when it has not left by ``deadline`` (time.monotonic(); at interpreter exit)."""
         self.stop.set()
         if thread.on_this_thread():
-            return
+            return True
         while not self._idle.wait(0.05):
             try:  # unblock a producer waiting to put
                 self.queue.get_nowait()
@@ -280,6 +290,9 @@ class Feed:
                 pass
             if not thread.is_alive():
                 break
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+        return True
 
 
 class ProducerThread:
@@ -313,10 +326,13 @@ class ProducerThread:
     def on_this_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def close(self) -> None:
-        """End the thread after its current feed (halt the feed first). Idempotent."""
+    def close(self, deadline: Optional[float] = None) -> bool:
+        """End the thread after its current feed (halt the feed first). Idempotent. False when
+        it still runs at ``deadline`` (time.monotonic(); at interpreter exit)."""
         if not self._started:
-            return
+            return True
         self._jobs.put(None)
         if not self.on_this_thread():
-            self._thread.join()
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            return not self._thread.is_alive()
+        return True

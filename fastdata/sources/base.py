@@ -7,11 +7,11 @@ buffers must stay valid while the caller holds the returned sequence.
 """
 from __future__ import annotations
 
-from typing import List, Protocol, Sequence, Union, runtime_checkable
+from typing import List, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-Item = Union[str, bytes, memoryview, np.ndarray]
+from ..io.encoded import Item
 
 
 @runtime_checkable

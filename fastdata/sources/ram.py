@@ -61,9 +61,11 @@ def source_identity(source: Any) -> str:
 
 
 def _as_buffer(item: Any) -> Any:
+    """A source item's encoded bytes; a path is read as the engine reads files
+    (fastdata.io.engine.read_file: DecodeError naming it when it is not a regular file or too large)."""
     if isinstance(item, str):
-        with open(item, "rb") as f:
-            return f.read()
+        from ..io.engine import read_file
+        return read_file(item)
     return item
 
 

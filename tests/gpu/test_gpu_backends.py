@@ -7,26 +7,20 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
 
 import fastdata
 from fastdata.loader.pipeline import make_backend
 from fastdata.decoders.gpu_resize import ImageLayout, resample_batch
 from fastdata.cli.demo import photo_like_jpeg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_backend_routing import make_folder, psnr  # noqa: E402  (the folder of hard cases)
+from imagegen import hard_case_folder, psnr, with_each_exif_orientation
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+pytestmark = pytest.mark.gpu
 HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
 GPU_BACKENDS = ["nvjpeg", pytest.param("dali", marks=pytest.mark.skipif(not HAVE_DALI, reason="DALI not installed"))]
 
@@ -41,7 +35,7 @@ def _consume(backend, out: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("name", GPU_BACKENDS)
 @pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(96), fastdata.CenterCrop(80)])
 def test_gpu_backend_matches_native_on_hard_folder(tmp_path, name, transform):
-    paths = make_folder(tmp_path)  # plain, CMYK, progressive, gray, PNG, EXIF 6/7, truncated, garbage, missing
+    paths = hard_case_folder(tmp_path)  # plain, CMYK, progressive, gray, PNG, EXIF 6/7, truncated, garbage, missing
     indices = np.arange(300, 300 + len(paths))
     with make_backend(name, transform, device="cuda", dtype=None, seed=7, threads=4) as gpu, \
             make_backend("native", transform, device="cpu", dtype=None, seed=7, threads=4) as native:
@@ -60,7 +54,7 @@ def test_gpu_backend_matches_native_on_hard_folder(tmp_path, name, transform):
 
 @pytest.mark.parametrize("name", GPU_BACKENDS)
 def test_gpu_backend_normalized_fp16_channels_last(tmp_path, name):
-    paths = make_folder(tmp_path)[:8]
+    paths = hard_case_folder(tmp_path)[:8]
     transform = fastdata.RandomResizedCrop(64)
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     with make_backend(name, transform, device="cuda", dtype=None, seed=1, threads=4) as raw:
@@ -80,15 +74,7 @@ def test_gpu_backend_normalized_fp16_channels_last(tmp_path, name):
 
 @pytest.mark.parametrize("name", GPU_BACKENDS)
 def test_gpu_crops_follow_exif_orientation(name):
-    base = Image.open(io.BytesIO(photo_like_jpeg(2, 0, 150, 100)))
-    datas, refs = [], []
-    for orientation in range(1, 9):
-        exif = Image.Exif()
-        exif[0x0112] = orientation
-        buf = io.BytesIO()
-        base.save(buf, "JPEG", quality=95, exif=exif.tobytes())
-        datas.append(buf.getvalue())
-        refs.append(ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue()))).convert("RGB"))
+    datas, refs = with_each_exif_orientation(Image.open(io.BytesIO(photo_like_jpeg(2, 0, 150, 100))))
     transform = fastdata.RandomResizedCrop(48, scale=(0.3, 0.6))
     with fastdata.Engine(1) as engine:
         plan = engine.plan(datas, transform, seed=3, indices=np.arange(8))

@@ -12,10 +12,10 @@ import time
 from typing import List, Tuple
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-import fastdata  # noqa: E402
-from fastdata.cli.demo import photo_like_jpeg  # noqa: E402
+import fastdata
+from fastdata.cli.demo import photo_like_jpeg
 
 pytestmark = pytest.mark.gpu
 

@@ -4,57 +4,27 @@ Run: python -m pytest tests/gpu/test_train_example_gpu.py -q   (add -m "gpu" to 
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
+import torch
 
-torch = pytest.importorskip("torch")
+from imagegen import two_colour_classes
+from repo import load_example
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_train():
-    spec = importlib.util.spec_from_file_location("fastdata_example_train_gpu", ROOT / "examples" / "train.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def train():
-    return _load_train()
+    return load_example("train")
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("colours_gpu")
-    rng = np.random.default_rng(0)
-    for c, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
-        (root / f"c{c}").mkdir()
-        for i in range(96):
-            img = np.clip(np.array(colour) + rng.normal(0, 30, (80, 96, 3)), 0, 255).astype(np.uint8)
-            Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
-    return root
-
-
-def _has_fastdata_loader() -> bool:
-    import fastdata
-
-    try:
-        fastdata.Loader, fastdata.ImageFolder  # noqa: B018
-    except (ImportError, AttributeError):
-        return False
-    return True
+    return two_colour_classes(tmp_path_factory.mktemp("colours_gpu"), 96, size=(80, 96))
 
 
 def _kernel_seconds(work, reps: int = 5) -> float:
@@ -112,12 +82,10 @@ def test_dataloader_bf16(train, data):
     _check(train.main([str(data), "--loader", "dataloader", "--amp", "bf16", *COMMON]), "dataloader")
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
 def test_fastdata_bf16(train, data):
     _check(train.main([str(data), "--loader", "fastdata", "--amp", "bf16", *COMMON]), "fastdata")
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader not built yet")
 def test_fastdata_fp16_gradscaler(train, data):
     _check(train.main([str(data), "--loader", "fastdata", "--amp", "fp16", *COMMON]), "fastdata")
 

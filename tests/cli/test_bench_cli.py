@@ -37,7 +37,7 @@ def _check_measured(r: dict) -> None:
         assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r[key])
     s = r["spread"]
     assert s["min"] <= s["q1"] <= s["q3"] <= s["max"]
-    # images/s is the time-weighted mean of the window rates (tests/unit/test_bench_runner.py)
+    # images/s is the time-weighted mean of the window rates (tests/cli/test_bench_runner.py)
     assert s["min"] <= r["images_per_s"] <= s["max"]
     assert r["images_per_s"] == pytest.approx(r["timed_images"] / r["timed_seconds"])
     assert r["timed_batches"] >= 2 and r["timed_images"] == 8 * r["timed_batches"]

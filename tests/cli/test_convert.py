@@ -18,13 +18,13 @@ from torchvision.datasets import ImageFolder
 
 import fastdata
 from fastdata.cache import format as cf
+from repo import ROOT
 
 lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
 
 from fastdata.cli.convert import ConvertError, convert, main
 from fastdata.sources.lmdb import LMDBSource
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def image(i: int, w: int, h: int) -> Image.Image:
@@ -184,28 +184,32 @@ def test_damaged_skip_and_raise(tmp_path: Path, capsys: pytest.CaptureFixture) -
 def test_sigkill_then_resume_equals_clean_run(tmp_path: Path) -> None:
     src = make_folder(tmp_path / "src", per_class=10, nested=False)
     blocker = src / "dog" / "img07.jpg"  # late in the order: earlier batches get committed first
-    real = blocker.read_bytes()
-    blocker.unlink()
-    os.mkfifo(blocker)  # reading it blocks the converter exactly there, so the kill lands mid-run
+    reached = tmp_path / "reached"
     dst = tmp_path / "db"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastdata.cli.convert", str(src), str(dst), "--workers", "1", "--batch-size", "4",
-         "--quiet"], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    fd = -1
+    # The converter stops for good when it comes to the blocker (a named pipe did this before
+    # the reader refused non-regular files), so the kill lands mid-run, after earlier commits.
+    child = (
+        "import pathlib, sys, time\n"
+        "import fastdata.cli.convert as c\n"
+        "real = c.process_one\n"
+        "def process_one(pos, path, *args):\n"
+        f"    if path == {str(blocker)!r}:\n"
+        f"        pathlib.Path({str(reached)!r}).touch()\n"
+        "        time.sleep(3600)\n"
+        "    return real(pos, path, *args)\n"
+        "c.process_one = process_one\n"
+        f"sys.exit(c.main([{str(src)!r}, {str(dst)!r}, '--workers', '1', '--batch-size', '4', '--quiet']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", child], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
-        while fd < 0:
-            try:
-                fd = os.open(blocker, os.O_WRONLY | os.O_NONBLOCK)  # succeeds once the converter opened it
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"converter never reached the FIFO: {proc.communicate()[1]!r}")
-                time.sleep(0.02)
+        deadline = time.monotonic() + 60
+        while not reached.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"converter never reached the blocker: {proc.communicate()[1]!r}")
+            time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
-        if fd >= 0:
-            os.close(fd)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -216,8 +220,6 @@ def test_sigkill_then_resume_equals_clean_run(tmp_path: Path) -> None:
     with pytest.raises(cf.CacheFormatError, match=r"incomplete.*--resume"):
         LMDBSource(str(dst))
 
-    blocker.unlink()
-    blocker.write_bytes(real)
     with pytest.raises(ConvertError, match="--resume"):
         convert(str(src), str(dst), workers=1)  # never silently overwrites
     with pytest.raises(ConvertError, match="differ"):

@@ -6,38 +6,17 @@ misaligned labels or garbage stays near chance: the accuracy checks the whole pi
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
+import torch
 
-torch = pytest.importorskip("torch")
+from imagegen import two_colour_classes
+from repo import ROOT, load_example
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_train():
-    spec = importlib.util.spec_from_file_location("fastdata_example_train", ROOT / "examples" / "train.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-train = _load_train()
-
-
-def _has_fastdata_loader() -> bool:
-    import fastdata
-
-    try:
-        fastdata.Loader, fastdata.ImageFolder  # noqa: B018 - probing the lazy exports
-    except (ImportError, AttributeError):
-        return False
-    return True
+train = load_example("train")
 
 
 @pytest.fixture(autouse=True)
@@ -52,15 +31,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("colours")
-    rng = np.random.default_rng(0)
-    for c, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
-        (root / f"c{c}").mkdir()
-        for i in range(40):
-            h, w = int(rng.integers(40, 72)), int(rng.integers(40, 72))
-            img = np.clip(np.array(colour) + rng.normal(0, 30, (h, w, 3)), 0, 255).astype(np.uint8)
-            Image.fromarray(img).save(root / f"c{c}" / f"{i:03d}.jpg", quality=90)
-    return root
+    return two_colour_classes(tmp_path_factory.mktemp("colours"), 40)
 
 
 COMMON = ["--arch", "small_resnet", "--batch-size", "8", "--image-size", "32", "--steps", "24",
@@ -88,7 +59,6 @@ def test_dataloader_pipeline_trains(data, tmp_path):
     assert json.loads(line)["top1"] == s["top1"]
 
 
-@pytest.mark.skipif(not _has_fastdata_loader(), reason="fastdata.Loader / fastdata.ImageFolder not built yet")
 def test_fastdata_pipeline_trains(data):
     s = train.main([str(data), "--loader", "fastdata", "--workers", "2", *COMMON])
     _check_run(s, "fastdata")

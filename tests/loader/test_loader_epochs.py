@@ -48,6 +48,12 @@ class RecordingSource(fastdata.FileList):
         with self._changed:
             return self._changed.wait_for(lambda: len(self.fetched) >= n, timeout=DEADLINE_S)
 
+    def wait_for_count(self, batch: Sequence[int], n: int) -> bool:
+        """Block until ``batch`` has been fetched ``n`` times (False after the deadline)."""
+        key = tuple(int(i) for i in batch)
+        with self._changed:
+            return self._changed.wait_for(lambda: self.fetched.count(key) >= n, timeout=DEADLINE_S)
+
     def count(self, batch: Sequence[int]) -> int:
         key = tuple(int(i) for i in batch)
         with self._changed:
@@ -185,3 +191,39 @@ def test_an_epoch_consumed_without_its_stop_iteration_still_hands_over(paths):
         third = [y.clone() for _, y in loader]  # the dropped, exhausted iterator stopped nothing
     for e, got in enumerate((first, second, third)):
         assert [y.tolist() for y in got] == [y.tolist() for _, y in reference(paths, e)]
+
+
+def test_set_epoch_between_epochs_starts_that_epoch_before_iter(paths):
+    """The evaluation pattern, ``set_epoch(0)`` before every pass: the producer begins the
+    asked-for epoch at ``set_epoch``, and ``iter()`` takes those batches."""
+    loader, source = make(paths)
+    with loader:
+        first = list(loader.order.batches(0))[0]
+        assert all(tuple(b) != tuple(first) for b in loader.order.batches(1))  # told apart from the lookahead
+        passes = []
+        for k in range(3):
+            loader.set_epoch(0)
+            if k:
+                assert source.wait_for_count(first, k + 1), "set_epoch did not start the epoch"
+            passes.append([(x.clone(), y.clone()) for x, y in loader])
+        assert source.count(first) == 3  # once per pass: every prefetched pass was used
+    want = reference(paths, 0)
+    for got in passes:
+        assert_batches_equal(got, want)
+
+
+def test_set_epoch_mid_epoch_redirects_the_lookahead(paths):
+    loader, source = make(paths)
+    with loader:
+        loader.set_epoch(3)
+        it = iter(loader)
+        loader.set_epoch(7)  # while epoch 3 runs: the producer goes on into 7, not 4
+        got3 = [(x.clone(), y.clone()) for x, y in it]
+        epoch7 = list(loader.order.batches(7))
+        assert source.wait_for(epoch7[0])
+        got7 = [(x.clone(), y.clone()) for x, y in loader]
+        assert all(source.count(b) == 1 for b in epoch7)
+        assert source.count(list(loader.order.batches(4))[0]) == 0
+        assert loader.state_dict()["epoch"] == 8
+    assert_batches_equal(got3, reference(paths, 3))
+    assert_batches_equal(got7, reference(paths, 7))

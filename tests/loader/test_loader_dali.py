@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 import fastdata
 from fastdata.cli.demo import photo_like_jpeg
+from imagegen import psnr
 
 HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
 pytestmark = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not installed (pip install nvidia-dali-cuda130)")
@@ -51,11 +51,6 @@ def loader(folder: Path, backend: str, device: str = "cpu", **kw) -> fastdata.Lo
 def epoch(ld: fastdata.Loader, e: int):
     ld.set_epoch(e)
     return [(x.clone(), y.clone()) for x, y in ld]
-
-
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a.double() - b.double()) ** 2).mean())
-    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
 def test_same_order_labels_and_crops_as_native(folder, device):

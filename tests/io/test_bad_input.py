@@ -22,6 +22,7 @@ from PIL import Image
 import fastdata
 from imagegen import (corrupt_entropy, damaged_source_jpeg, encode_jpeg, encode_other, make_12bit, patch_sof,
                       photo_like, pillow_crop_resize, pillow_oriented, pillow_rgb, psnr, sos_offset)
+from repo import ROOT
 
 RRC = fastdata.RandomResizedCrop(32)
 # (48, 64) output of a 48x64 image with resize 48: the region is the whole image, so the
@@ -113,7 +114,7 @@ CHILD = textwrap.dedent("""
 def run_child(paths: List[Path]) -> Dict[str, dict]:
     """Run CHILD over ``paths`` in one fresh interpreter; file name -> results."""
     proc = subprocess.run([sys.executable, "-c", CHILD, *map(str, paths)], capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+                          timeout=120, cwd=ROOT)
     started = [ln for ln in proc.stdout.splitlines() if ln.startswith("START ")]
     assert proc.returncode == 0, (f"child died with {proc.returncode} (negative = signal) on "
                                   f"{started[-1] if started else '?'}\n{proc.stderr[-3000:]}")

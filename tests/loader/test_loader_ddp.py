@@ -124,9 +124,7 @@ def test_torchrun_gloo_two_ranks_disjoint_equal(tmp_path: Path) -> None:
     check_shards(run_torchrun(tmp_path, "gloo", "cpu"), 2)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                    reason="NCCL with two ranks needs two GPUs")
+@pytest.mark.gpu(2)  # NCCL with two ranks needs two GPUs
 def test_torchrun_nccl_two_gpus_disjoint_equal(tmp_path: Path) -> None:
     """The same run with NCCL and CUDA outputs (float16 on each rank's own GPU)."""
     check_shards(run_torchrun(tmp_path, "nccl", "cuda"), 2)

@@ -7,19 +7,18 @@ assembly — is checked against the native backend without a GPU.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import fastdata
 from fastdata.decoders import BACKENDS
 from fastdata.decoders.nvjpeg import NvjpegDecoder
-from fastdata.decoders.routing import ends_with_eoi, frame_info
+from fastdata.decoders.routing import ends_with_eoi, gpu_decodable, plan_batch
 from fastdata.loader.pipeline import make_backend
 from fastdata.cli.demo import photo_like_jpeg
+from imagegen import encode_jpeg, hard_case_folder, make_12bit, patch_sof, photo_like, psnr
 
 pytest.importorskip("torchvision")
 from torchvision.io.image import ImageReadMode  # noqa: E402
@@ -37,9 +36,9 @@ class CpuStandInDecoder(NvjpegDecoder):
         def decode(tensors, device):
             out = []
             for t in tensors:
-                info = frame_info(t.numpy())
+                info = fastdata.probe(t.numpy())
                 self.seen.append(info)
-                if info is not None and info.progressive:
+                if info.progressive:
                     raise RuntimeError("progressive not supported (stand-in)")
                 out.append(torch.ops.image.decode_jpeg(t, ImageReadMode.RGB.value, False))
             return out
@@ -52,48 +51,9 @@ def CpuStandIn(transform, **config):
     return make_backend(CpuStandInDecoder(transform), transform, **config)
 
 
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a.double() - b.double()) ** 2).mean())
-    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
-
-
-def make_folder(root: Path) -> list:
-    """Files whose content encodes their index (photo-like, per-index tint), plus hard cases."""
-    paths = []
-    for i in range(6):
-        p = root / f"{i:02d}_plain.jpg"
-        p.write_bytes(photo_like_jpeg(11, i, 180 + 7 * i, 140))
-        paths.append(str(p))
-    base = Image.open(io.BytesIO(photo_like_jpeg(11, 99, 160, 120)))
-    cases = {
-        "cmyk.jpg": lambda f: base.convert("CMYK").save(f, "JPEG", quality=92),
-        "progressive.jpg": lambda f: base.save(f, "JPEG", quality=92, progressive=True),
-        "gray.jpg": lambda f: base.convert("L").save(f, "JPEG", quality=92),
-        "png.png": lambda f: base.save(f, "PNG"),
-        "exif6.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=_exif(6)),
-        "exif7.jpg": lambda f: base.save(f, "JPEG", quality=92, exif=_exif(7)),
-    }
-    for name, save in cases.items():
-        p = root / name
-        with open(p, "wb") as f:
-            save(f)
-        paths.append(str(p))
-    good = Path(paths[0]).read_bytes()
-    (root / "truncated.jpg").write_bytes(good[: len(good) // 2])
-    (root / "garbage.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg at all")
-    paths += [str(root / "truncated.jpg"), str(root / "garbage.jpg"), str(root / "missing.jpg")]
-    return paths
-
-
-def _exif(orientation: int) -> bytes:
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    return exif.tobytes()
-
-
 @pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(64), fastdata.CenterCrop(64)])
 def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform):
-    paths = make_folder(tmp_path)
+    paths = hard_case_folder(tmp_path)
     indices = np.arange(1000, 1000 + len(paths))
     cfg = dict(device="cpu", dtype=None, seed=4, threads=2)
     with CpuStandIn(transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
@@ -113,11 +73,11 @@ def test_standin_matches_native_with_fallbacks_and_failures(tmp_path, transform)
     assert (sims.argmax(1) == torch.arange(6)).all()
     # CMYK and PNG never reach the GPU decoder; the progressive file was rejected and fell back.
     assert stats["gpu_rejected"] >= 1 and stats["native_fallbacks"] >= 3
-    assert not any(info is not None and info.components == 4 for info in gpu.decoders[0].seen)
+    assert not any(info.components == 4 for info in gpu.decoders[0].seen)
 
 
 def test_normalized_output_and_layout(tmp_path):
-    paths = make_folder(tmp_path)[:7]
+    paths = hard_case_folder(tmp_path)[:7]
     t = fastdata.RandomResizedCrop((48, 40))
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     with CpuStandIn(t, device="cpu", dtype=None, seed=1, threads=2) as raw:
@@ -134,18 +94,42 @@ def test_normalized_output_and_layout(tmp_path):
 
 
 def test_strict_routes_truncated_to_native_and_reports_it(tmp_path):
-    paths = make_folder(tmp_path)
+    paths = hard_case_folder(tmp_path)
     trunc = paths.index(str(tmp_path / "truncated.jpg"))
     with CpuStandIn(fastdata.RandomResizedCrop(32), device="cpu", dtype=None, strict=True, threads=2) as be:
         _, failures, rows = be.run(paths, np.arange(len(paths)), 0)
     assert trunc in rows and any(e.name.endswith("truncated.jpg") for e in failures)
 
 
-def test_header_helpers():
+def test_routing_reads_the_header_facts_the_native_reader_parsed():
+    img = photo_like(30, 40)
+    rgb = encode_jpeg(img)
+    cases = {  # name: (data, components, bits, arithmetic, a GPU decoder takes it)
+        "rgb": (rgb, 3, 8, False, True),
+        "progressive": (encode_jpeg(img, progressive=True), 3, 8, False, True),
+        "extended": (patch_sof(rgb, marker=0xC1), 3, 8, False, True),
+        "gray": (encode_jpeg(img.convert("L")), 1, 8, False, True),
+        "cmyk": (encode_jpeg(img.convert("CMYK")), 4, 8, False, False),
+        "arithmetic": (patch_sof(rgb, marker=0xC9), 3, 8, True, False),
+        "truncated": (rgb[:-10], 3, 8, False, False),  # no EOI
+    }
+    items = [c[0] for c in cases.values()] + [make_12bit(rgb), b"\x89PNG\r\n"]
+    with fastdata.Engine(1) as engine:
+        batch = plan_batch(items, np.arange(len(items)), 0, [None] * len(items), engine,
+                           fastdata.RandomResizedCrop(8), seed=0)
+    plan = batch.plan
+    for row, (name, (_, comps, bits, arith, gpu)) in enumerate(cases.items()):
+        got = (int(plan.components[row]), int(plan.precisions[row]), bool(plan.arithmetic[row]))
+        assert got == (comps, bits, arith), name
+        assert gpu_decodable(batch, row) == gpu, name
+    # libjpeg-turbo's 8-bit header reader refuses 12-bit, so such a file is unplanned: native.
+    twelve, png = len(cases), len(cases) + 1
+    assert batch.unplanned == {twelve} and batch.not_jpeg == {png}
+    assert not gpu_decodable(batch, twelve) and not gpu_decodable(batch, png)
+
+
+def test_ends_with_eoi():
     jpeg = photo_like_jpeg(0, 0, 40, 30)
-    info = frame_info(jpeg)
-    assert info is not None and (info.precision, info.components, info.progressive) == (8, 3, False)
-    assert frame_info(b"\x89PNG\r\n") is None and frame_info(b"") is None
     assert ends_with_eoi(jpeg) and ends_with_eoi(jpeg + b"\x00\x00") and not ends_with_eoi(jpeg[:-10])
 
 

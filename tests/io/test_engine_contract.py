@@ -75,7 +75,7 @@ def test_engine_takes_only_a_spec():
     engine = _C.Engine(1)
     out = np.zeros((0, 8, 8, 3), np.uint8)
     with pytest.raises(TypeError):
-        engine.run([], (0, 8, 8, 0.08, 1.0, 0.75, 4 / 3, 0.5, 0, True), out, 0, 0, None, False, 0)  # the old tuple
+        engine.run([], (0, 8, 8, 0.08, 1.0, 0.75, 4 / 3, 0.5, 0, True), out, 0, 0, None, False, 0, 0)  # the old tuple
 
 
 def png_bytes() -> bytes:
@@ -88,7 +88,7 @@ def test_batch_report_fields_and_statuses(tmp_path):
     good = encode_jpeg(photo_like(40, 48, index=2), quality=90)
     items = [good, png_bytes(), b"\xff\xd8\xff" + bytes(50), str(tmp_path / "missing.jpg")]
     out = np.full((4, 8, 8, 3), 7, np.uint8)
-    report = _C.Engine(2).run(items, spec(), out, 0, 0, None, False, 0)
+    report = _C.Engine(2).run(items, spec(), out, 0, 0, None, False, 0, 0)
     assert isinstance(report, _C.BatchReport)
     assert [(f.row, f.status) for f in report.failures] == [
         (1, _C.SampleStatus.NOT_JPEG), (2, _C.SampleStatus.DECODE_ERROR), (3, _C.SampleStatus.READ_ERROR)]
@@ -100,7 +100,7 @@ def test_batch_report_fields_and_statuses(tmp_path):
 
 def test_crop_plan_fields_match_the_engine_boxes():
     datas = [encode_jpeg(photo_like(40 + 4 * i, 60, index=i), quality=90) for i in range(5)] + [png_bytes()]
-    plan = _C.Engine(1).plan(datas, spec(out_h=16, out_w=16), 3, 4, np.arange(10, 16), 0)
+    plan = _C.Engine(1).plan(datas, spec(out_h=16, out_w=16), 3, 4, np.arange(10, 16), 0, 0)
     assert isinstance(plan, _C.CropPlan)
     assert plan.boxes.dtype == np.float64 and plan.boxes.shape == (6, 4)
     assert plan.flips.dtype == np.bool_ and plan.flips.shape == (6,)

@@ -18,8 +18,8 @@ import pytest
 from fastdata.cli.convert import convert
 from fastdata.sources.lmdb import LMDBSource
 from fastdata.sources.ram import RAMBudgetError, RAMCache
+from repo import ROOT
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 class PathSource:
@@ -99,7 +99,7 @@ def test_budget(tmp_path: Path) -> None:
 _CHILD = textwrap.dedent(
     """
     import hashlib, json, os, sys
-    sys.path.insert(0, sys.argv[1])
+    sys.path[:0] = sys.argv[1].split(os.pathsep)  # this test's folder and tests/ (repo.py)
     from test_ram_cache import PathSource, mapping_stats
     from fastdata.sources.ram import RAMCache
     paths = json.loads(sys.argv[2])
@@ -145,8 +145,9 @@ def test_two_processes_share_one_copy_and_crash_leaves_nothing(tmp_path: Path) -
     expect = [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths]
     key = uuid.uuid4().hex
     shm_before = _shm()
-    argv = [sys.executable, "-c", _CHILD, str(Path(__file__).parent), json.dumps(paths), key]
-    opts: Dict[str, Any] = dict(cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    argv = [sys.executable, "-c", _CHILD, os.pathsep.join([str(Path(__file__).parent), str(ROOT / "tests")]),
+            json.dumps(paths), key]
+    opts: Dict[str, Any] = dict(cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
     owner = subprocess.Popen(argv, **opts)
     joiner = None

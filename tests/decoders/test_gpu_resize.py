@@ -9,14 +9,11 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
-from fastdata.decoders.gpu_resize import ImageLayout, resample_batch
+from fastdata.decoders.gpu_resize import ImageLayout, axis_tables, filter_reach, resample_batch
 from fastdata.loader.cuda import GpuNormalizer
 from fastdata.cli.demo import photo_like_jpeg
 
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+from imagegen import psnr
 
 
 def photos(sizes):
@@ -104,6 +101,24 @@ def test_matches_native_engine_for_the_same_plan():
     for i in range(8):
         assert psnr(got[i], native[i]) >= 45, (i, psnr(got[i], native[i]))
     assert plan.flips.any() and not plan.flips.all()  # both branches were exercised
+
+
+def test_filter_reach_holds_every_source_pixel_the_filter_reads():
+    # DALI's decode window for a fused resize + center crop is the box widened by
+    # filter_reach; the filter (axis_tables, the native engine's in Python) must never read
+    # outside it, for up- and downscales, fractional boxes and boxes at the image edges.
+    rng = np.random.default_rng(3)
+    size = 400
+    for out in (1, 7, 16, 224):
+        x0 = rng.uniform(0, size - 2, 500)
+        x1 = np.minimum(size, x0 + rng.uniform(1, size, 500))
+        x1[:20] = size  # boxes touching the far edge
+        x0[20:40] = 0.0  # and the near one
+        scale = (x1 - x0) / out
+        tables = axis_tables(x0, scale, np.zeros(500, np.int64), np.full(500, size, np.int64), out)
+        reach = filter_reach(scale)
+        assert (tables.need_lo >= np.maximum(0, np.floor(x0 - reach))).all()
+        assert (tables.need_hi <= np.minimum(size, np.ceil(x1 + reach))).all()
 
 
 def test_gpu_normalizer_against_float_reference():

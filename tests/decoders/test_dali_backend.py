@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
 
 import fastdata
 from fastdata.decoders import DALI_MISSING
 from fastdata.loader.pipeline import make_backend
 from fastdata.cli.demo import photo_like_jpeg
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_backend_routing import make_folder, psnr  # noqa: E402  (shared folder of hard cases)
+from imagegen import hard_case_folder, psnr, with_each_exif_orientation
 
 HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
 needs_dali = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not installed (pip install nvidia-dali-cuda130)")
@@ -39,7 +36,7 @@ def test_missing_dali_raises_one_clear_error(monkeypatch):
 @needs_dali
 @pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(64), fastdata.CenterCrop(56)])
 def test_same_rows_crops_and_failures_as_native(tmp_path, transform):
-    paths = make_folder(tmp_path)
+    paths = hard_case_folder(tmp_path)
     indices = np.arange(500, 500 + len(paths))
     cfg = dict(device="cpu", dtype=None, seed=9, threads=2)
     with make_backend("dali", transform, **cfg) as dali, make_backend("native", transform, **cfg) as native:
@@ -61,15 +58,7 @@ def test_same_rows_crops_and_failures_as_native(tmp_path, transform):
 
 @needs_dali
 def test_crops_follow_exif_orientation_like_pillow(tmp_path):
-    base = Image.open(io.BytesIO(photo_like_jpeg(2, 0, 150, 100)))
-    datas, refs = [], []
-    for orientation in range(1, 9):
-        exif = Image.Exif()
-        exif[0x0112] = orientation
-        buf = io.BytesIO()
-        base.save(buf, "JPEG", quality=95, exif=exif.tobytes())
-        datas.append(buf.getvalue())
-        refs.append(ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue()))).convert("RGB"))
+    datas, refs = with_each_exif_orientation(Image.open(io.BytesIO(photo_like_jpeg(2, 0, 150, 100))))
     transform = fastdata.RandomResizedCrop(48, scale=(0.3, 0.6))
     with fastdata.Engine(1) as engine:
         plan = engine.plan(datas, transform, seed=3, indices=np.arange(8))
@@ -85,7 +74,7 @@ def test_crops_follow_exif_orientation_like_pillow(tmp_path):
 
 @needs_dali
 def test_normalized_dtypes_and_layouts(tmp_path):
-    paths = make_folder(tmp_path)[:6]
+    paths = hard_case_folder(tmp_path)[:6]
     transform = fastdata.RandomResizedCrop((40, 48))
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     with make_backend("dali", transform, device="cpu", dtype=None, seed=2, threads=2) as raw:

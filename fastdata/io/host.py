@@ -1,0 +1,44 @@
+"""What this process may use of the machine: cores and CPU time (no torch, no numpy).
+
+One definition for the library, its tools and the benchmarks, so a thread count, a
+"cores busy" figure and a CPU-time column always mean the same thing.
+"""
+from __future__ import annotations
+
+import os
+
+import psutil
+
+__all__ = ["usable_cores", "process_cpu_seconds"]
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on: its affinity mask where the OS reports one
+    (a container or ``taskset`` limit), else every core; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def process_cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its child processes (DataLoader
+    workers): live children (read from each, recursively) plus those already reaped.
+
+    A child that exits between being listed and being read is left out: take differences
+    over a window in which the workers stay alive.
+    """
+    proc = psutil.Process()
+    own = proc.cpu_times()
+    total = own.user + own.system + own.children_user + own.children_system
+    try:
+        children = proc.children(recursive=True)
+    except psutil.Error:
+        children = []
+    for child in children:
+        try:
+            t = child.cpu_times()
+        except psutil.Error:  # a worker exiting between listing and reading
+            continue
+        total += t.user + t.system
+    return total
