@@ -2,7 +2,7 @@
 # The test suite against an AddressSanitizer + UndefinedBehaviorSanitizer build of
 # fastdata._C (see fuzz/README.md).
 #
-#   fuzz/sanitized_tests.sh [PYTEST ARGS...]     default: tests/unit
+#   fuzz/sanitized_tests.sh [PYTEST ARGS...]     default: tests/io (the native engine's tests)
 #
 # Copies the working tree (tracked and new files) to SANITIZE_WORK (default
 # /tmp/fastdata-sanitized/src), builds the extension there in place with FASTDATA_SANITIZE=1
@@ -27,7 +27,7 @@ compiler=$("$py" -c "import sysconfig; print(sysconfig.get_config_var('CXX').spl
 libasan=$("$compiler" -print-file-name=libasan.so)
 libstdcxx=$("$compiler" -print-file-name=libstdc++.so)
 if [ ! -e "$libasan" ]; then echo "no ASan runtime found for $compiler ($libasan)" >&2; exit 1; fi
-[ $# -gt 0 ] || set -- tests/unit
+[ $# -gt 0 ] || set -- tests/io
 # libstdc++ preloaded too: python does not link it, and ASan resolves its __cxa_throw
 # interceptor at start-up (else the first C++ throw fails ASan's CHECK).
 export LD_PRELOAD="$libasan $libstdcxx"
