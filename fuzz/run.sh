@@ -44,7 +44,7 @@ for t in "${targets[@]}"; do
   bin=$t env=()
   if [ "$t" = crop_scalar ]; then bin=crop env=(FASTDATA_FORCE_SCALAR=1); fi
   mkdir -p "$work/corpus/$t"
-  log="$work/logs/$t.log"
+  log="$work/logs/${mode}_$t.log"
   if env "${env[@]}" ./build/fuzz_"$bin" "${limit[@]}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
       -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$work/crashes/$t-" \
       "$work/corpus/$t" "$work/seeds/$bin" >"$log" 2>&1; then
