@@ -37,7 +37,8 @@ for dir in regressions/*/; do
 done
 echo "regression inputs: ok"
 
-# -timeout: one input may take 10 s (4-Mpx decodes under ASan take well under 1 s);
+# -timeout: 60 s catches hangs; the slowest input of the long runs took under 1 s, but on a
+# shared machine a starved process once passed 10 s (decodes are limited to 1 Mpx);
 # -rss_limit_mb / -malloc_limit_mb: no decode of a <= 8 KB input may need more than 1 GB.
 status=0
 for t in "${targets[@]}"; do
@@ -45,7 +46,7 @@ for t in "${targets[@]}"; do
   if [ "$t" = crop_scalar ]; then bin=crop env=(FASTDATA_FORCE_SCALAR=1); fi
   mkdir -p "$work/corpus/$t"
   log="$work/logs/${mode}_$t.log"
-  if env "${env[@]}" ./build/fuzz_"$bin" "${limit[@]}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+  if env "${env[@]}" ./build/fuzz_"$bin" "${limit[@]}" -max_len=8192 -timeout=60 -rss_limit_mb=2048 \
       -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$work/crashes/$t-" \
       "$work/corpus/$t" "$work/seeds/$bin" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
