@@ -36,7 +36,7 @@ from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
 from .cuda import handoff
 from .pipeline import BatchPipeline
-from .producer import END, BatchProducer, Feed, ProducerThread
+from .producer import END, BatchProducer, Feed, OutcomeCounter, ProducerThread
 from .sampler import ShardedOrder
 from .stats import LoaderStats, StatsCounter
 
@@ -164,6 +164,7 @@ class Loader:
         if not cuda and backend == "nvjpeg":
             raise ValueError("backend='nvjpeg' decodes on the GPU: it needs device='cuda'")
         self._stats = StatsCounter(int(threads), self.prefetch, self.batch_size)
+        self._outcomes = OutcomeCounter(self._stats)
         # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode
         # until its copy's event, so ``prefetch`` slots keep ``prefetch`` batches in flight.
         # CPU: the slots are the outputs; alive at once are the queue (prefetch), the batch
@@ -176,8 +177,8 @@ class Loader:
             batch_size=self.batch_size,
             ring_slots=self.prefetch if cuda else self.prefetch + 2, handed_out=not cuda,
             pin=torch.cuda.is_available() and (cuda or bool(pin_memory)), cpu_normalize=True,
-            backend_options=backend_options, on_stats=self._stats.add)
-        self._producer = BatchProducer(source, self._labels, self._pipeline, self._stats, on_error)
+            backend_options=backend_options, on_stats=self._outcomes.add)
+        self._producer = BatchProducer(source, self._labels, self._pipeline, self._stats, on_error, self._outcomes)
         self._next_epoch = 0
         self._resume_batch = 0
         self._serial = 0  # numbers the epoch runs handed to the producer thread
@@ -423,11 +424,11 @@ class _EpochIterator:
         if isinstance(item, BaseException):
             self.finished = True
             raise item
-        images, labels, event, failures = item
+        images, labels, event, failures, outcomes = item
         if event is not None:
             handoff(images, labels, event, loader.device)
         self.consumed += 1
-        loader._stats.add(wait_seconds=waited, batches=1, images=len(labels))
+        loader._stats.add(wait_seconds=waited, batches=1, images=len(labels), **outcomes)
         if failures:
             loader._warn_skipped(failures)
         return images, labels

@@ -24,7 +24,7 @@ import collections
 import queue
 import threading
 import time
-from typing import Any, Callable, Deque, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -39,7 +39,8 @@ from .stats import StatsCounter
 # How many following indices a failed sample may be replaced by before giving up.
 _MAX_REPLACEMENT_TRIES = 16
 
-Batch = Tuple[torch.Tensor, torch.Tensor, Any, List[DecodeError]]  # images, labels, CUDA event, replaced failures
+# images, labels, CUDA event, replaced failures, outcome counts (OutcomeCounter)
+Batch = Tuple[torch.Tensor, torch.Tensor, Any, List[DecodeError], Dict[str, float]]
 
 
 class _Names:
@@ -52,6 +53,33 @@ class _Names:
         return self._source.name(int(self._indices[row]))
 
 
+class OutcomeCounter:
+    """The pipeline's counters for one Loader. Work (``*_seconds``) counts when it is done;
+    per-sample outcomes (failures, warnings, Pillow fallbacks) are held until the batch they
+    belong to is finished and then travel with it, counting when the consumer receives it:
+    batches decoded ahead for the next epoch, or dropped by ``set_epoch``, never show in
+    ``stats()`` early (the stats of an epoch are that epoch's)."""
+
+    OUTCOMES = ("failures", "warnings", "fallbacks")
+
+    def __init__(self, stats: StatsCounter):
+        self.stats = stats
+        self._held: Dict[str, float] = {}
+
+    def add(self, **deltas: float) -> None:
+        """The pipeline's ``on_stats`` (called on the producer thread)."""
+        for key in self.OUTCOMES:
+            if key in deltas:
+                self._held[key] = self._held.get(key, 0) + deltas.pop(key)
+        if deltas:
+            self.stats.add(**deltas)
+
+    def take(self) -> Dict[str, float]:
+        """The outcomes held since the last call (one batch's), and forget them."""
+        held, self._held = self._held, {}
+        return held
+
+
 class BatchProducer:
     """One batch through the pipeline, with the loader's source, labels and error policy.
 
@@ -61,11 +89,12 @@ class BatchProducer:
     """
 
     def __init__(self, source: Source, labels: np.ndarray, pipeline: BatchPipeline, stats: StatsCounter,
-                 on_error: str):
+                 on_error: str, outcomes: OutcomeCounter):
         self.source = source
         self.labels = labels
         self.pipeline = pipeline
         self.stats = stats
+        self.outcomes = outcomes
         self.on_error = on_error
         self.depth = pipeline.depth
         self._timings: Deque[Tuple[Any, Any]] = collections.deque()  # (start, done) of copies not yet counted
@@ -77,11 +106,14 @@ class BatchProducer:
             return self.pipeline.submit(items, indices, epoch, _Names(self.source, indices))
 
     def finish(self, pending: PendingBatch) -> Batch:
-        """The batch as the consumer receives it (images, labels, CUDA event, replaced failures)."""
+        """The batch as the consumer receives it (images, labels, CUDA event, replaced failures,
+        the batch's outcome counts for the stats)."""
+        self.outcomes.take()  # nothing of another batch's: outcomes are counted only in finish
         with stage("fastdata.decode"):
             decoded = self.pipeline.decode(pending)
         failures = [err for _, err in decoded.failures]
         if failures and self.on_error == "raise":
+            self.stats.add(**self.outcomes.take())  # the error is this batch's delivery
             raise failures[0] if len(failures) == 1 else BatchDecodeError(failures)
         indices = decoded.batch.indices
         labels = decoded.slot.labels[:len(decoded)].numpy()
@@ -94,7 +126,7 @@ class BatchProducer:
         if done is not None:
             self._timings.append((start, done))
             self._count_copy_times()
-        return images, gpu_labels, done, failures
+        return images, gpu_labels, done, failures, self.outcomes.take()
 
     def discard(self, pending: PendingBatch) -> None:
         self.pipeline.discard(pending)

@@ -227,3 +227,22 @@ def test_set_epoch_mid_epoch_redirects_the_lookahead(paths):
         assert loader.state_dict()["epoch"] == 8
     assert_batches_equal(got3, reference(paths, 3))
     assert_batches_equal(got7, reference(paths, 7))
+
+
+def test_stats_count_an_epochs_failures_not_the_lookaheads(paths, tmp_path):
+    """A failure decoded ahead for the next epoch counts only when that batch is received:
+    stats() after an epoch holds that epoch's failures (before the fix: both epochs')."""
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff" + bytes(range(256)) * 8)  # a JPEG start, then garbage
+    files = [str(bad)] + paths[1:]
+    loader, source = make(files, shuffle=False, on_error="skip")
+    with loader, pytest.warns(RuntimeWarning, match="replaced an undecodable sample"):
+        for _ in loader:
+            pass
+        # The lookahead has decoded epoch 1's first batch (the failing one) once it fetches
+        # epoch 1's second batch: the native decoder finishes a batch before starting the next.
+        assert source.wait_for_count(range(B, 2 * B), 2)
+        assert loader.stats().failures == 1
+        for _ in loader:
+            pass
+        assert loader.stats().failures == 2
