@@ -75,10 +75,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              in_info.orientation, out_info.width, out_info.height, out_info.components, out_info.orientation);
   std::vector<uint8_t> in_pixels, out_pixels;
   int in_warnings = 0, out_warnings = 0;
+  // Files that do not decode (e.g. sampling factors libjpeg reads but cannot upsample:
+  // "Fractional sampling not implemented yet") are out of scope: fastdata-convert decodes
+  // every file before it transcodes one.
+  if (!decode(data, size, false, &scratch, &in_pixels, &in_warnings)) return 0;
   FUZZ_CHECK(decode(baseline.data(), baseline.size(), true, &scratch, &out_pixels, &out_warnings),
              "the transcoded file does not decode strictly");
-  if (decode(data, size, false, &scratch, &in_pixels, &in_warnings) && in_warnings == 0 &&
-      coefficients_complete(data, size)) {
+  if (in_warnings == 0 && coefficients_complete(data, size)) {
     FUZZ_CHECK(in_pixels == out_pixels, "transcoding changed the pixels");
   }
   return 0;
