@@ -12,7 +12,8 @@ photo-like JPEGs (``--size``, default 500x375, from ``fastdata.cli.demo.photo_li
 Rows:
 * convert: ``fastdata.cli.convert.convert`` folder -> LMDB with ``--workers`` (default all
   cores), without and with ``--max-side`` (img/s, img/s per worker, MB/s read).
-* fetch: Python cost per sample of ``source.fetch`` (folder = open+read, LMDB, RAM).
+* fetch: Python cost per sample of ``source.fetch`` (folder = open+read, LMDB, RAM; LMDB
+  also with ``verify=False``: the difference is the per-record SHA-256 check).
 * load: one epoch of RandomResizedCrop(224) batches of 64 in shuffled order, decoded by
   ``fastdata.Loader`` (folder items are paths read by the native threads). Warm = page cache warm (one
   untimed pass first); cold = after ``echo 3 > /proc/sys/vm/drop_caches`` (root only; the
@@ -43,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import fastdata
-from fastdata.cli.convert import convert
+from fastdata.cache.build.writer import convert
 from fastdata.cli.demo import photo_like_jpeg
 from fastdata.io.host import usable_cores
 from fastdata.sources.lmdb import LMDBSource
@@ -164,6 +165,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         big_sources = {"big folder": folder_source(work / "big"),
                        f"big lmdb --max-side {args.max_side}": LMDBSource(str(work / "big_small"))}
         res["fetch_us_per_sample"] = {k: fetch_cost(v) for k, v in sources.items()}
+        # the SHA-256 check of every record on read (LMDBSource verify=True, the default), side by side
+        res["fetch_us_per_sample"]["lmdb verify=False"] = fetch_cost(LMDBSource(str(work / "db"), verify=False))
 
         # ---- load, warm (interleaved rounds after one untimed pass each)
         warm: Dict[str, List[float]] = {k: [] for k in list(sources) + list(big_sources)}

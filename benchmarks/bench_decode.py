@@ -14,7 +14,9 @@ Rows, one thread each (per-core numbers): fastdata.probe; the entropy floor (Huf
 of only the rows each RandomResizedCrop needs, ``fastdata._C.entropy_floor``); libjpeg-turbo's
 plain full decode (``fastdata._C.plain_decode``, one reused buffer); ``fastdata.decode`` (full,
 to a new numpy array); the fused RandomResizedCrop(224)+flip (``Engine(1).run``) with and
-without ROI/DCT-scaled decoding; the fused RandomResizedCrop with libjpeg-turbo's own Huffman decoder instead of fastdata's
+without ROI/DCT-scaled decoding; the fused RandomResizedCrop over the same images as
+fastdata-convert stores them (lossless restart-indexed rewrites: only the restart intervals a
+crop touches are entropy-decoded, so it can beat the entropy floor of the plain files); the fused RandomResizedCrop with libjpeg-turbo's own Huffman decoder instead of fastdata's
 (``_C._set_fast_huffman(False)``: the A/B of csrc/core/huffman.cpp); the fused CenterCrop(224, resize=256); Pillow's
 torchvision-style path (open, convert RGB, RandomResizedCrop, flip, ToTensor, Normalize);
 Pillow, OpenCV (``cv2.imdecode``, 1 thread) and simplejpeg full decodes where installed.
@@ -89,6 +91,12 @@ def build_rows(datas: List[bytes]) -> List[Row]:
     rows.append(("decode", "fastdata.decode (full, new array)", lambda r: [fastdata.decode(d) for d in datas] and None))
     rows.append(("rrc", "fused RandomResizedCrop(224)+flip",
                  lambda r: _check(eng1.run(datas, rrc, out, seed=0, epoch=r))))
+    indexed = _restart_indexed(datas)
+    if indexed is None:
+        rows.append(("rrc_indexed", "fused RRC, restart-indexed cache records", _skip("no transcode_restart_indexed")))
+    else:
+        rows.append(("rrc_indexed", "fused RRC, restart-indexed cache records",
+                     lambda r: _check(eng1.run(indexed, rrc, out, seed=0, epoch=r))))
     from fastdata import _C
 
     if hasattr(_C, "_set_fast_huffman"):
@@ -105,6 +113,17 @@ def build_rows(datas: List[bytes]) -> List[Row]:
     rows.append(("opencv", "OpenCV cv2.imdecode (full)", _opencv(datas)))
     rows.append(("simplejpeg", "simplejpeg decode_jpeg (full)", _simplejpeg(datas)))
     return rows
+
+
+def _restart_indexed(datas: List[bytes]) -> Optional[List[bytes]]:
+    """The same images as fastdata-convert stores them (format 2): lossless rewrites with
+    restart markers every RESTART_INTERVAL_MCUS MCUs and the restart index."""
+    from fastdata import _C
+    from fastdata.cache import format as cf
+
+    if not hasattr(_C, "transcode_restart_indexed"):
+        return None
+    return [_C.transcode_restart_indexed(d, 0, cf.RESTART_INTERVAL_MCUS) for d in datas]
 
 
 def _with_libjpeg_huffman(fn: Callable[[], None]) -> None:
@@ -347,7 +366,9 @@ def evaluate_targets(res: Dict[str, Dict[str, Any]], scaling: List[Dict[str, Any
     for name, value, need, op in (
             ("fused RRC / plain full decode (per core)", ratio("rrc", "plain_decode"), ">= 1.2", 1.2),
             ("fused RRC / Pillow torchvision path (per core)", ratio("rrc", "pillow_tv"), ">= 3.0", 3.0),
-            ("fused RRC / entropy floor (how close to the floor)", ratio("rrc", "entropy_floor"), "report", None)):
+            ("fused RRC / entropy floor (how close to the floor)", ratio("rrc", "entropy_floor"), "report", None),
+            ("fused RRC restart-indexed / fused RRC (per core)", ratio("rrc_indexed", "rrc"), "report", None),
+            ("fused RRC restart-indexed / entropy floor", ratio("rrc_indexed", "entropy_floor"), "report", None)):
         targets.append({"name": name, "value": value, "need": need,
                         "met": None if value is None or op is None else value >= op})
     # Scaling counts only where there is a core per thread; beyond that it cannot be linear.

@@ -38,7 +38,7 @@ from typing import Dict, List, Optional, Sequence
 import fastdata
 from fastdata import _C
 from fastdata.cli import bench_contenders, bench_runner, demo
-from fastdata.cli.convert import convert
+from fastdata.cache.build.writer import convert
 from fastdata.io.host import usable_cores
 from fastdata.sources.lmdb import LMDBSource
 

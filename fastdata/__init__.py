@@ -29,6 +29,8 @@ _EXPORTS = {
     "BytesSource": "fastdata.sources.folder",
     "LMDBSource": "fastdata.sources.lmdb",
     "RAMCache": "fastdata.sources.ram",
+    "TarShards": "fastdata.sources.tar_shards",
+    "ShardSampleError": "fastdata.sources.shard_stream",
     "RAMBudgetError": "fastdata.sources.ram",
     "CacheFormatError": "fastdata.cache.format",
     "Loader": "fastdata.loader.loader",

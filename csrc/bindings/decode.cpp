@@ -44,6 +44,7 @@ py::dict probe(const py::object& data) {
   d["progressive"] = info.progressive;
   d["orientation"] = info.orientation;
   d["components"] = info.components;
+  d["restart_indexed"] = info.restart_indexed;
   return d;
 }
 

@@ -1,5 +1,9 @@
 // Benchmark floors and test switches: not part of the library's decode path.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include <vector>
 
@@ -36,6 +40,35 @@ void plain_decode_py(const py::list& datas) {
   }
 }
 
+// The decoder's region decode: stored (unoriented) rows [y0, y1) and columns [x0, x1) of
+// the image scaled by 1/denom, as uint8 [h, w, 3], and the warnings.
+py::tuple decode_region_py(const py::object& data, int denom, int x0, int y0, int x1, int y1, bool strict) {
+  if (denom != 1 && denom != 2 && denom != 4 && denom != 8) throw py::value_error("denom must be 1, 2, 4 or 8");
+  BufferViews views;
+  const Py_buffer& v = views.add(data);
+  std::vector<uint8_t> pixels;
+  int h = 0, w = 0, warnings = 0;
+  {
+    py::gil_scoped_release nogil;
+    JpegDecoder& dec = thread_scratch().decoder;
+    dec.read_header(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), strict);
+    const DecodedRegion r = dec.decode_region(denom, x0, y0, x1, y1);
+    // decode_region clamps to the image and may start left of x0 (iMCU alignment).
+    const int cx0 = std::max(x0, r.x0), cx1 = std::min(x1, r.x0 + r.width);
+    h = r.height;
+    w = std::max(0, cx1 - cx0);
+    pixels.resize(static_cast<size_t>(h) * w * 3);
+    for (int y = 0; y < h; ++y) {
+      std::memcpy(pixels.data() + static_cast<size_t>(y) * w * 3, r.pixels + y * r.stride + (cx0 - r.x0) * 3,
+                  static_cast<size_t>(w) * 3);
+    }
+    warnings = dec.warnings();
+  }
+  py::array_t<uint8_t> out({h, w, 3});
+  std::memcpy(out.mutable_data(), pixels.data(), pixels.size());
+  return py::make_tuple(out, warnings);
+}
+
 bool set_fast_huffman(bool enabled) {
   const bool was = fast_huffman_enabled();
   set_fast_huffman_enabled(enabled);
@@ -54,6 +87,11 @@ void register_testing(py::module_& m) {
         "libjpeg-turbo's own. Returns the previous setting.");
   m.def("_fast_huffman_scans", &fast_huffman_scans,
         "Scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
+  m.def("_restart_index_jumps", &restart_index_jumps,
+        "Jumps over skipped restart intervals with a restart index so far in this process (for tests).");
+  m.def("_decode_region", &decode_region_py, py::arg("data"), py::arg("denom"), py::arg("x0"), py::arg("y0"),
+        py::arg("x1"), py::arg("y1"), py::arg("strict"),
+        "Testing: the decoder's region decode (stored orientation), uint8 [h, w, 3], and the warnings.");
 }
 
 }  // namespace fastdata::bindings

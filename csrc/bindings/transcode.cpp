@@ -1,4 +1,4 @@
-// Lossless progressive -> baseline rewrite (fastdata-convert's default).
+// Lossless rewrites at cache-write time: progressive -> baseline, and restart-indexed baseline.
 #include <pybind11/pybind11.h>
 
 #include <vector>
@@ -23,6 +23,18 @@ py::bytes transcode_to_baseline_py(const py::object& data, int64_t max_pixels) {
   return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
+py::bytes transcode_restart_indexed_py(const py::object& data, int64_t max_pixels, int interval_mcus) {
+  BufferViews views;
+  const Py_buffer& v = views.add(data);
+  std::vector<uint8_t> out;
+  {
+    py::gil_scoped_release nogil;
+    out = transcode_restart_indexed(static_cast<const uint8_t*>(v.buf), static_cast<size_t>(v.len), max_pixels,
+                                    interval_mcus);
+  }
+  return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
 }  // namespace
 
 void register_transcode(py::module_& m) {
@@ -30,6 +42,11 @@ void register_transcode(py::module_& m) {
         "Lossless rewrite of a grayscale/YCbCr/RGB JPEG as sequential JPEG (same DCT coefficients, optimized "
         "Huffman tables, APP1/APP2 kept). NativeDecodeError for corrupt data (warnings included) or above "
         "max_pixels (> 0); ValueError for CMYK/YCCK.");
+  m.def("transcode_restart_indexed", &transcode_restart_indexed_py, py::arg("data"), py::arg("max_pixels"),
+        py::arg("interval_mcus"),
+        "transcode_to_baseline with a restart marker every interval_mcus MCUs (0: one per MCU row) and fastdata's "
+        "restart index (an APP15 segment), so that crop decodes start at the interval where the crop starts. "
+        "Lossless. Errors as transcode_to_baseline; ValueError for an interval outside 0..65535.");
 }
 
 }  // namespace fastdata::bindings

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/exif.h"
+#include "core/restart_index.h"
 
 namespace fastdata {
 namespace {
@@ -124,6 +125,7 @@ void JpegDecoder::create() {
   if (setjmp(err_.jump)) throw std::bad_alloc();
   jpeg_create_decompress(&cinfo_);
   jpeg_save_markers(&cinfo_, JPEG_APP0 + 1, 0xFFFF);  // EXIF
+  jpeg_save_markers(&cinfo_, kRestartIndexMarker, 0xFFFF);  // fastdata's restart index (APP15)
 }
 
 JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&cinfo_); }
@@ -173,13 +175,19 @@ JpegInfo JpegDecoder::read_header(const uint8_t* data, size_t size, bool strict)
   info.subsampling = subsampling_name(cinfo_);
   info.progressive = jpeg_has_multiple_scans(&cinfo_) != 0;
   info.adobe_inverted = cinfo_.saw_Adobe_marker != 0;
+  index_interval_ = 0;
+  bool exif_seen = false;
   for (jpeg_saved_marker_ptr m = cinfo_.marker_list; m != nullptr; m = m->next) {
-    if (m->marker == JPEG_APP0 + 1) {
+    if (m->marker == JPEG_APP0 + 1 && !exif_seen) {
+      exif_seen = true;
       const int o = parse_exif_orientation(m->data, m->data_length);
       if (o != 1 || info.orientation == 1) info.orientation = o;
-      break;
+    } else if (m->marker == kRestartIndexMarker && index_interval_ == 0) {
+      // A malformed segment leaves the file on the plain path (libjpeg reads it as ever).
+      if (!parse_restart_index(m->data, m->data_length, &index_interval_, &index_offsets_)) index_interval_ = 0;
     }
   }
+  info.restart_indexed = index_interval_ != 0;
   info_ = info;
   input_size_ = size;
   return info;
@@ -232,14 +240,22 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
     jpeg_abort_decompress(&cinfo_);
     throw DecodeError("unexpected scaled size");
   }
-  if (fast_huffman_) huffman_.install(&cinfo_);
+  const bool installed = fast_huffman_ && huffman_.install(&cinfo_);
   if (crop_columns) {
     out_w = static_cast<JDIMENSION>(x1 - x0);
     jpeg_crop_scanline(&cinfo_, &out_x0, &out_w);
-    if (fast_huffman_) huffman_.set_cropped_columns(&cinfo_, out_x0);
+    if (installed) huffman_.set_cropped_columns(&cinfo_, out_x0);
     if (static_cast<int>(out_w) > max_width || static_cast<int>(out_x0 + out_w) < x1) {
       jpeg_abort_decompress(&cinfo_);
       throw DecodeError("internal: crop alignment exceeded its bound");
+    }
+  }
+  if (index_interval_ != 0 && installed && (y0 > 0 || y1 < sh || crop_columns)) {
+    const char* problem = huffman_.use_restart_index(&cinfo_, index_interval_, index_offsets_.data(),
+                                                     static_cast<long>(index_offsets_.size()) - 1, y0, y1);
+    if (problem != nullptr) {
+      jpeg_abort_decompress(&cinfo_);
+      throw DecodeError(problem);
     }
   }
   if (y0 > 0) {

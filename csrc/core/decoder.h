@@ -33,6 +33,7 @@ struct JpegInfo {
   bool progressive = false;
   int orientation = 1;  // EXIF, 1..8
   bool adobe_inverted = false;
+  bool restart_indexed = false;  // carries fastdata's restart index (restart_index.h)
   int oriented_width() const { return orientation >= 5 ? height : width; }
   int oriented_height() const { return orientation >= 5 ? width : height; }
 };
@@ -87,7 +88,8 @@ class JpegDecoder {
   JpegInfo read_header(const uint8_t* data, size_t size, bool strict);
 
   // After read_header: decodes rows [y0, y1) and at least columns [x0, x1) of the stored
-  // image scaled by 1/denom (denom in 1, 2, 4, 8). With into != nullptr (full-width
+  // image scaled by 1/denom (denom in 1, 2, 4, 8). A file with a restart index entropy-
+  // decodes only the restart intervals the region needs (the same pixels as without). With into != nullptr (full-width
   // regions only) rows go straight to `into`, `into_stride` bytes apart.
   DecodedRegion decode_region(int denom, int x0, int y0, int x1, int y1, uint8_t* into = nullptr,
                               ptrdiff_t into_stride = 0);
@@ -124,6 +126,9 @@ class JpegDecoder {
   std::vector<JSAMPROW> rows_;
   FastHuffman huffman_;
   bool fast_huffman_ = true;
+  // The file's restart index (read_header), used by crop decodes through FastHuffman.
+  int index_interval_ = 0;
+  std::vector<uint32_t> index_offsets_;
 };
 
 // Points `err->pub` at libjpeg's message table with fastdata's handlers (errors longjmp to

@@ -19,6 +19,7 @@ constexpr int kLut = FastHuffman::kLutBits;
 
 std::atomic<bool> g_enabled{true};
 std::atomic<uint64_t> g_installs{0};
+std::atomic<uint64_t> g_index_jumps{0};
 
 // The start of libjpeg's entropy-module interface (jpegint.h). Only the second field,
 // decode_mcu, is touched: the first two are the same in IJG libjpeg 6b-9 and libjpeg-turbo
@@ -34,10 +35,15 @@ struct EntropyDecoderHead {
 // The start of libjpeg's marker-reader interface (jpegint.h), the same in IJG libjpeg 6b-9
 // and libjpeg-turbo 1.x-3.x: FastHuffman calls read_restart_marker at each restart
 // interval, so that resynchronisation after damage is libjpeg's own.
+// next_restart_num follows them in all of those versions (set when FastHuffman jumps to an
+// indexed interval, so that libjpeg expects that interval's own RSTn at its end).
 struct MarkerReaderHead {
   void (*reset_marker_reader)(j_decompress_ptr cinfo);
   int (*read_markers)(j_decompress_ptr cinfo);
   boolean (*read_restart_marker)(j_decompress_ptr cinfo);
+  boolean saw_SOI;
+  boolean saw_SOF;
+  int next_restart_num;
 };
 
 // Zigzag position -> natural position, padded with 63s: a corrupt run past the end of the
@@ -270,10 +276,54 @@ void process_restart(FastHuffman& s, j_decompress_ptr cinfo) {
   if (!s.at_marker) s.insufficient = false;
 }
 
+// At a restart boundary with the restart index in use: skip the interval if the crop does
+// not need it; else read on through the marker (the interval before was decoded too) or
+// jump to where the index says it starts (use_restart_index checked that a marker of the
+// right number ends just before).
+void enter_interval(FastHuffman& s, j_decompress_ptr cinfo) {
+  const long i = s.next_interval++;
+  s.restarts_to_go = cinfo->restart_interval;
+  if (!s.interval_needed(i, static_cast<long>(cinfo->MCUs_per_row))) {
+    s.skipping = true;
+    return;
+  }
+  if (i == 0) return;  // the reader is at the scan's start (install)
+  if (!s.skipping) {
+    process_restart(s, cinfo);
+    return;
+  }
+  g_index_jumps.fetch_add(1, std::memory_order_relaxed);
+  const uint8_t* at = s.scan_begin + s.offsets[i];
+  cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - at);
+  cinfo->src->next_input_byte = at;
+  cinfo->unread_marker = 0;
+  reinterpret_cast<MarkerReaderHead*>(cinfo->marker)->next_restart_num = static_cast<int>(i & 7);
+  s.start_interval(cinfo);
+  s.at_marker = false;
+  s.insufficient = false;
+  s.skipping = false;
+}
+
+// The scan's last MCU was in a skipped interval: leave the source at the marker after the
+// scan (EOI), where libjpeg's jpeg_finish_decompress reads on.
+void end_skipped_scan(FastHuffman& s, j_decompress_ptr cinfo) {
+  s.bits = Bits();
+  s.bits.p = s.scan_begin + s.offsets[s.interval_count];
+  s.at_marker = false;
+  s.eof_unreported = false;
+  cinfo->unread_marker = 0;
+}
+
 FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   FastHuffman& s = *static_cast<FastHuffman*>(cinfo->client_data);
-  if (cinfo->restart_interval && s.restarts_to_go == 0) process_restart(s, cinfo);
-  if (!s.insufficient) {  // else past the data: leave the blocks zero
+  if (cinfo->restart_interval && s.restarts_to_go == 0) {
+    if (s.indexed) {
+      enter_interval(s, cinfo);
+    } else {
+      process_restart(s, cinfo);
+    }
+  }
+  if (!s.insufficient && !s.skipping) {  // else past the data, or not needed: leave the blocks zero
     Bits r = s.bits;
     if (MCU_data && s.mcu_col >= s.first_col && s.mcu_col <= s.last_col) {
       decode_blocks<true>(s, r, cinfo, MCU_data);
@@ -289,7 +339,13 @@ FASTDATA_HOT inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* M
   }
   if (++s.mcu_col == static_cast<long>(cinfo->MCUs_per_row)) s.mcu_col = 0;
   --s.restarts_to_go;  // counts only with a restart interval
-  if (--s.mcus_left == 0) return_read_ahead(s, cinfo);
+  if (--s.mcus_left == 0) {
+    if (s.skipping) {
+      end_skipped_scan(s, cinfo);
+    } else {
+      return_read_ahead(s, cinfo);
+    }
+  }
   cinfo->src->next_input_byte = s.bits.p;
   cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
   return TRUE;
@@ -402,6 +458,7 @@ void build_table(const JHUFF_TBL& h, bool is_dc, FastHuffman::Table* t) {
 void set_fast_huffman_enabled(bool enabled) { g_enabled.store(enabled); }
 bool fast_huffman_enabled() { return g_enabled.load(); }
 uint64_t fast_huffman_scans() { return g_installs.load(std::memory_order_relaxed); }
+uint64_t restart_index_jumps() { return g_index_jumps.load(std::memory_order_relaxed); }
 
 const FastHuffman::Table* FastHuffman::table_for(const JHUFF_TBL* src, int kind, int number) {
   uint8_t key[17 + 256];
@@ -438,6 +495,69 @@ void FastHuffman::set_cropped_columns(j_decompress_ptr cinfo, JDIMENSION xoffset
   last_col = (static_cast<long>(xoffset) + static_cast<long>(cinfo->output_width) + align - 1) / align - 1;
 }
 
+bool FastHuffman::interval_needed(long i, long mcus_per_row) const {
+  // MCUs m0..m1 of the scan, rows r0..r1: needed if one of them is in a needed row and,
+  // in that row, in the cropped columns (a whole row always is).
+  const long m0 = i * interval_mcus, m1 = std::min(m0 + interval_mcus, total_mcus) - 1;
+  const long r0 = m0 / mcus_per_row, r1 = m1 / mcus_per_row;
+  const long lo = std::max(r0, need_row0), hi = std::min(r1, need_row1);
+  if (lo > hi) return false;
+  if (hi - lo >= 2) return true;
+  for (long r : {lo, hi}) {
+    const long c0 = r == r0 ? m0 % mcus_per_row : 0;
+    const long c1 = r == r1 ? m1 % mcus_per_row : mcus_per_row - 1;
+    if (c0 <= last_col && c1 >= first_col) return true;
+  }
+  return false;
+}
+
+const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, int interval, const uint32_t* offs, long count,
+                                           int y0, int y1) {
+  if (cinfo->client_data != this || static_cast<long>(cinfo->restart_interval) != interval || interval <= 0) {
+    return "restart index does not match the file's restart interval";
+  }
+  if (count != (total_mcus + interval - 1) / interval) {
+    return "restart index does not match the number of restart intervals";
+  }
+  // Every offset against the data: a jump lands right after the RSTn that ends the interval
+  // before it, and the scan ends with a marker where the index says. A damaged index or
+  // record fails here, before any jump; it can point only inside this record's bytes.
+  const size_t avail = static_cast<size_t>(end - scan_begin);
+  const uint32_t scan_bytes = offs[count];
+  if (static_cast<size_t>(scan_bytes) + 2 > avail || scan_begin[scan_bytes] != 0xFF ||
+      scan_begin[scan_bytes + 1] != 0xD9) {
+    return "restart index: the scan does not end where the index says (truncated or damaged record)";
+  }
+  for (long i = 1; i < count; ++i) {
+    const uint32_t o = offs[i];
+    if (o < offs[i - 1] + 2 || o > scan_bytes || scan_begin[o - 2] != 0xFF ||
+        scan_begin[o - 1] != 0xD0 + ((i - 1) & 7)) {
+      return "restart index: an interval does not start after its restart marker (damaged record)";
+    }
+  }
+#if JPEG_LIB_VERSION >= 70
+  const long scaled = cinfo->min_DCT_v_scaled_size;
+#else
+  const long scaled = cinfo->min_DCT_scaled_size;
+#endif
+  const long rows_per_mcu_row = cinfo->comps_in_scan == 1 ? scaled : scaled * cinfo->max_v_samp_factor;
+  // libjpeg's fancy upsampling of vertically subsampled chroma reads one chroma row above
+  // and below each output row: max_v_samp_factor output rows at most (fewer where DCT
+  // scaling enlarged the chroma IDCT). Those rows' MCUs are decoded too, whichever MCU row
+  // they fall in; the rest of libjpeg's context (iMCU rows it reads and discards) may be zeros.
+  const long margin = cinfo->max_v_samp_factor;
+  need_row0 = std::max(0L, static_cast<long>(y0) - margin) / rows_per_mcu_row;
+  need_row1 = (std::max(static_cast<long>(y1), 1L) - 1 + margin) / rows_per_mcu_row;
+  offsets = offs;
+  interval_count = count;
+  interval_mcus = interval;
+  indexed = true;
+  skipping = false;
+  next_interval = 0;
+  restarts_to_go = 0;  // the first MCU is a boundary: interval 0 may be skipped too
+  return nullptr;
+}
+
 bool FastHuffman::install(j_decompress_ptr cinfo) {
 #if !defined(LIBJPEG_TURBO_VERSION) || !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
   // Checked only against libjpeg-turbo's decoder, and the 8-byte refill reads little-endian.
@@ -468,6 +588,11 @@ bool FastHuffman::install(j_decompress_ptr cinfo) {
   mcu_col = 0;
   first_col = 0;
   last_col = 1L << 30;
+  indexed = false;
+  skipping = false;
+  next_interval = 0;
+  total_mcus = mcus_left;
+  scan_begin = begin;
   cinfo->client_data = this;
   reinterpret_cast<EntropyDecoderHead*>(cinfo->entropy)->decode_mcu = pick_decode_mcu();
   g_installs.fetch_add(1, std::memory_order_relaxed);

@@ -33,6 +33,8 @@ void set_fast_huffman_enabled(bool enabled);
 bool fast_huffman_enabled();
 // Scans decoded by FastHuffman since the process started (tests check where it applies).
 uint64_t fast_huffman_scans();
+// Jumps over skipped restart intervals with a restart index since the process started (tests).
+uint64_t restart_index_jumps();
 
 class FastHuffman {
  public:
@@ -76,6 +78,17 @@ class FastHuffman {
     const uint8_t* p = nullptr;  // next byte to read
   };
 
+  // After install, set_cropped_columns and before any row is read: entropy-decode only the
+  // restart intervals that output rows [y0, y1) (of the possibly DCT-scaled image) and the
+  // cropped columns need, jumping over the others with the restart index (restart_index.h;
+  // `offsets` holds count + 1 entries, relative to the scan's first byte). MCUs of skipped
+  // intervals come back as zero blocks; the rows that fancy upsampling reads above and below
+  // the region are decoded too, so the region's pixels are exact. Checks every offset against the data
+  // first (each must follow its RSTn marker, the scan must end where the index says) and
+  // returns a message for DecodeError if the index does not match; nullptr when in use.
+  const char* use_restart_index(j_decompress_ptr cinfo, int interval, const uint32_t* offsets, long count, int y0,
+                                int y1);
+
   // Reads from cinfo->src afresh, as at the scan's start and after each restart marker:
   // an empty bit buffer, DC predictions 0, a full restart interval ahead.
   void start_interval(j_decompress_ptr cinfo);
@@ -93,6 +106,17 @@ class FastHuffman {
   long mcu_col = 0;                       // column of the next MCU in its row
   long first_col = 0, last_col = 1L << 30;  // MCU columns whose coefficients are stored
   int last_dc[4] = {0, 0, 0, 0};
+  // The restart index in use (use_restart_index), else indexed == false.
+  bool indexed = false;
+  bool skipping = false;           // the current interval is not decoded
+  long next_interval = 0;          // number of the interval that the next boundary starts
+  long total_mcus = 0;
+  long need_row0 = 0, need_row1 = 0;  // MCU rows to decode
+  const uint32_t* offsets = nullptr;  // count + 1 entries
+  long interval_count = 0;
+  long interval_mcus = 0;
+  const uint8_t* scan_begin = nullptr;
+  bool interval_needed(long i, long mcus_per_row) const;
   const Table* dc[10] = {};  // per block of the MCU
   const Table* ac[10] = {};
   int comp[10] = {};

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/decoder.h"
+#include "core/restart_index.h"
 
 #include <jerror.h>  // ERREXIT1, JERR_OUT_OF_MEMORY (after jpeglib.h, which decoder.h includes)
 
@@ -58,6 +59,36 @@ void term_destination(j_compress_ptr cinfo) {
 
 bool is_kept_marker(int marker) { return marker == JPEG_APP0 + 1 || marker == JPEG_APP0 + 2; }
 
+bool same_table(const JHUFF_TBL* a, const JHUFF_TBL* b) {
+  if (a == nullptr || b == nullptr) return false;
+  int count = 0;
+  for (int l = 1; l <= 16; ++l) count += a->bits[l];
+  return std::memcmp(a->bits, b->bits, sizeof(a->bits)) == 0 && count <= 256 &&
+         std::memcmp(a->huffval, b->huffval, static_cast<size_t>(count)) == 0;
+}
+
+// Whether every component of the (single-scan) source is coded with the table that
+// jpeg_set_defaults gave the same component of the output: libjpeg's standard tables, which
+// most cameras and encoders write. The rewrite then keeps them: records that share tables
+// let the decoder reuse its lookup tables (FastHuffman rebuilds them for each new table:
+// ~2% of a Loader's CPU with per-image tables), and the standard tables code every DC
+// difference a restart marker's reset can produce.
+bool uses_output_default_tables(const jpeg_decompress_struct& src, const jpeg_compress_struct& dst) {
+  if (jpeg_has_multiple_scans(const_cast<j_decompress_ptr>(&src)) || src.num_components != dst.num_components) {
+    return false;
+  }
+  for (int ci = 0; ci < src.num_components; ++ci) {
+    const jpeg_component_info& a = src.comp_info[ci];
+    const jpeg_component_info& b = dst.comp_info[ci];
+    if (a.dc_tbl_no < 0 || a.dc_tbl_no >= NUM_HUFF_TBLS || a.ac_tbl_no < 0 || a.ac_tbl_no >= NUM_HUFF_TBLS ||
+        !same_table(src.dc_huff_tbl_ptrs[a.dc_tbl_no], dst.dc_huff_tbl_ptrs[b.dc_tbl_no]) ||
+        !same_table(src.ac_huff_tbl_ptrs[a.ac_tbl_no], dst.ac_huff_tbl_ptrs[b.ac_tbl_no])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Both libjpeg objects and everything the error path touches live in one object, so a
 // longjmp back into to_baseline() finds them in memory (no locals modified after setjmp).
 class Transcoder {
@@ -91,7 +122,8 @@ class Transcoder {
 
   // No C++ object is constructed between setjmp and the libjpeg calls below, so a
   // longjmp skips no destructor.
-  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels) {
+  // restart_mcus: < 0 no restart markers; 0 one per MCU row; else every restart_mcus MCUs.
+  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels, int restart_mcus) {
     if (size == 0) throw DecodeError("empty input (0 bytes)");
     if (!looks_like_jpeg(data, size)) throw DecodeError("not a JPEG file (no SOI marker)");
     // The output is about as large as the input (same coefficients, other Huffman codes).
@@ -133,9 +165,12 @@ class Transcoder {
     }
     // Quantization tables, sampling factors, component ids, colour space (hence the
     // JFIF/Adobe marker) and JFIF density. jpeg_set_defaults inside leaves no scan script:
-    // the output is sequential. Restart intervals are not copied (none in the output).
+    // the output is sequential. The input's restart intervals are not copied.
     jpeg_copy_critical_parameters(&src_, &dst_);
     dst_.optimize_coding = TRUE;  // per-image Huffman tables: smaller than the standard ones
+    if (restart_mcus >= 0 && uses_output_default_tables(src_, dst_)) dst_.optimize_coding = FALSE;
+    if (restart_mcus == 0) dst_.restart_in_rows = 1;  // libjpeg sets restart_interval per scan
+    if (restart_mcus > 0) dst_.restart_interval = static_cast<unsigned int>(restart_mcus);
     dst_.dest = &dest_.pub;
     jpeg_write_coefficients(&dst_, coefficients);  // writes SOI and JFIF/Adobe APPn
     for (jpeg_saved_marker_ptr m = src_.marker_list; m != nullptr; m = m->next) {
@@ -149,6 +184,7 @@ class Transcoder {
       throw DecodeError("libjpeg did not finish reading the input");
     }
     if (err_.warnings != 0) throw DecodeError(err_.first_warning);  // unreachable while strict
+    if (restart_mcus >= 0) return add_restart_index(out_, static_cast<int>(dst_.restart_interval));
     return std::move(out_);
   }
 
@@ -178,7 +214,16 @@ std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size, int
   // Creating the two libjpeg objects costs microseconds next to the milliseconds of a
   // transcode; a fresh pair per call keeps this free of shared state.
   Transcoder t;
-  return t.to_baseline(data, size, max_pixels);
+  return t.to_baseline(data, size, max_pixels, -1);
+}
+
+std::vector<uint8_t> transcode_restart_indexed(const uint8_t* data, size_t size, int64_t max_pixels,
+                                               int interval_mcus) {
+  if (interval_mcus < 0 || interval_mcus > 65535) {
+    throw std::invalid_argument("transcode_restart_indexed: interval_mcus must be in 0..65535");
+  }
+  Transcoder t;
+  return t.to_baseline(data, size, max_pixels, interval_mcus);
 }
 
 }  // namespace fastdata

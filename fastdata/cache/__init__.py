@@ -1,2 +1,3 @@
-"""The LMDB cache: its on-disk format (format.py), shared by the writer (fastdata-convert)
-and the reader (fastdata.sources.lmdb)."""
+"""The LMDB cache: its on-disk format (format.py) and the file checks made before LMDB maps
+it (lmdb_file.py), shared by the reader (fastdata.sources.lmdb) and the writer behind
+fastdata-convert (fastdata.cache.build)."""

@@ -1,8 +1,8 @@
 """The on-disk format of a fastdata LMDB cache: keys, metadata schema, version checks.
 
 This module is the one place that defines the format (docs/cache-format.md describes it
-for humans); the writer (``fastdata.cli.convert``) and the reader (``fastdata.LMDBSource``)
-both go through it.
+for humans); the writer (``fastdata.cache.build``, behind fastdata-convert) and the reader
+(``fastdata.LMDBSource``) both go through it.
 
 Layout (one LMDB environment, a directory holding ``data.mdb``, main database only):
 
@@ -12,8 +12,16 @@ Layout (one LMDB environment, a directory holding ``data.mdb``, main database on
 * ``fastdata:labels``: int64 little-endian array [N].
 * ``fastdata:paths``: UTF-8 source paths of the N samples, each terminated by NUL.
 * ``fastdata:sha256``: [N, 32] bytes, SHA-256 of each sample's *source* file bytes.
+* ``fastdata:stored_sha256``: [N, 32] bytes, SHA-256 of each sample's *stored* bytes (the
+  record's value), which readers check on every fetch. Added within format version 1:
+  caches without it are checked only for records stored as the source's bytes.
 * ``fastdata:reencoded``: uint8 array [N], how the stored bytes relate to the source file:
-  ``STORED_ORIGINAL`` (0), ``STORED_REENCODED`` (1) or ``STORED_TRANSCODED`` (2).
+  ``STORED_ORIGINAL`` (0), ``STORED_REENCODED`` (1), ``STORED_TRANSCODED`` (2) or
+  ``STORED_RESTART_INDEXED`` (3, format version 2).
+* Format version 2: every stored JPEG that fastdata can rewrite losslessly carries restart
+  markers every ``RESTART_INTERVAL_MCUS`` MCUs and, inside it, an APP15 segment indexing
+  where each restart interval starts (csrc/core/restart_index.h), so crop decodes skip the
+  entropy decoding outside the crop. Version 1 caches (no index) read as before.
 * ``fastdata:part:<8 hex digits>``: writer progress, one JSON record per committed batch;
   present only while a conversion is running or was interrupted.
 * ``fastdata:plan``: JSON describing the inputs of an unfinished conversion (for ``--resume``).
@@ -33,12 +41,18 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 FORMAT_NAME = "fastdata-lmdb"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: restart-indexed JPEGs (STORED_RESTART_INDEXED); version 1 caches stay readable
+
+# MCUs per restart interval in the JPEGs fastdata-convert writes. Chosen by measurement
+# (docs/design.md): a crop skips whole intervals left and right of it as well as above,
+# while each interval costs its marker, byte padding, a DC reset and its index entry.
+RESTART_INTERVAL_MCUS = 4
 
 META_KEY = b"fastdata:meta"
 LABELS_KEY = b"fastdata:labels"
 PATHS_KEY = b"fastdata:paths"
 SHA256_KEY = b"fastdata:sha256"
+STORED_SHA256_KEY = b"fastdata:stored_sha256"
 REENCODED_KEY = b"fastdata:reencoded"
 PLAN_KEY = b"fastdata:plan"
 COMPLETE_KEY = b"fastdata:complete"
@@ -51,6 +65,9 @@ SHA256_SIZE = 32
 STORED_ORIGINAL = 0  # the source file's bytes
 STORED_REENCODED = 1  # decoded, resized and re-encoded (lossy; --max-side, non-JPEG inputs)
 STORED_TRANSCODED = 2  # progressive JPEG rewritten as baseline, same DCT coefficients (lossless)
+# Format version 2: a baseline JPEG rewritten with restart markers and the restart index,
+# same DCT coefficients (lossless). Progressive ones that get the index too stay value 2.
+STORED_RESTART_INDEXED = 3
 _KEY = struct.Struct(">Q")
 
 
@@ -77,7 +94,35 @@ def loads(data: bytes, what: str, path: str) -> Any:
     try:
         return json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise CacheFormatError(f"{path}: record {what} is not valid JSON ({exc})") from exc
+        raise CacheFormatError(f"{path}: record {what} is not valid JSON ({exc})") from None
+    except RecursionError:  # e.g. arrays nested 200,000 deep: valid JSON, but no record of ours
+        raise CacheFormatError(f"{path}: record {what} is nested too deeply to be fastdata metadata") from None
+
+
+def _is_count(value: Any) -> bool:
+    """A JSON integer >= 0 (bool is an int in Python, and 1e400 parses as a float inf)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_fields(record: Any, ints: Sequence[str], what: str, path: str, *,
+                 lists: Sequence[str] = (), dicts: Sequence[str] = (), strings: Sequence[str] = ()) -> Dict[str, Any]:
+    """``record`` as a dict whose named fields exist with the named JSON types (counts: ints >= 0).
+
+    Every reader of a record goes through this, so a crafted or damaged cache gives a
+    CacheFormatError naming the field, never a KeyError/TypeError/OverflowError later.
+    """
+    if not isinstance(record, dict):
+        raise CacheFormatError(f"{path}: record {what} is not a JSON object")
+    for names, ok, kind in ((ints, _is_count, "an integer >= 0"), (lists, lambda v: isinstance(v, list), "a list"),
+                            (dicts, lambda v: isinstance(v, dict), "an object"),
+                            (strings, lambda v: isinstance(v, str), "a string")):
+        for name in names:
+            if name not in record:
+                raise CacheFormatError(f"{path}: record {what} has no field {name!r}")
+            if not ok(record[name]):
+                raise CacheFormatError(f"{path}: record {what}: field {name!r} is not {kind} "
+                                       f"(got {type(record[name]).__name__})")
+    return record
 
 
 def pack_labels(labels: Sequence[int]) -> bytes:
@@ -141,7 +186,9 @@ def build_meta(
             "labels": "fastdata:labels int64 little-endian [count]",
             "paths": "fastdata:paths UTF-8, NUL-terminated [count]",
             "sha256": "fastdata:sha256 bytes [count, 32] of the source files",
-            "reencoded": "fastdata:reencoded uint8 [count]: 0 source bytes, 1 re-encoded, 2 transcoded to baseline",
+            "stored_sha256": "fastdata:stored_sha256 bytes [count, 32] of the stored records",
+            "reencoded": "fastdata:reencoded uint8 [count]: 0 source bytes, 1 re-encoded, 2 transcoded to baseline, "
+                         "3 restart-indexed",
         },
     }
 
@@ -170,6 +217,18 @@ def check_complete(complete: Optional[bytes], meta: Optional[bytes], path: str) 
     info = loads(meta, "fastdata:meta", path)
     if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
         raise CacheFormatError(f"{path}: not a {FORMAT_NAME} cache")
-    if info.get("format_version") != version or info.get("count") != done.get("count"):
+    check_fields(done, ("count",), "fastdata:complete", path)
+    check_fields(info, ("count", "bytes_in", "bytes_out", "reencoded"), "fastdata:meta", path,
+                 lists=("classes", "skipped"), dicts=("options", "source"))
+    # Written by every writer that stores transcoded records; absent means none.
+    check_fields({k: info.setdefault(k, 0) for k in _TRANSCODE_FIELDS}, _TRANSCODE_FIELDS, "fastdata:meta", path)
+    if not all(isinstance(c, str) for c in info["classes"]):
+        raise CacheFormatError(f"{path}: record fastdata:meta: classes are not all strings")
+    for entry in info["skipped"]:
+        check_fields(entry, (), "fastdata:meta skipped entry", path, strings=("path", "reason"))
+    if info.get("format_version") != version or info["count"] != done["count"]:
         raise CacheFormatError(f"{path}: metadata and completion record disagree")
     return info
+
+
+_TRANSCODE_FIELDS = ("transcoded", "transcoded_bytes_in", "transcoded_bytes_out")

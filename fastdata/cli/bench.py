@@ -5,8 +5,12 @@
                    [--ablation] [--device cpu|cuda] [--dtype float32|float16|bfloat16|uint8]
                    [--json out.json] [--plot out.png]
 
-DATA is an ImageFolder tree, a ``path,label`` list file or a fastdata LMDB cache; without
-it a deterministic photo-like demo set is generated once into the user's cache dir.
+DATA is an ImageFolder tree, a ``path,label`` list file, a fastdata LMDB cache, or tar
+shards (an ``index.json`` or a shard pattern, local or any fsspec URL such as
+``http://host/train-{000000..000099}.tar``); without it a deterministic photo-like demo
+set is generated once into the user's cache dir. ``--shards URL`` names the same images as
+tar shards beside a folder, so the ``shards`` (fastdata.TarShards) and ``webdataset``
+(DataLoader + WebDataset) rows run side by side with the folder and LMDB rows.
 
 Every contender runs the same job (RandomResizedCrop(224) + flip, ImageNet normalization,
 same batch size, output dtype and device; ``--dtype uint8`` asks for raw uint8 NHWC images
@@ -41,7 +45,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from fastdata.cli import bench_contenders as bc
 from fastdata.cli import bench_report, demo
@@ -105,7 +109,13 @@ def read_list_file(path: Path) -> Tuple[List[str], List[int], List[str]]:
     return [p for p, _ in items], labels, [str(k) for k in range(max(labels) + 1)]
 
 
-def make_job(data: Optional[Path], args: argparse.Namespace, progress: Progress) -> Tuple[bc.Job, Dict[str, Any]]:
+def is_shard_spec(data: str) -> bool:
+    """A URL, a shard index (``*.json``), a ``.tar`` or a WebDataset brace pattern."""
+    return "://" in data or data.endswith((".json", ".tar")) or "{" in data
+
+
+def make_job(data: Union[None, str, Path], args: argparse.Namespace,
+             progress: Progress) -> Tuple[bc.Job, Dict[str, Any]]:
     """The job for DATA (building the demo set when DATA is None) and a dataset summary."""
     cache = demo.cache_root()
     info: Dict[str, Any] = {}
@@ -121,6 +131,11 @@ def make_job(data: Optional[Path], args: argparse.Namespace, progress: Progress)
         info.update(kind="demo ImageFolder", path=str(folder), setup_seconds=round(time.perf_counter() - t0, 2))
         paths, labels, classes = scan_folder(folder)
         kw.update(folder=folder)
+    elif is_shard_spec(str(data)):
+        src = bc.open_shards(str(data))
+        paths, labels, classes = [], [int(x) for x in src.labels], list(src.classes)
+        info.update(kind="tar shards", path=str(data), images=len(src), shards=len(src.urls))
+        kw.update(shards=str(data))
     elif data.is_dir() and (data / "data.mdb").exists():
         import fastdata
 
@@ -138,6 +153,9 @@ def make_job(data: Optional[Path], args: argparse.Namespace, progress: Progress)
         kw.update(list_file=data)
     else:
         raise SystemExit(f"fastdata-bench: {data}: no such file or directory")
+    if getattr(args, "shards", None):
+        kw["shards"] = args.shards
+        info["shards"] = args.shards
     if paths:
         sizes = [os.path.getsize(p) for p in paths]
         info.update(images=len(paths), mean_kb=round(sum(sizes) / len(sizes) / 1024, 1))
@@ -299,11 +317,18 @@ def _ablation_speedups(results: List[Dict[str, Any]]) -> None:
 # CLI
 
 
+def _data_arg(text: str) -> Any:
+    return text if is_shard_spec(text) else Path(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fastdata-bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", nargs="?", type=Path, default=None,
-                   help="ImageFolder, 'path,label' list file or fastdata LMDB (default: the demo set)")
+    p.add_argument("data", nargs="?", type=_data_arg, default=None,
+                   help="ImageFolder, 'path,label' list file, fastdata LMDB, or tar shards (an index.json or a "
+                        "shard pattern, local or any fsspec URL) (default: the demo set)")
+    p.add_argument("--shards", default=None, metavar="URL",
+                   help="the same images as tar shards (index.json or pattern), for the shards and webdataset rows")
     p.add_argument("--batch-size", type=int, default=None,
                    help="images per batch (default: 256 with --device cuda, 64 on CPU so short runs see many batches)")
     p.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
@@ -350,9 +375,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         reason = bench_report.plot_unavailable()
         if reason:
             raise SystemExit(f"fastdata-bench: --plot needs matplotlib ({reason})")
+    for flag, out in (("--json", args.json), ("--plot", args.plot)):
+        if out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            # checked before the run, so minutes of measuring are not lost to a typo
+            raise SystemExit(f"fastdata-bench: error: {flag} {out}: folder {os.path.dirname(os.path.abspath(out))} "
+                             f"does not exist")
     progress = Progress(quiet=args.quiet)
     t_start = time.perf_counter()
-    job, dataset = make_job(args.data, args, progress)
+    try:
+        job, dataset = make_job(args.data, args, progress)
+    except (OSError, ValueError) as exc:  # CacheFormatError is a ValueError; both name the path
+        raise SystemExit(f"fastdata-bench: error: {exc}") from None
     plan = ablation_plan(job) if args.ablation else compare_plan(job, names)
     results = run_plan(plan, job, args.seconds, progress, args.ablation, rounds=args.rounds,
                        step_seconds=args.step_ms / 1000.0)
@@ -365,12 +398,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "compare": None if args.ablation else names},
         wall_seconds=time.perf_counter() - t_start)
     bench_report.print_report(report)
-    if args.json is not None:
-        bench_report.write_json(report, args.json)
-        progress.line(f"wrote {args.json}")
-    if args.plot is not None:
-        bench_report.plot(report, args.plot)
-        progress.line(f"wrote {args.plot}")
+    for out, write in ((args.json, bench_report.write_json), (args.plot, bench_report.plot)):
+        if out is None:
+            continue
+        try:
+            write(report, out)
+        except OSError as exc:
+            raise SystemExit(f"fastdata-bench: error: cannot write {out}: {exc.strerror or exc}") from None
+        progress.line(f"wrote {out}")
     return 0
 
 

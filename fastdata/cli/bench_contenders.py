@@ -41,6 +41,7 @@ class Job:
     folder: Optional[Path] = None
     lmdb: Optional[Path] = None
     list_file: Optional[Path] = None
+    shards: Optional[str] = None  # tar shards: an index.json path/URL or a shard pattern (fastdata.TarShards)
     batch_size: int = 64
     size: int = 224
     device: str = "cpu"
@@ -137,9 +138,11 @@ class _LMDBDataset:
 
         from PIL import Image
 
+        from ..io.pillow_fallback import FALLBACK_FORMATS
+
         item = self._open().fetch([i])[0]
         data = open(item, "rb").read() if isinstance(item, str) else bytes(item)
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data), formats=("JPEG",) + FALLBACK_FORMATS) as im:  # never EPS & co.
             img = im.convert("RGB")
         return self.transform(img), self._labels[i]
 
@@ -185,6 +188,8 @@ class DataLoaderContender:
         if not self.require_simd and flavour.startswith("Pillow-SIMD"):
             return ("the installed PIL is Pillow-SIMD (stock Pillow cannot load side by side): "
                     "see the Pillow-SIMD row")
+        if job.lmdb is None and job.folder is None and not job.paths:
+            return "DATA is tar shards: see the webdataset row"
         if job.device.startswith("cuda"):
             return _cuda_reason(job)
         return None
@@ -265,6 +270,25 @@ class RepeatedSource:
         return self.inner.fetch([int(i) % self._n for i in indices])
 
 
+def open_shards(spec: str, **options: Any) -> Any:
+    """fastdata.TarShards from an index (``*.json``) or a shard pattern/URL."""
+    import fastdata
+
+    return fastdata.TarShards(index=spec, **options) if spec.endswith(".json") else fastdata.TarShards(spec, **options)
+
+
+def repeat_shards(source: Any, batch_size: int, **options: Any) -> Any:
+    """A small shard set listed several times in its index, so one epoch holds at least 400
+    batches (as ``_repeat_for`` does for the random-access sources)."""
+    import fastdata
+    from fastdata.sources.shard_index import ShardIndex
+
+    times = max(1, -(-400 * batch_size // max(len(source), 1)))
+    if times == 1 and not options:
+        return source
+    return fastdata.TarShards(index=ShardIndex(source.index.shards * times, source.classes), **options)
+
+
 def _repeat_for(source: Any, batch_size: int) -> Any:
     """Repeat small sources so one epoch holds at least 400 batches."""
     n = len(source)
@@ -284,16 +308,18 @@ class FastdataContender:
     """
 
     def __init__(self, source: str = "files", roi: bool = True, host_normalize: bool = False,
-                 threads: Optional[int] = None, label: Optional[str] = None, backend: str = "native") -> None:
-        if source not in ("files", "lmdb", "ram"):
+                 threads: Optional[int] = None, label: Optional[str] = None, backend: str = "native",
+                 shard_cache: bool = False) -> None:
+        self.shard_cache = shard_cache  # shards: TarShards' local disk cache on (a temporary folder)
+        if source not in ("files", "lmdb", "ram", "shards"):
             raise ValueError(f"unknown fastdata source {source!r}")
         self.source, self.roi, self.host_normalize, self.threads = source, roi, host_normalize, threads
         self.backend = backend
-        self.name = {"files": "fastdata", "lmdb": "lmdb", "ram": "ram"}[source]
+        self.name = {"files": "fastdata", "lmdb": "lmdb", "ram": "ram", "shards": "shards"}[source]
         if backend != "native":
             self.name = f"fastdata-{backend}"
         self.label = label or {"files": "fastdata (files)", "lmdb": "fastdata (LMDB)",
-                               "ram": "fastdata (RAM)"}[source]
+                               "ram": "fastdata (RAM)", "shards": "fastdata (tar shards)"}[source]
         if backend != "native" and label is None:
             self.label = f"fastdata (files, backend={backend})"
         self.detail: Dict[str, Any] = {}
@@ -304,7 +330,9 @@ class FastdataContender:
 
             # The lazy imports of everything this contender uses are the availability check.
             needed = ["Loader", "RandomResizedCrop"]
-            if self.source == "lmdb" or job.lmdb is not None:
+            if self.source == "shards":
+                needed.append("TarShards")
+            elif self.source == "lmdb" or job.lmdb is not None:
                 needed.append("LMDBSource")
             elif job.folder is not None:
                 needed.append("ImageFolder")
@@ -316,6 +344,10 @@ class FastdataContender:
                 getattr(fastdata, attr)
         except Exception as e:  # a module not written or not built yet: skip, with its error
             return f"{type(e).__name__}: {e}"
+        if self.source == "shards" and job.shards is None:
+            return "no tar shards (DATA or --shards: an index.json or a shard pattern)"
+        if self.source in ("files", "ram") and job.lmdb is None and job.folder is None and not job.paths:
+            return "DATA is tar shards: there are no files to read"
         if self.source == "files" and job.lmdb is not None:
             return "DATA is an LMDB cache: there are no files to read"
         if self.source == "lmdb" and job.lmdb is None and job.folder is None and job.list_file is None:
@@ -342,6 +374,14 @@ class FastdataContender:
     def _open_source(self, job: Job) -> Any:
         import fastdata
 
+        if self.source == "shards":
+            options: Dict[str, Any] = {}
+            if self.shard_cache:  # a fresh cache folder per run: the first pass reads over the network
+                import tempfile
+
+                self._cache_dir = tempfile.TemporaryDirectory(prefix="fastdata-bench-shards-")
+                options.update(cache_dir=self._cache_dir.name, cache_size="100GB")
+            return repeat_shards(open_shards(job.shards), job.batch_size, **options)
         if self.source == "lmdb" or job.lmdb is not None:
             path = job.lmdb if job.lmdb is not None else ensure_lmdb(job)
             src: Any = fastdata.LMDBSource(str(path))
@@ -357,7 +397,9 @@ class FastdataContender:
         import fastdata
         import torch
 
-        src = _repeat_for(self._open_source(job), job.batch_size)
+        src = self._open_source(job)
+        if self.source != "shards":
+            src = _repeat_for(src, job.batch_size)
         cuda = job.device.startswith("cuda")
         threads = job.workers if self.threads is None else self.threads
         kwargs: Dict[str, Any] = dict(
@@ -394,17 +436,25 @@ class FastdataContender:
                 epoch += 1
         finally:
             loader.close()
+            cache_dir = getattr(self, "_cache_dir", None)
+            if cache_dir is not None:
+                cache_dir.cleanup()
+                self._cache_dir = None
 
 
 def ensure_lmdb(job: Job) -> Path:
     """Path of an LMDB cache of ``job``'s data, built with fastdata-convert if absent.
 
     Cached under ``job.cache_dir/lmdb/<name>-<hash of the source path>``; a cache that
-    LMDBSource refuses (incomplete, older format) is rebuilt.
+    LMDBSource refuses (incomplete, newer format) is rebuilt, and so is one of an older
+    format version: the benchmark measures what fastdata-convert writes now (format 2's
+    restart index makes crop decodes faster than format 1's records).
     """
     import hashlib
+    import shutil
 
     import fastdata
+    from fastdata.cache import format as cf
     from fastdata.cli import convert
 
     src = job.folder if job.folder is not None else job.list_file
@@ -415,8 +465,12 @@ def ensure_lmdb(job: Job) -> Path:
     dst = cache / "lmdb" / f"{Path(src).name}-{digest}"
     if dst.exists():
         try:
-            len(fastdata.LMDBSource(str(dst)))
-            return dst
+            version = fastdata.LMDBSource(str(dst)).meta["format_version"]
+            if version == cf.FORMAT_VERSION:
+                return dst
+            job.log(f"rebuilding LMDB cache {dst}: format version {version}, fastdata-convert writes "
+                    f"{cf.FORMAT_VERSION}")
+            shutil.rmtree(dst)  # ours (under the benchmark's cache folder); --resume cannot change options
         except Exception as e:  # incomplete or stale cache: convert again (resumes if it can)
             job.log(f"rebuilding LMDB cache {dst}: {e}")
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -428,6 +482,64 @@ def ensure_lmdb(job: Job) -> Path:
     if rc not in (None, 0):
         raise RuntimeError(f"fastdata-convert {' '.join(argv)} exited with {rc}")
     return dst
+
+
+class WebDatasetContender:
+    """``torch.utils.data.DataLoader`` (``webdataset.WebLoader``) over ``webdataset.WebDataset``
+    reading the same tar shards: shards shuffled and split over ``workers`` processes, a
+    1000-sample shuffle buffer (TarShards' default), Pillow decode, then the same torchvision
+    transforms as the DataLoader row. webdataset reads http(s) URLs through ``curl``."""
+
+    name = "webdataset"
+    label = "DataLoader + WebDataset"
+
+    def __init__(self) -> None:
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        reason = _missing("webdataset") or _missing("torchvision")
+        if reason:
+            return reason + " (pip install webdataset)"
+        if job.shards is None:
+            return "no tar shards (DATA or --shards: an index.json or a shard pattern)"
+        if job.device.startswith("cuda"):
+            return _cuda_reason(job)
+        return None
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import torch
+        import webdataset as wds
+        from torchvision import transforms
+
+        urls = open_shards(job.shards).urls
+        steps: List[Any] = [transforms.RandomResizedCrop(job.size), transforms.RandomHorizontalFlip()]
+        if job.uint8:
+            steps.append(transforms.PILToTensor())
+        else:
+            steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        tf = transforms.Compose(steps)
+        workers = min(job.workers, len(urls))
+        cuda = job.device.startswith("cuda")
+        ds = (wds.WebDataset(urls, shardshuffle=len(urls), nodesplitter=wds.split_by_node,
+                             workersplitter=wds.split_by_worker, empty_check=False)
+              .repeat().shuffle(1000).decode("pil").to_tuple("jpg;png;jpeg;webp", "cls")
+              .map_tuple(tf, int).batched(job.batch_size, partial=False))
+        loader = wds.WebLoader(ds, batch_size=None, num_workers=workers, pin_memory=cuda,
+                               persistent_workers=workers > 0)
+        self.detail = {"workers": workers, "shards": len(urls), "pillow": pillow_flavour(),
+                       "webdataset": getattr(wds, "__version__", "?")}
+        dtype, device = job.torch_dtype(), torch.device(job.device)
+        it = iter(loader)
+        try:
+            for images, labels in it:
+                if job.uint8:
+                    images = images.permute(0, 2, 3, 1)  # NHWC like fastdata's uint8 output (a view)
+                yield images.to(device, non_blocking=cuda).to(dtype), torch.as_tensor(labels).to(device)
+        finally:
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            del it, loader
 
 
 # ---------------------------------------------------------------------------------------
@@ -656,6 +768,10 @@ def make_contender(name: str) -> Any:
         "simd": lambda: DataLoaderContender(require_simd=True),
         "fastdata": lambda: FastdataContender("files"),
         "lmdb": lambda: FastdataContender("lmdb"),
+        "shards": lambda: FastdataContender("shards"),
+        "shards-cache": lambda: FastdataContender("shards", shard_cache=True,
+                                                  label="fastdata (shards + cache)"),
+        "webdataset": WebDatasetContender,
         "ram": lambda: FastdataContender("ram"),
         "ffcv": FFCVContender,
         "fastdata-dali": lambda: FastdataContender("files", backend="dali"),
@@ -670,5 +786,5 @@ def make_contender(name: str) -> Any:
     return c
 
 
-CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "ffcv", "fastdata-dali", "fastdata-nvjpeg", "dali",
-              "nvjpeg")
+CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "shards", "shards-cache", "webdataset", "ffcv",
+              "fastdata-dali", "fastdata-nvjpeg", "dali", "nvjpeg")

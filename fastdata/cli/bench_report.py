@@ -185,7 +185,6 @@ def format_plain(rows: List[List[str]]) -> str:
 
 def write_json(report: Dict[str, Any], path: Path) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, allow_nan=False, default=str)

@@ -272,6 +272,8 @@ def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
 def check_decode_rate(samples: Optional[Sequence[bytes]], origin: str) -> List[Finding]:
     from PIL import Image
 
+    from ..io.pillow_fallback import FALLBACK_FORMATS
+
     if samples:
         datas = list(samples)
     else:  # the demo set's generator: ImageNet-like photos of the size bench_decode.py uses
@@ -281,7 +283,7 @@ def check_decode_rate(samples: Optional[Sequence[bytes]], origin: str) -> List[F
     origin = origin if samples else "20 generated photo-like 500x375 JPEGs"
 
     def pil(d: bytes) -> Any:
-        with Image.open(io.BytesIO(d)) as im:
+        with Image.open(io.BytesIO(d), formats=("JPEG",) + FALLBACK_FORMATS) as im:  # never EPS & co.
             return im.convert("RGB").load()
 
     value: Dict[str, Any] = {"images": origin, "pillow_img_per_s": round(_rate(pil, datas))}
@@ -488,6 +490,13 @@ def _check_lmdb(data: str, scan: _Scan) -> Finding:
         if os.path.isfile(os.path.join(sibling, "data.mdb")):
             candidates.append(sibling)
     if candidates:
+        from ..cache.format import CacheFormatError
+        from ..sources.lmdb import LMDBSource
+
+        try:  # open it as a reader would: a cache that is there but broken is a failure
+            LMDBSource(candidates[0], verify=False).close()
+        except (CacheFormatError, OSError) as exc:
+            return Finding("lmdb_cache", "fail", candidates[0], f"not a readable fastdata cache: {exc}")
         return Finding("lmdb_cache", "ok", candidates[0], "use it with fastdata.LMDBSource(path)")
     small = scan.files and scan.total_bytes / len(scan.files) < 1 << 20
     return Finding("lmdb_cache", "info", None,

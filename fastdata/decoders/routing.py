@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, Engine
 from ..io.transforms import Transform
 from .base import Decoder, Item, PlannedBatch
@@ -51,7 +52,9 @@ def read_items(items: Sequence[Item], engine: Engine,
             datas[i] = array
             reasons[i] = error if error is not None else ("empty file" if array.size == 0 else None)
     for i, it in enumerate(items):
-        if datas[i] is None:
+        if isinstance(it, DecodeError):  # the source found the sample bad (an LMDB record failing its checksum)
+            datas[i], reasons[i] = np.empty(0, np.uint8), it.reason
+        elif datas[i] is None:
             datas[i] = np.frombuffer(it, dtype=np.uint8).copy()
             if datas[i].size == 0:
                 reasons[i] = "empty buffer"

@@ -32,6 +32,9 @@ class ImageInfo:
     progressive: bool
     orientation: int  # EXIF orientation 1..8 (1 when absent)
     components: int
+    # Carries fastdata's restart index (fastdata-convert): crop decodes entropy-decode only
+    # the restart intervals the crop needs. Defaulted so older callers building one still work.
+    restart_indexed: bool = False
 
 
 def _as_bytes_like(data: object) -> memoryview:

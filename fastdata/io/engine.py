@@ -169,7 +169,9 @@ class Engine:
         With ``normalize=(mean, std)``, ``out`` is float32 [N, H, W, 3] and receives
         (x / 255 - mean) / std per channel, computed by the native threads.
 
-        ``items`` are file paths (``str``, read by native threads) or encoded buffers.
+        ``items`` are file paths (``str``, read by native threads) or encoded buffers; an
+        item that is a ``DecodeError`` is a sample its source already found bad (e.g. an
+        LMDB record failing its checksum): its row fails with that error.
         Sample i's crop and flip come from (seed, epoch, indices[i]) (default indices: 0..N-1).
         Failed rows are zero-filled and listed in the report; nothing is raised for bad data.
         ``names`` label samples in errors (defaults to the path for ``str`` items).
@@ -191,6 +193,9 @@ class Engine:
                 raise ValueError("indices must be non-negative")
         if seed < 0 or epoch < 0:
             raise ValueError("seed and epoch must be non-negative")
+        prefailed = {row: item for row, item in enumerate(items) if isinstance(item, DecodeError)}
+        if prefailed:  # the native side sees an empty item, which fails; the reason is the source's
+            items = [b"" if row in prefailed else item for row, item in enumerate(items)]
         with self._lock:
             native = self._native
             if native is None:
@@ -204,7 +209,9 @@ class Engine:
                 index = int(index_arr[row]) if index_arr is not None else row
                 item = items[row]
                 name = names[row] if names is not None else (item if isinstance(item, str) else None)
-                if failure.status == _C.SampleStatus.NOT_JPEG:
+                if row in prefailed:
+                    message, name = prefailed[row].reason, prefailed[row].name or name
+                elif failure.status == _C.SampleStatus.NOT_JPEG:
                     try:  # a path's bytes come back from the native read: the file is read once
                         pixels = decode_with_pillow(item if failure.file_bytes is None else failure.file_bytes,
                                                     max_pixels)
@@ -231,6 +238,9 @@ class Engine:
         spec = native_spec(transform)
         index_arr = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
         _check_max_file_bytes(max_file_bytes)
+        prefailed = {row: item for row, item in enumerate(items) if isinstance(item, DecodeError)}
+        if prefailed:  # as in ``run``: the source's error is the row's failure
+            items = [b"" if row in prefailed else item for row, item in enumerate(items)]
         with self._lock:
             if self._native is None:
                 raise RuntimeError("Engine is closed")
@@ -239,13 +249,16 @@ class Engine:
                         components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic)
         for failure in raw.failures:
             row = failure.row
-            if failure.status == _C.SampleStatus.NOT_JPEG:
+            if failure.status == _C.SampleStatus.NOT_JPEG and row not in prefailed:
                 plan.not_jpeg_rows.append(row)
             else:
                 index = int(index_arr[row]) if index_arr is not None else row
                 item = items[row]
-                plan.failures.append(DecodeError(failure.message, index=index,
-                                                 name=item if isinstance(item, str) else None))
+                name = item if isinstance(item, str) else None
+                message = failure.message
+                if row in prefailed:
+                    message, name = prefailed[row].reason, prefailed[row].name
+                plan.failures.append(DecodeError(message, index=index, name=name))
                 plan.failed_rows.append(row)
         return plan
 

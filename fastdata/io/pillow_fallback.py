@@ -1,7 +1,12 @@
-"""Decoding of non-JPEG images (PNG, WebP, GIF, BMP, ...) with Pillow.
+"""Decoding of non-JPEG images (PNG, WebP, GIF, BMP, TIFF, PPM/PGM) with Pillow.
 
 Runs on the Python side because native threads never call Python; the pixels then go
 through the same native crop/resize/flip as JPEGs.
+
+Only the raster formats in ``FALLBACK_FORMATS`` are opened. Pillow knows many more, and
+some run other programs on the sample's bytes (EPS/PS through Ghostscript's ``gs`` found on
+PATH) or are rarely exercised plugins (DDS, ...): a dataset file or a crafted cache record
+must never reach them. Anything else is "not a supported image format".
 """
 from __future__ import annotations
 
@@ -13,6 +18,10 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ..errors import DecodeError
+
+# Pillow format names: plain raster formats decoded in-process by Pillow's own or its
+# bundled libraries (PPM covers .ppm/.pgm, which torchvision's ImageFolder lists).
+FALLBACK_FORMATS = ("PNG", "WEBP", "GIF", "BMP", "TIFF", "PPM")
 
 
 def decode_with_pillow(data: Union[bytes, memoryview, np.ndarray], max_pixels: int) -> np.ndarray:
@@ -29,7 +38,7 @@ def decode_with_pillow(data: Union[bytes, memoryview, np.ndarray], max_pixels: i
         with warnings.catch_warnings():
             # Our own max_pixels governs; Pillow's 1x-limit warning would only repeat it.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            im_file = Image.open(io.BytesIO(data))
+            im_file = Image.open(io.BytesIO(data), formats=FALLBACK_FORMATS)
         with im_file as im:
             if max_pixels and im.width * im.height > max_pixels:
                 raise DecodeError(f"image is {im.width}x{im.height} = {im.width * im.height} pixels, above the "
@@ -40,9 +49,10 @@ def decode_with_pillow(data: Union[bytes, memoryview, np.ndarray], max_pixels: i
     except DecodeError:
         raise
     except Image.UnidentifiedImageError:
-        raise DecodeError("not a recognised image format (neither JPEG nor any format Pillow reads)") from None
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
-        raise DecodeError(f"Pillow could not decode it: {e}") from None
+        raise DecodeError("not a supported image format (JPEG, or one of "
+                          f"{', '.join(FALLBACK_FORMATS)} through Pillow)") from None
+    except Exception as e:  # noqa: BLE001 - any plugin failure (even NotImplementedError) is this sample's
+        raise DecodeError(f"Pillow could not decode it: {type(e).__name__}: {e}") from None
     if arr.ndim != 3 or arr.shape[0] < 1 or arr.shape[1] < 1:
         raise DecodeError(f"decoded to an empty image {arr.shape}")
     return np.ascontiguousarray(arr)

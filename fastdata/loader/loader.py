@@ -21,7 +21,7 @@ import queue
 import time
 import warnings
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -71,7 +71,8 @@ class Loader:
     """Batches of decoded, cropped, normalized images and their labels.
 
     Args:
-        source: a ``fastdata.Source`` (ImageFolder, FileList, BytesSource, LMDBSource, RAMCache).
+        source: a ``fastdata.Source`` (ImageFolder, FileList, BytesSource, LMDBSource, RAMCache),
+            or ``TarShards`` (streamed: its shards decide the epoch order, see docs/shards.md).
         batch_size: samples per batch (per rank).
         transform: ``RandomResizedCrop`` (training) or ``CenterCrop`` (evaluation).
         shuffle, seed, drop_last: epoch order; epoch e's order and crops depend only on
@@ -157,8 +158,13 @@ class Loader:
                 world_size = dist.get_world_size() if world_size is None else world_size
             else:
                 rank, world_size = rank or 0, world_size or 1
-        self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                                  rank=rank, world_size=world_size)
+        make_order = getattr(source, "make_order", None)
+        if make_order is not None:  # a streaming source (TarShards): its shards decide the order
+            self.order = make_order(self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank,
+                                    world_size=world_size)
+        else:
+            self.order = ShardedOrder(len(source), self.batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                                      rank=rank, world_size=world_size)
         self._labels = np.ascontiguousarray(source.labels, dtype=np.int64)
         cuda = self.device.type == "cuda"
         if not cuda and backend == "nvjpeg":
@@ -341,7 +347,7 @@ class Loader:
         cur = self._current() if self._current is not None else None
         if cur is not None and not cur.exhausted:
             serial = self._next_serial()
-            if feed.retarget(serial, want[0], self.order.batches(*want)):
+            if feed.retarget(serial, want[0], self._batches(*want)):
                 feed.lookahead = (serial, *want)
             return
         self._stop_current()
@@ -350,9 +356,17 @@ class Loader:
         self._extend(feed, serial, *want)
         feed.lookahead = (serial, *want) if feed.alive else None
 
+    def _batches(self, epoch: int, start: int) -> Iterator[np.ndarray]:
+        """``epoch``'s batches from ``start`` (a lazy iterator: computed on the producer thread).
+        A streaming source (TarShards) hands them out itself, reading ahead as they are taken."""
+        stream_batches = getattr(self.source, "stream_batches", None)
+        if stream_batches is not None:
+            return stream_batches(self.order, epoch, start, self.on_error)
+        return self.order.batches(epoch, start)
+
     def _extend(self, feed: Feed, serial: int, epoch: int, start: int) -> None:
-        """Queue ``epoch``'s batches from ``start`` on ``feed`` (computed on the producer thread)."""
-        if feed.extend(serial, epoch, self.order.batches(epoch, start)):
+        """Queue ``epoch``'s batches from ``start`` on ``feed``."""
+        if feed.extend(serial, epoch, self._batches(epoch, start)):
             self._thread.submit(feed)
 
     def _stop_current(self) -> None:
@@ -364,6 +378,9 @@ class Loader:
         if self._feed is not None:
             self._feed.halt(self._thread)
             self._feed = None
+        end_stream = getattr(self.source, "end_stream", None)
+        if end_stream is not None:  # a streaming source's read-ahead for the epoch left
+            end_stream()
 
     def _warn_skipped(self, failures: List[DecodeError]) -> None:
         for f in failures:

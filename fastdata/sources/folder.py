@@ -4,7 +4,9 @@ threads read the files (no GIL, no Python per sample).
 """
 from __future__ import annotations
 
+import io
 import os
+import warnings
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -15,7 +17,12 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 
 def scan_image_folder(root: str) -> Tuple[List[str], List[Tuple[str, int]]]:
     """torchvision's ImageFolder order: sorted class folders -> 0..C-1, then sorted
-    ``os.walk`` (links followed) and sorted file names. Returns (classes, [(path, label)])."""
+    ``os.walk`` (links followed) and sorted file names. Returns (classes, [(path, label)]).
+
+    Unlike torchvision, a folder reached again inside one class (a symbolic link loop such
+    as ``ln -s . loop``, or a second link to the same folder) is walked once: its files are
+    not repeated, and the links skipped are reported in one RuntimeWarning.
+    """
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root}: no such folder")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
@@ -23,17 +30,42 @@ def scan_image_folder(root: str) -> Tuple[List[str], List[Tuple[str, int]]]:
         raise FileNotFoundError(f"{root}: no class folders found")
     samples: List[Tuple[str, int]] = []
     empty = []
+    skipped_links: List[str] = []
     for label, cls in enumerate(classes):
         before = len(samples)
-        for dirpath, _, fnames in sorted(os.walk(os.path.join(root, cls), followlinks=True)):
+        for dirpath, fnames in _walk_once(os.path.join(root, cls), skipped_links):
             for fname in sorted(fnames):
                 if fname.lower().endswith(IMG_EXTENSIONS):
                     samples.append((os.path.join(dirpath, fname), label))
         if len(samples) == before:
             empty.append(cls)
+    if skipped_links:
+        listed = ", ".join(skipped_links[:8]) + (f" (+{len(skipped_links) - 8} more)" if len(skipped_links) > 8 else "")
+        warnings.warn(f"{root}: skipped {len(skipped_links)} folder(s) already scanned through another path "
+                      f"(symbolic link loops or repeated links; their images are not repeated): {listed}",
+                      RuntimeWarning, stacklevel=3)
     if empty:
         raise FileNotFoundError(f"{root}: no image files ({', '.join(IMG_EXTENSIONS)}) in class folder(s) {empty}")
     return classes, samples
+
+
+def _walk_once(top: str, skipped_links: List[str]) -> List[Tuple[str, List[str]]]:
+    """``sorted(os.walk(top, followlinks=True))`` as (dirpath, filenames), except that a folder
+    whose real path was already walked is not entered again (its path goes to ``skipped_links``)."""
+    visited = {os.path.realpath(top)}
+    found = []
+    for dirpath, dirnames, fnames in os.walk(top, followlinks=True):
+        keep = []
+        for d in sorted(dirnames):
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if real in visited:
+                skipped_links.append(os.path.join(dirpath, d))
+            else:
+                visited.add(real)
+                keep.append(d)
+        dirnames[:] = keep  # os.walk (top-down) enters only these
+        found.append((dirpath, fnames))
+    return sorted(found)
 
 
 def read_file_list(list_path: str) -> List[Tuple[str, int]]:
@@ -41,19 +73,25 @@ def read_file_list(list_path: str) -> List[Tuple[str, int]]:
     file's folder; blank lines and ``#`` comments are ignored."""
     root = os.path.dirname(os.path.abspath(list_path))
     items: List[Tuple[str, int]] = []
-    with open(list_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            path, sep, label = line.rpartition(",")
-            try:
-                value = int(label)
-            except ValueError:
-                value = -1
-            if not sep or not path or value < 0:
-                raise ValueError(f"{list_path}:{lineno}: expected 'path,label' with an integer label >= 0, got {line!r}")
-            items.append((path if os.path.isabs(path) else os.path.normpath(os.path.join(root, path)), value))
+    with open(list_path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{list_path}: not a 'path,label' list file (not UTF-8 text: byte {data[exc.start]:#04x} "
+                         f"at offset {exc.start}); pass an ImageFolder root or a list file") from None
+    for lineno, line in enumerate(io.StringIO(text, newline=None), 1):  # newlines as open() reads them
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        path, sep, label = line.rpartition(",")
+        try:
+            value = int(label)
+        except ValueError:
+            value = -1
+        if not sep or not path or value < 0:
+            raise ValueError(f"{list_path}:{lineno}: expected 'path,label' with an integer label >= 0, got {line!r}")
+        items.append((path if os.path.isabs(path) else os.path.normpath(os.path.join(root, path)), value))
     if not items:
         raise ValueError(f"{list_path}: no entries")
     return items

@@ -7,13 +7,32 @@ that inherits this object opens its own on first use.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ..cache import format as cf
+from ..cache.lmdb_file import check_lmdb_dir
+from ..errors import DecodeError
+from ..io.host import usable_cores
+
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_PID = 0
+_POOL_LOCK = threading.Lock()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """One process-wide pool for record checksums (made anew in a forked child)."""
+    global _POOL, _POOL_PID
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_PID != os.getpid():
+            _POOL = ThreadPoolExecutor(max_workers=usable_cores(), thread_name_prefix="fastdata-sha256")
+            _POOL_PID = os.getpid()
+        return _POOL
 
 # py-lmdb refuses to open one environment twice in a process, so every LMDBSource of a
 # path shares one read-only environment: path -> [env, users, pid that opened it].
@@ -62,7 +81,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 class LMDBSource:
     """Source over a complete fastdata LMDB cache.
 
-    ``fetch`` returns zero-copy ``memoryview``s into the memory-mapped cache (one C-level
+    ``fetch`` checks each record against the SHA-256 of its stored bytes that the converter
+    wrote (``verify=True``, the default) and returns zero-copy ``memoryview``s into the memory-mapped cache (one C-level
     multi-get per call). They stay valid until the next ``fetch`` on the same thread or
     ``close()``: the read transaction that holds them stays open until then. The Loader
     decodes a batch right after fetching it, on the same thread; anyone who keeps samples
@@ -74,42 +94,71 @@ class LMDBSource:
         readahead: OS readahead on the memory map. False (default) suits shuffled random
             access on caches larger than RAM; True suits sequential scans.
         max_readers: LMDB reader slots (unused without a lock file, kept high for safety).
+        verify: check every fetched record's SHA-256. A record that fails comes back as a
+            ``DecodeError`` naming its index and key in the place of its bytes, which the
+            engine reports as that sample's failure (so ``on_error`` raises or skips and
+            counts it). Costs one SHA-256 per record, ~217 µs of CPU for a 119 KB photo-like
+            500x375 JPEG (1.8 µs/KB) on the shared 2-core box, 8-10% of the same JPEG's fused
+            RandomResizedCrop(224) decode on one thread. A batch's records hash on a thread
+            pool with the GIL released, so a fetch waits ~97 µs per record there on 2 cores
+            (2026-12-01); benchmarks/bench_cache_checksum.py measures it beside the decode.
+            ``verify=False`` skips it.
+            Caches written before the stored-bytes checksum existed are checked only for
+            records stored as the source's bytes (``checked`` says which).
 
     Raises:
-        fastdata.cache.format.CacheFormatError: incomplete, newer-format or damaged cache.
+        fastdata.cache.format.CacheFormatError: incomplete, newer-format or damaged cache,
+            including a ``data.mdb`` cut shorter than its LMDB meta pages say (checked
+            before mapping it, which would otherwise end the process with SIGBUS).
         FileNotFoundError: no cache at ``path``.
     """
 
-    def __init__(self, path: str, *, readahead: bool = False, max_readers: int = 4096):
+    def __init__(self, path: str, *, readahead: bool = False, max_readers: int = 4096, verify: bool = True):
+        import lmdb
+
         self.path = os.path.abspath(path)
         self.readahead = readahead
         self.max_readers = max_readers
-        if not os.path.isfile(os.path.join(self.path, "data.mdb")):
-            raise FileNotFoundError(f"{self.path}: no LMDB cache here (expected {self.path}/data.mdb)")
+        self.verify = bool(verify)
+        check_lmdb_dir(self.path)  # before LMDB maps the file: a truncated one would SIGBUS
         self._env: Any = None
         self._pid = -1
         self._reader = threading.local()  # per thread: the read txn behind the last fetch's views
-        env = _acquire_env(self.path, readahead, max_readers)
+        try:
+            env = _acquire_env(self.path, readahead, max_readers)
+        except lmdb.Error as exc:
+            raise cf.CacheFormatError(f"{self.path}: LMDB cannot open it: {exc}") from None
         try:
             with env.begin(buffers=False) as txn:
                 self.meta: Dict[str, Any] = cf.check_complete(txn.get(cf.COMPLETE_KEY), txn.get(cf.META_KEY), self.path)
-                n = int(self.meta["count"])
+                n = self.meta["count"]
                 self._labels = cf.unpack_labels(txn.get(cf.LABELS_KEY) or b"", n, self.path)
                 self._paths_blob = txn.get(cf.PATHS_KEY) or b""
                 self._sha = txn.get(cf.SHA256_KEY) or b""
+                stored_sha = txn.get(cf.STORED_SHA256_KEY)
                 reenc = txn.get(cf.REENCODED_KEY) or b""
+        except lmdb.Error as exc:
+            raise cf.CacheFormatError(f"{self.path}: LMDB cannot read it: {exc}") from None
         finally:
             # Not kept: the process that builds the source is often not the one that reads it.
             _release_env(self.path)
         if len(self._sha) != cf.SHA256_SIZE * n or len(reenc) != n:
             raise cf.CacheFormatError(f"{self.path}: checksum or reencoded array does not hold {n} entries")
+        if stored_sha is not None and len(stored_sha) != cf.SHA256_SIZE * n:
+            raise cf.CacheFormatError(f"{self.path}: stored-bytes checksum array does not hold {n} entries")
         self._n = n
         self.classes: List[str] = list(self.meta["classes"])
         stored_as = np.frombuffer(reenc, dtype=np.uint8)
-        # reencoded: lossy (decoded and re-encoded); transcoded: lossless progressive -> baseline.
-        # Either way the stored bytes are not the source file's (its sha256 does not match them).
+        # reencoded: lossy (decoded and re-encoded); transcoded: lossless progressive -> baseline;
+        # restart_indexed: a baseline JPEG rewritten losslessly with a restart index (format 2).
+        # In each case the stored bytes are not the source file's (its sha256 does not match them).
         self.reencoded = stored_as == cf.STORED_REENCODED
         self.transcoded = stored_as == cf.STORED_TRANSCODED
+        # The checksum each record's stored bytes must have; older caches have one only for
+        # records stored as the source's bytes (the others then go unchecked).
+        self._record_sha = stored_sha if stored_sha is not None else self._sha
+        self.checked = np.ones(n, dtype=bool) if stored_sha is not None else stored_as == cf.STORED_ORIGINAL
+        self.restart_indexed = stored_as == cf.STORED_RESTART_INDEXED
         self.total_bytes = int(self.meta["bytes_out"])
         self._paths: Optional[List[str]] = None
         if self._labels.size and (self._labels.min() < 0 or self._labels.max() >= len(self.classes)):
@@ -198,7 +247,23 @@ class LMDBSource:
             got = {bytes(k) for k, _ in pairs}
             missing = [int.from_bytes(k, "big") for k in keys if k not in got]
             raise cf.CacheFormatError(f"{self.path}: record(s) {missing[:8]} missing from a complete cache")
-        return [v for _, v in pairs]
+        views = [v for _, v in pairs]
+        if self.verify:
+            # hashlib releases the GIL for large inputs: a batch's records hash on all cores at
+            # once, so the check costs the fetch about 1/cores of its serial time.
+            return list(_hash_pool().map(self._checked, [int(i) for i in indices], views))
+        return views
+
+    def _checked(self, index: int, view: memoryview) -> Any:  # on a _hash_pool thread
+        """``view``, or a DecodeError naming the record when its bytes fail their SHA-256."""
+        if not self.checked[index]:
+            return view
+        expected = self._record_sha[index * cf.SHA256_SIZE:(index + 1) * cf.SHA256_SIZE]
+        if hashlib.sha256(view).digest() == expected:  # hashlib releases the GIL for large inputs
+            return view
+        return DecodeError(f"cache record {cf.sample_key(index).hex()} fails its SHA-256 checksum: the cache "
+                           f"file is damaged (re-copy it, or rebuild it with fastdata-convert)",
+                           index=index, name=self.name(index))
 
     @property
     def skipped(self) -> List[Dict[str, str]]:

@@ -30,6 +30,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..errors import DecodeError
+
 _MSG_MAX = 4096
 _PREFIX = "fastdata-ram-"
 
@@ -63,6 +65,8 @@ def source_identity(source: Any) -> str:
 def _as_buffer(item: Any) -> Any:
     """A source item's encoded bytes; a path is read as the engine reads files
     (fastdata.io.engine.read_file: DecodeError naming it when it is not a regular file or too large)."""
+    if isinstance(item, DecodeError):  # the source found the record bad (e.g. a failed checksum)
+        raise item
     if isinstance(item, str):
         from ..io.engine import read_file
         return read_file(item)

@@ -62,9 +62,8 @@ def test_compare_json_table_and_plot(tiny_folder: Path, tmp_path: Path, capsys: 
     assert by["dali"]["status"] == "skipped" and "cuda" in by["dali"]["reason"].lower()
     assert report["dataset"]["images"] == 48 and report["config"]["batch_size"] == 8
     assert report["machine"]["cores_usable"] >= 1 and report["machine"]["versions"]["torch"]
-    # --seconds bounds the measurement: shares plus at most a batch or two of overrun each.
-    ran = [r for r in report["results"] if r["status"] == "ok"]
-    assert sum(r["total_seconds"] for r in ran) < 3 + 4 * len(ran)
+    # That --seconds bounds each measurement is checked on a fake clock
+    # (tests/unit/test_bench_runner.py), not against this machine's wall clock.
 
     table = capsys.readouterr().out
     for r in report["results"]:
@@ -124,6 +123,32 @@ def test_windows_median_spread_and_list_file(tmp_path: Path) -> None:
     lst.write_text("a.jpg;1\n")
     with pytest.raises(ValueError, match="list.csv:1"):
         bench.read_list_file(lst)
+
+
+def test_shard_url_as_data(tiny_folder: Path, tmp_path: Path) -> None:
+    """DATA may be tar shards over HTTP: the shards row runs fastdata.TarShards, the webdataset
+    row DataLoader + WebDataset (skipped, with why, where webdataset is not installed)."""
+    from shardserver import ShardServer
+
+    from fastdata.cli.convert import main as convert_main
+
+    assert convert_main([str(tiny_folder), str(tmp_path / "shards"), "--format", "tar", "--shard-size", "60KB",
+                         "--workers", "1", "--quiet"]) == 0
+    out_json = tmp_path / "r.json"
+    with ShardServer(tmp_path / "shards") as srv:
+        rc = bench.main([srv.url + "/index.json", "--seconds", "4", "--batch-size", "8", "--device", "cpu",
+                         "--compare", "shards,shards-cache,webdataset,dataloader", "--json", str(out_json), "--quiet"])
+    assert rc == 0
+    report = json.loads(out_json.read_text())
+    by = {r["name"]: r for r in report["results"]}
+    assert report["dataset"]["kind"] == "tar shards" and report["dataset"]["images"] == 48
+    _check_measured(by["shards"])
+    _check_measured(by["shards-cache"])
+    assert by["dataloader"]["status"] == "skipped" and "tar shards" in by["dataloader"]["reason"]
+    if by["webdataset"]["status"] == "skipped":
+        assert "webdataset" in by["webdataset"]["reason"]
+    else:
+        _check_measured(by["webdataset"])
 
 
 def test_uint8_output_in_interleaved_rounds(tiny_folder: Path, tmp_path: Path) -> None:

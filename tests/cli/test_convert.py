@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+import lmdb
 import numpy as np
 import pytest
 from PIL import Image, ImageOps, JpegImagePlugin
@@ -20,7 +21,6 @@ import fastdata
 from fastdata.cache import format as cf
 from repo import ROOT
 
-lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
 
 from fastdata.cli.convert import ConvertError, convert, main
 from fastdata.sources.lmdb import LMDBSource
@@ -58,6 +58,13 @@ def records(path: Path) -> Dict[bytes, bytes]:
         env.close()
 
 
+def assert_same_pixels(stored: List, sources: List[bytes]) -> None:
+    """Records hold their sources losslessly (restart-indexed rewrites of the JPEGs)."""
+    assert len(stored) == len(sources)
+    for got, src in zip(stored, sources):
+        np.testing.assert_array_equal(fastdata.decode(got), fastdata.decode(src))
+
+
 def test_round_trip_matches_imagefolder(tmp_path: Path) -> None:
     src = make_folder(tmp_path / "src")
     assert main([str(src), str(tmp_path / "db"), "--workers", "2", "--quiet", "--verify"]) == 0
@@ -70,16 +77,21 @@ def test_round_trip_matches_imagefolder(tmp_path: Path) -> None:
     got = s.fetch(range(len(s)))
     for i, (path, _) in enumerate(ref.samples):
         data = Path(path).read_bytes()
-        assert got[i] == data  # original bytes, PNG included, unless --max-side
+        if data[:3] == b"\xff\xd8\xff":  # rewritten losslessly with a restart index: the same pixels
+            assert fastdata.probe(got[i]).restart_indexed and s.restart_indexed[i]
+            np.testing.assert_array_equal(fastdata.decode(got[i]), fastdata.decode(data))
+        else:
+            assert got[i] == data and not s.restart_indexed[i]  # PNG: original bytes, unless --max-side
         assert s.sha256(i) == hashlib.sha256(data).digest()
         assert os.path.join(s.meta["source"]["root"], s.source_path(i)) == path
-    assert not s.reencoded.any()
+    assert not s.reencoded.any() and not s.transcoded.any()
     assert s.meta["format_version"] == cf.FORMAT_VERSION and s.meta["skipped"] == []
     s.close()
     # every stored record is a sample or a known metadata key: nothing left over, nothing pickled
     keys = set(records(tmp_path / "db"))
     assert keys == {cf.sample_key(i) for i in range(len(s))} | {
-        cf.META_KEY, cf.LABELS_KEY, cf.PATHS_KEY, cf.SHA256_KEY, cf.REENCODED_KEY, cf.COMPLETE_KEY}
+        cf.META_KEY, cf.LABELS_KEY, cf.PATHS_KEY, cf.SHA256_KEY, cf.STORED_SHA256_KEY, cf.REENCODED_KEY,
+        cf.COMPLETE_KEY}
 
 
 def test_list_file_source(tmp_path: Path) -> None:
@@ -93,7 +105,8 @@ def test_list_file_source(tmp_path: Path) -> None:
     s = LMDBSource(str(tmp_path / "db"))
     assert s.classes == [str(k) for k in range(8)]
     np.testing.assert_array_equal(s.labels, labels)
-    assert s.fetch(range(len(files))) == [f.read_bytes() for f in files]
+    for stored, f in zip(s.fetch(range(len(files))), files):
+        np.testing.assert_array_equal(fastdata.decode(stored), fastdata.decode(f.read_bytes()))
 
     (tmp_path / "bad.csv").write_text(f"{files[0]};3\n")
     with pytest.raises(ConvertError, match=r"bad.csv:1: expected 'path,label'"):
@@ -123,7 +136,9 @@ def test_max_side(tmp_path: Path, quality: int) -> None:
     s = LMDBSource(str(tmp_path / "db"))
     out = s.fetch(range(5))
     originals = [p.read_bytes() for p in sorted(src.iterdir())]
-    assert out[4] == originals[4]  # fits: kept byte-identical, EXIF and all
+    # fits: kept losslessly (restart-indexed, the same pixels), EXIF and all
+    assert fastdata.probe(out[4]).orientation == 6 and fastdata.probe(out[4]).restart_indexed
+    np.testing.assert_array_equal(fastdata.decode(out[4]), fastdata.decode(originals[4]))
     # fits but progressive: transcoded losslessly to baseline (same pixels), not re-encoded
     assert not fastdata.probe(out[1]).progressive
     np.testing.assert_array_equal(fastdata.decode(out[1]), fastdata.decode(originals[1]))
@@ -134,6 +149,7 @@ def test_max_side(tmp_path: Path, quality: int) -> None:
         assert img.format == "JPEG" and img.size == size
         assert JpegImagePlugin.get_sampling(img) == 2 and not img.info.get("progressive")  # baseline 4:2:0
         assert img.getexif().get(0x0112) is None  # orientation was applied to the pixels
+        assert fastdata.probe(out[k]).restart_indexed  # re-encoded, then indexed losslessly
         # oracle: Pillow decode + orientation + LANCZOS, encoded the same way
         buf = io.BytesIO()
         _oracle(originals[k], 64).save(buf, "JPEG", quality=quality, subsampling="4:2:0")
@@ -141,7 +157,8 @@ def test_max_side(tmp_path: Path, quality: int) -> None:
         assert img.quantization == ref.quantization  # the requested quality
         diff = np.abs(np.asarray(img.convert("RGB"), np.float64) - np.asarray(ref.convert("RGB"), np.float64))
         assert diff.mean() < 1.0, diff.mean()
-    assert s.meta["options"] == {"max_side": 64, "quality": quality, "keep_progressive": False}
+    assert s.meta["options"] == {"max_side": 64, "quality": quality, "keep_progressive": False,
+                                 "restart_interval_mcus": cf.RESTART_INTERVAL_MCUS}
 
 
 def make_damaged(root: Path) -> List[str]:
@@ -166,7 +183,7 @@ def test_damaged_skip_and_raise(tmp_path: Path, capsys: pytest.CaptureFixture) -
         assert f"skipped {b}:" in err
     ref = [(p, t) for p, t in ImageFolder(str(src)).samples if os.path.relpath(p, src) not in bad]
     assert len(s) == len(ref) == 8
-    assert s.fetch(range(len(s))) == [Path(p).read_bytes() for p, _ in ref]
+    assert_same_pixels(s.fetch(range(len(s))), [Path(p).read_bytes() for p, _ in ref])
     np.testing.assert_array_equal(s.labels, [t for _, t in ref])
 
     assert main([str(src), str(tmp_path / "raise"), "--workers", "2", "--quiet"]) == 1
@@ -190,14 +207,14 @@ def test_sigkill_then_resume_equals_clean_run(tmp_path: Path) -> None:
     # the reader refused non-regular files), so the kill lands mid-run, after earlier commits.
     child = (
         "import pathlib, sys, time\n"
-        "import fastdata.cli.convert as c\n"
-        "real = c.process_one\n"
+        "import fastdata.cli.convert as c, fastdata.cache.build.ordered_pool as w\n"
+        "real = w.process_one\n"
         "def process_one(pos, path, *args):\n"
         f"    if path == {str(blocker)!r}:\n"
         f"        pathlib.Path({str(reached)!r}).touch()\n"
         "        time.sleep(3600)\n"
         "    return real(pos, path, *args)\n"
-        "c.process_one = process_one\n"
+        "w.process_one = process_one  # what the ordered pool calls with --workers 1\n"
         f"sys.exit(c.main([{str(src)!r}, {str(dst)!r}, '--workers', '1', '--batch-size', '4', '--quiet']))\n")
     proc = subprocess.Popen([sys.executable, "-c", child], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -237,7 +254,7 @@ def test_map_size_grows(tmp_path: Path) -> None:
     ref = ImageFolder(str(src)).samples
     total = sum(Path(p).stat().st_size for p, _ in ref)
     assert total > 16 << 10  # the initial map could not have held it
-    assert s.fetch(range(len(s))) == [Path(p).read_bytes() for p, _ in ref]
+    assert_same_pixels(s.fetch(range(len(s))), [Path(p).read_bytes() for p, _ in ref])
 
 
 def test_missing_source(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -285,21 +302,29 @@ def test_progressive_transcoded_losslessly(tmp_path: Path, capsys: pytest.Captur
         assert not fastdata.probe(stored[name]).progressive
         np.testing.assert_array_equal(fastdata.decode(stored[name]), fastdata.decode(files[name]))
     assert fastdata.probe(stored["prot.jpg"]).orientation == 6  # EXIF kept: the decode is oriented
-    for name in ("pcmyk.jpg", "base.jpg", "zz.png"):  # CMYK, baseline and non-JPEG: source bytes
+    for name in ("pcmyk.jpg", "zz.png"):  # CMYK and non-JPEG: source bytes
         assert stored[name] == files[name]
+    # baseline: rewritten with a restart index (lossless), as are the transcoded ones
+    np.testing.assert_array_equal(fastdata.decode(stored["base.jpg"]), fastdata.decode(files["base.jpg"]))
+    for name in transcoded + ["base.jpg"]:
+        assert fastdata.probe(stored[name]).restart_indexed
     np.testing.assert_array_equal(s.transcoded, [n in transcoded for n in names])
+    np.testing.assert_array_equal(s.restart_indexed, [n == "base.jpg" for n in names])
     assert not s.reencoded.any()
     for i, name in enumerate(names):
         assert s.sha256(i) == hashlib.sha256(files[name]).digest()  # of the source, as documented
     before, after = sum(len(files[n]) for n in transcoded), sum(len(stored[n]) for n in transcoded)
     assert (s.meta["transcoded"], s.meta["transcoded_bytes_in"], s.meta["transcoded_bytes_out"]) == (4, before, after)
-    assert s.meta["options"] == {"max_side": None, "quality": None, "keep_progressive": False}
+    assert s.meta["options"] == {"max_side": None, "quality": None, "keep_progressive": False,
+                                 "restart_interval_mcus": cf.RESTART_INTERVAL_MCUS}
     assert f"4 progressive transcoded to baseline ({before / 1e6:.2f} -> {after / 1e6:.2f} MB)" in summary
 
     assert main([str(tmp_path / "src"), str(tmp_path / "keep"), "--keep-progressive", "--quiet", "--verify"]) == 0
     k = LMDBSource(str(tmp_path / "keep"))
-    assert [bytes(b) for b in k.fetch(range(len(k)))] == [files[os.path.basename(k.source_path(i))]
-                                                         for i in range(len(k))]
+    for i, b in enumerate(k.fetch(range(len(k)))):
+        name = os.path.basename(k.source_path(i))
+        if name.startswith("p"):  # progressive ones (and CMYK) kept as they are
+            assert bytes(b) == files[name]
     assert not k.transcoded.any() and k.meta["transcoded"] == 0
     k.close()
     # the flag is part of the options: resuming with the other setting is refused
@@ -334,10 +359,10 @@ def test_a_file_that_cannot_be_transcoded_is_stored_as_it_is(tmp_path: Path, mon
         NativeDecodeError = _C.NativeDecodeError
 
         @staticmethod
-        def transcode_to_baseline(data: bytes, max_pixels: int) -> bytes:
+        def transcode_restart_indexed(data: bytes, max_pixels: int, interval_mcus: int) -> bytes:
             if data == files["p444.jpg"]:
                 raise _C.NativeDecodeError("simulated failure")
-            return _C.transcode_to_baseline(data, max_pixels)
+            return _C.transcode_restart_indexed(data, max_pixels, interval_mcus)
 
     monkeypatch.setattr(fastdata, "_C", FakeC)
     for on_error in ("skip", "raise"):

@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lmdb
 import numpy as np
 import pytest
 from PIL import Image
 
 import fastdata
 from fastdata.cli import doctor
+from fastdata.cache.build.writer import convert
 from fastdata.cli.doctor import Finding, check_storage, exit_status, main
 
 torch = pytest.importorskip("torch")
@@ -95,14 +97,20 @@ def test_decode_rate_uses_generated_images_without_data(capsys):
 
 
 def test_lmdb_cache_is_found(data, capsys):
-    lmdb = pytest.importorskip("lmdb")
+    convert(str(data), str(data) + ".lmdb", workers=1)  # the sibling DATA.lmdb the doctor looks for
+    f = _by_name(_run_json([str(data)], capsys))
+    assert f["lmdb_cache"]["status"] == "ok"
+    assert f["lmdb_cache"]["value"].endswith("data.lmdb")
+
+
+def test_lmdb_that_is_not_a_fastdata_cache_fails(data, capsys):
     env = lmdb.open(str(data / "cache.lmdb"), map_size=1 << 20)
     with env.begin(write=True) as txn:
         txn.put(b"k", b"v")
     env.close()
     f = _by_name(_run_json([str(data)], capsys))
-    assert f["lmdb_cache"]["status"] == "ok"
-    assert f["lmdb_cache"]["value"].endswith("cache.lmdb")
+    assert f["lmdb_cache"]["status"] == "fail"
+    assert f["lmdb_cache"]["value"].endswith("cache.lmdb") and "incomplete" in f["lmdb_cache"]["advice"]
 
 
 def test_slow_storage_gets_cache_advice(data):

@@ -8,16 +8,15 @@ import threading
 from pathlib import Path
 from typing import List, Tuple
 
+import lmdb
 import numpy as np
 import pytest
 from PIL import Image
 from torchvision.datasets import ImageFolder
 
 from fastdata.cache import format as cf
-
-lmdb = pytest.importorskip("lmdb")  # the GPU test box has no lmdb
-
-from fastdata.cli.convert import convert
+from fastdata.cache.build.records import stored_bytes
+from fastdata.cache.build.writer import convert
 from fastdata.sources.lmdb import LMDBSource
 
 
@@ -37,7 +36,9 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, ImageFolder]:
 
 
 def _hashes(paths: List[str]) -> List[str]:
-    return [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths]
+    """SHA-256 of what the cache stores for each file: the writer's lossless restart-indexed
+    rewrite of these JPEGs (tests/integration/test_convert.py checks that rewrite itself)."""
+    return [hashlib.sha256(stored_bytes(Path(p).read_bytes(), None, 90, False)[0]).hexdigest() for p in paths]
 
 
 def test_metadata_and_fetch(cache: Tuple[Path, ImageFolder]) -> None:
@@ -81,6 +82,42 @@ def test_refuses_incomplete_newer_and_missing(tmp_path: Path) -> None:
         LMDBSource(str(db))
     with pytest.raises(FileNotFoundError):
         LMDBSource(str(tmp_path / "nothing"))
+
+
+def test_version_1_cache_still_loads(tmp_path: Path) -> None:
+    # A cache as format version 1 wrote it: the source files' bytes (no restart index), no
+    # value 3 in fastdata:reencoded, version 1 in the metadata and the completion record.
+    db, ref = _build(tmp_path)
+    sources = [Path(p).read_bytes() for p, _ in ref.samples]
+
+    def to_v1(txn) -> None:
+        meta = cf.loads(txn.get(cf.META_KEY), "meta", str(db))
+        meta["format_version"] = 1
+        del meta["options"]["restart_interval_mcus"]
+        txn.put(cf.META_KEY, cf.dumps(meta))
+        txn.put(cf.COMPLETE_KEY, cf.dumps({"count": len(sources), "format_version": 1}))
+        txn.put(cf.REENCODED_KEY, bytes(len(sources)))
+        txn.put(cf.STORED_SHA256_KEY, b"".join(hashlib.sha256(d).digest() for d in sources))
+        for i, data in enumerate(sources):
+            txn.put(cf.sample_key(i), data)
+
+    _edit(db, to_v1)
+    s = LMDBSource(str(db))
+    assert s.meta["format_version"] == 1 and not s.restart_indexed.any()
+    assert [bytes(b) for b in s.fetch(range(len(s)))] == sources
+    # and the Loader decodes it on the plain path, as the same files from the folder
+    import fastdata
+
+    rrc = fastdata.RandomResizedCrop(32)
+    with fastdata.Loader(s, 8, rrc, shuffle=False, threads=2, device="cpu") as cached, \
+            fastdata.Loader(fastdata.ImageFolder(str(tmp_path / "src")), 8, rrc, shuffle=False, threads=2,
+                            device="cpu") as folder:
+        batches = 0
+        for (a, la), (b, lb) in zip(cached, folder):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+            np.testing.assert_array_equal(la.numpy(), lb.numpy())
+            batches += 1
+        assert batches == len(sources) // 8
 
 
 _INHERITED: LMDBSource
