@@ -35,6 +35,11 @@ def find_jpeg():
 
 include_dirs, library_dirs = find_jpeg()
 
+# FASTDATA_SANITIZE=1: an AddressSanitizer + UndefinedBehaviorSanitizer build, for
+# fuzz/sanitized_tests.sh only (it preloads the ASan runtime into Python); never a release.
+SANITIZE_FLAGS = (["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+                  if os.environ.get("FASTDATA_SANITIZE") == "1" else [])
+
 ext = Pybind11Extension(
     "fastdata._C",
     sorted(glob.glob("csrc/core/*.cpp") + glob.glob("csrc/bindings/*.cpp")),
@@ -45,7 +50,8 @@ ext = Pybind11Extension(
     cxx_std=17,
     # -O3 for the resampler's loops; no -march=native: wheels must run on any x86-64.
     # Hot loops get AVX2 clones chosen at run time (target_clones in resize.cpp).
-    extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-clobbered"],
+    extra_compile_args=["-O3", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-clobbered"] + SANITIZE_FLAGS,
+    extra_link_args=SANITIZE_FLAGS,
 )
 
 setup(ext_modules=[ext], cmdclass={"build_ext": build_ext})

@@ -18,9 +18,11 @@ CropBox sample_random_resized_crop(int height, int width, const TransformSpec& s
     const double target_area = area * rng.uniform(spec.scale_lo, spec.scale_hi);
     const double aspect = std::exp(rng.uniform(log_lo, log_hi));
     // Python's round() is banker's rounding; std::nearbyint under the default mode matches it.
-    const int w = static_cast<int>(std::nearbyint(std::sqrt(target_area * aspect)));
-    const int h = static_cast<int>(std::nearbyint(std::sqrt(target_area / aspect)));
-    if (0 < w && w <= width && 0 < h && h <= height) {
+    // Compared as doubles: extreme scale/ratio values (1e300, inf) give sizes no int holds.
+    const double wd = std::nearbyint(std::sqrt(target_area * aspect));
+    const double hd = std::nearbyint(std::sqrt(target_area / aspect));
+    if (0 < wd && wd <= width && 0 < hd && hd <= height) {
+      const int w = static_cast<int>(wd), h = static_cast<int>(hd);
       box.top = static_cast<int>(rng.below(height - h + 1));
       box.left = static_cast<int>(rng.below(width - w + 1));
       box.height = h;
@@ -31,10 +33,13 @@ CropBox sample_random_resized_crop(int height, int width, const TransformSpec& s
   if (!found) {  // torchvision's fallback: the central crop clamped to the ratio range
     const double in_ratio = static_cast<double>(width) / height;
     int w = width, h = height;
+    // At least one pixel: with a ratio range far from the image's (say 0.01 for a 1-pixel-
+    // tall row) torchvision's formula rounds to an empty crop, whose filter would read
+    // the pixel before the image. At most the image: the rounding stays inside it anyway.
     if (in_ratio < spec.ratio_lo) {
-      h = static_cast<int>(std::nearbyint(w / spec.ratio_lo));
+      h = static_cast<int>(std::clamp(std::nearbyint(w / spec.ratio_lo), 1.0, static_cast<double>(height)));
     } else if (in_ratio > spec.ratio_hi) {
-      w = static_cast<int>(std::nearbyint(h * spec.ratio_hi));
+      w = static_cast<int>(std::clamp(std::nearbyint(h * spec.ratio_hi), 1.0, static_cast<double>(width)));
     }
     box.top = (height - h) / 2;
     box.left = (width - w) / 2;
@@ -66,19 +71,21 @@ ResizePlan plan_resize(int height, int width, const TransformSpec& spec, uint64_
     case TransformKind::kCenterCrop: {
       // torchvision Resize(resize_to) (shorter side, longer side truncated) then CenterCrop:
       // the resize reads the whole image, so the filter may see pixels just outside the crop.
-      int new_w, new_h;
+      // In doubles (whole numbers, exact below 2^53): a large resize_to makes the resized
+      // image's longer side overflow an int, though only its ratio to the source is used.
+      double new_w, new_h;
       if (width <= height) {
         new_w = spec.resize_to;
-        new_h = static_cast<int>(static_cast<double>(spec.resize_to) * height / width);
+        new_h = std::trunc(static_cast<double>(spec.resize_to) * height / width);
       } else {
         new_h = spec.resize_to;
-        new_w = static_cast<int>(static_cast<double>(spec.resize_to) * width / height);
+        new_w = std::trunc(static_cast<double>(spec.resize_to) * width / height);
       }
-      new_w = std::max(new_w, 1);
-      new_h = std::max(new_h, 1);
-      const int crop_top = static_cast<int>(std::nearbyint((new_h - spec.out_h) / 2.0));
-      const int crop_left = static_cast<int>(std::nearbyint((new_w - spec.out_w) / 2.0));
-      const double sx = static_cast<double>(width) / new_w, sy = static_cast<double>(height) / new_h;
+      new_w = std::max(new_w, 1.0);
+      new_h = std::max(new_h, 1.0);
+      const double crop_top = std::nearbyint((new_h - spec.out_h) / 2.0);
+      const double crop_left = std::nearbyint((new_w - spec.out_w) / 2.0);
+      const double sx = width / new_w, sy = height / new_h;
       plan.x = {crop_left * sx, sx, 0.0, static_cast<double>(width), spec.out_w};
       plan.y = {crop_top * sy, sy, 0.0, static_cast<double>(height), spec.out_h};
       break;

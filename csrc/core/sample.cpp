@@ -9,14 +9,7 @@
 #include "core/exif.h"
 
 namespace fastdata {
-namespace {
 
-struct RegionPlan {
-  int denom = 1;
-  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // stored image rows/columns to decode, scaled coordinates
-};
-
-// Filters in oriented (scaled) coordinates and the stored region they read.
 RegionPlan plan_region(const JpegInfo& info, const TransformSpec& spec, const SampleKey& key,
                        SampleScratch* s) {
   const int ow = info.oriented_width(), oh = info.oriented_height();
@@ -82,8 +75,6 @@ RegionPlan plan_region(const JpegInfo& info, const TransformSpec& spec, const Sa
   r.x1 = std::min(r.x1 + 1, sw), r.y1 = std::min(r.y1 + 1, sh);
   return r;
 }
-
-}  // namespace
 
 void check_pixel_limit(const JpegInfo& info, int64_t max_pixels) {
   const int64_t pixels = static_cast<int64_t>(info.width) * info.height;

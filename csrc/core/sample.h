@@ -45,6 +45,16 @@ int decode_full(const uint8_t* data, size_t size, bool strict, int64_t max_pixel
 void entropy_floor(const uint8_t* data, size_t size, const TransformSpec& spec, const SampleKey& key,
                    SampleScratch* scratch);
 
+// The stored region a transform_jpeg of this sample decodes: DCT scale 1/denom and rows
+// [y0, y1), columns [x0, x1) of the scaled stored image. Also builds scratch->fx/fy, the
+// filters in oriented scaled coordinates. Public for the fuzz harness (fuzz/fuzz_plan.cpp).
+struct RegionPlan {
+  int denom = 1;
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+RegionPlan plan_region(const JpegInfo& info, const TransformSpec& spec, const SampleKey& key,
+                       SampleScratch* scratch);
+
 // ---- implementation details shared with decode_full ----
 void check_pixel_limit(const JpegInfo& info, int64_t max_pixels);
 void copy_oriented(const DecodedRegion& region, int orientation, int ox0, int oy0, int ox1, int oy1,

@@ -1,6 +1,8 @@
 // Lossless JPEG -> sequential ("baseline") JPEG, jpegtran-style: the DCT coefficients are
 // copied, only the entropy coding changes, so every decoder produces the same pixels from
-// the output as from the input. Used at cache-write time so progressive files, which
+// the output as from the input (except for a progressive input whose scans leave some
+// coefficient unrefined: libjpeg decodes that with block smoothing, which the sequential
+// copy does not get; fastdata-convert compares the pixels and keeps such files as they are). Used at cache-write time so progressive files, which
 // libjpeg must entropy-decode in full before any row comes out, take the ROI crop path.
 #pragma once
 #include <cstddef>

@@ -519,3 +519,38 @@ def test_roi_decode_close_to_full_decode_with_dct_scaling():
     worst = min(psnr(roi[i], full[i]) for i in range(16))
     assert worst >= MIN_PSNR, worst
     assert not np.array_equal(roi, full)  # the scaled path was really taken
+
+
+# ------------------------------------------------------------------ extreme parameters (found by fuzz/)
+
+@pytest.mark.parametrize("height,width,ratio", [(1, 1, (1e-3, 1e-3)), (1, 1, (1e3, 1e3)), (1, 40, (1e-4, 1e-4)),
+                                                (40, 1, (1e4, 1e4))])
+def test_fallback_box_never_empty(height, width, ratio):
+    # A ratio range far from the image's: every try fails, and torchvision's fallback rounds
+    # the clamped side to 0. The engine keeps at least one pixel (fuzz/regressions/plan/).
+    b = engine_boxes(height, width, ratio=ratio, indices=np.arange(20))
+    top, left, h, w, _ = b.T
+    assert (h >= 1).all() and (w >= 1).all(), b[:3]
+    assert (top >= 0).all() and (left >= 0).all() and (top + h <= height).all() and (left + w <= width).all()
+
+
+def test_fallback_crop_of_one_pixel_reads_that_pixel():
+    # 1x1 image, ratio far below 1: the box was 0 pixels wide and the filter read the pixel
+    # before the decoded row (heap memory) instead of the image's only pixel.
+    data = encode_jpeg(photo_like(1, 1, seed=3))
+    pixel = fastdata.decode(data)[0, 0]
+    out = fastdata.decode_batch([data] * 3, fastdata.RandomResizedCrop(4, ratio=(1e-3, 1e-3)), threads=1)
+    assert (out == pixel).all(), (out[:, 0, 0], pixel)
+
+
+def test_center_crop_huge_resize_samples_the_centre():
+    # resize=2**30 on a 20x40 image: the resized width 2**31 overflowed an int (undefined
+    # behaviour; on x86 the plan then resampled the whole image into 4 pixels). The 4x4
+    # crop of that enormous resize sits on the image's centre, between pixels 19/20 and
+    # rows 9/10, where the bilinear filter averages the four.
+    data = encode_jpeg(photo_like(20, 40, seed=4), subsampling="4:4:4", quality=95)
+    full = fastdata.decode(data).astype(np.float64)
+    centre = full[9:11, 19:21].mean(axis=(0, 1))
+    for resize in (2 ** 29, 2 ** 30, 2 ** 31 - 1):
+        out = fastdata.decode_batch([data], fastdata.CenterCrop(4, resize=resize), threads=1)[0].astype(np.float64)
+        assert np.abs(out - centre).max() <= 1.0, (resize, out[0, 0], centre)
