@@ -1,4 +1,5 @@
-"""fastdata-doctor on this machine: findings, JSON, exit status, and advice for broken setups."""
+"""fastdata-doctor on this machine: findings, JSON, exit status, and advice for broken setups
+(the command in fastdata.cli.doctor, its checks in fastdata.diagnostics.doctor_checks)."""
 from __future__ import annotations
 
 import json
@@ -13,9 +14,11 @@ import pytest
 from PIL import Image
 
 import fastdata
-from fastdata.cli import doctor
 from fastdata.cache.build.writer import convert
-from fastdata.cli.doctor import Finding, check_storage, exit_status, main
+from fastdata.cli import doctor
+from fastdata.cli.doctor import check_storage, exit_status, main
+from fastdata.diagnostics import doctor_checks
+from fastdata.diagnostics.doctor_checks import Finding
 
 torch = pytest.importorskip("torch")
 
@@ -114,7 +117,7 @@ def test_lmdb_that_is_not_a_fastdata_cache_fails(data, capsys):
 
 
 def test_slow_storage_gets_cache_advice(data):
-    scan = doctor._scan(str(data))
+    scan = doctor_checks._scan(str(data))
     # Demand far above any disk: the random-read rate must be flagged with cache advice.
     (rt,) = [x for x in check_storage(str(data), scan, decode_rate=1e9) if x.name == "read_throughput"]
     if rt.value["page_cache_maybe_warm"]:
@@ -137,8 +140,8 @@ def test_libjpeg_without_simd_is_a_failure(monkeypatch):
         def jpeg_info():
             return {"libjpeg_turbo_version": "3.0.0", "simd": False}
 
-    monkeypatch.setattr(doctor, "_native", lambda: (FakeC, ""))
-    (f,) = doctor.check_libjpeg()
+    monkeypatch.setattr(doctor_checks, "_native", lambda: (FakeC, ""))
+    (f,) = doctor_checks.check_libjpeg()
     assert f.status == "fail" and "SIMD" in f.advice
     assert exit_status([f, Finding("x", "ok", 1)]) == 1
     assert exit_status([Finding("x", "warn", 1), Finding("y", "info", None)]) == 0
@@ -146,8 +149,8 @@ def test_libjpeg_without_simd_is_a_failure(monkeypatch):
 
 def test_driver_present_but_no_cuda_in_torch_is_a_failure(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(doctor, "_nvidia_driver_version", lambda: "550.54.15")
-    (f,) = doctor.check_cuda()
+    monkeypatch.setattr(doctor_checks, "_nvidia_driver_version", lambda: "550.54.15")
+    (f,) = doctor_checks.check_cuda()
     assert f.status == "fail"
     assert "driver" in f.advice and f.value["driver"] == "550.54.15"
 
