@@ -52,9 +52,13 @@ SIGINT_MID_EPOCH = """
     import fastdata
     loader = fastdata.Loader(fastdata.ImageFolder(sys.argv[1]), batch_size=16, threads=2, device="cpu",
                              prefetch=8, backend=sys.argv[2])
-    for i, (x, y) in enumerate(loader):
-        if i == 0:  # Ctrl-C arrives while the training loop waits and the producer decodes
-            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+    # Ctrl-C arrives while the training loop runs and the producer decodes; epochs repeat
+    # until it does, so it never lands in the interpreter's shutdown (a 3-batch epoch could
+    # end before a timer fired, which made this test flaky on a loaded box).
+    threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+    while True:
+        for x, y in loader:
+            pass
 """
 
 
