@@ -3,7 +3,7 @@ side by side with the torch-ops implementation it replaced, in one run.
 
 Exact command (H200 box, from the repository root):
 
-    python benchmarks/bench_gpu_resample.py --images 256 --repeats 50 --json bench_gpu_resample.json
+    python benchmarks/bench_gpu_resample.py --images 256 --repeats 50 --sweep --json bench_gpu_resample.json
 
 Input: ``--images`` photo-like 500x375 JPEGs (``fastdata.cli.demo.photo_like_jpeg``, 16 distinct
 ones repeated), decoded once and stored CHW in one flat uint8 CUDA buffer, as the nvJPEG
@@ -16,7 +16,8 @@ first); median and spread are printed, and the host time per call (without waiti
 Baseline: the previous torch-ops resampler, loaded from git (``--baseline-rev``, default the
 commit before the Triton kernels) or from a file (``--baseline-file``, for a box without the
 repository's history); skipped with a note if neither is there. Both outputs are compared
-(the old one rounds in float: expect a max difference of 1).
+(the old one rounds in float: expect a max difference of 1). ``--sweep`` also times a few other
+block sizes of the kernels (asserting the same output), to choose the defaults in gpu_resize._tiles.
 
 Without CUDA it runs under Triton's interpreter on CPU tensors (set TRITON_INTERPRET=1 and use
 a tiny batch): a smoke test only, the times mean nothing.
@@ -24,6 +25,7 @@ a tiny batch): a smoke test only, the times mean nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import statistics
@@ -43,11 +45,14 @@ sys.path.insert(0, str(ROOT))
 
 import fastdata  # noqa: E402
 from fastdata.cli.demo import photo_like_jpeg  # noqa: E402
-from fastdata.decoders import gpu_resize  # noqa: E402
+from fastdata.decoders import gpu_resize, resample_kernels  # noqa: E402
 from fastdata.decoders.gpu_resize import ImageLayout, resample_batch  # noqa: E402
 
 BASELINE_REV = "d0faad0"  # main just before the Triton kernels
 MODULE_PATH = "fastdata/decoders/gpu_resize.py"
+SWEEP = [gpu_resize.Tiles(r, w, h, v) for r, w, h, v in
+         [(8, 128, 4, 256), (4, 128, 2, 256), (16, 128, 8, 256), (4, 256, 1, 1024), (16, 64, 16, 64),
+          (32, 32, 8, 128), (2, 256, 4, 512)]]
 
 
 def load_baseline(rev: str, path: Optional[str]) -> Optional[ModuleType]:
@@ -115,14 +120,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--baseline-rev", default=BASELINE_REV)
     ap.add_argument("--baseline-file", default=None, help="the old gpu_resize.py, where git is not available")
     ap.add_argument("--tiles", default=None, help="rows,width,out_rows,values: override the kernels' block sizes")
+    ap.add_argument("--sweep", action="store_true", help="also time a few other block sizes (same output asserted)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
+    default_tiles = gpu_resize._tiles
     if args.tiles:
-        r, w, h, v = (int(x) for x in args.tiles.split(","))
-        gpu_resize._tiles = lambda out_h, out_w, interpreted: gpu_resize.Tiles(r, w, h, v)
+        fixed = gpu_resize.Tiles(*(int(x) for x in args.tiles.split(",")))
+        gpu_resize._tiles = lambda out_h, out_w, interpreted: fixed
     flat, layout, plan = make_batch(args.images, args.size, device)
     out_hw = (args.size, args.size)
     name = torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)"
@@ -152,6 +159,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         results["max_abs_diff_vs_torch_ops"] = float(diff.max())
         print(f"triton is {ratio:.1f}x faster; outputs differ by at most {float(diff.max()):.0f} "
               f"({float((diff > 0).float().mean()) * 100:.2f}% of values)")
+    if args.sweep:
+        results["sweep"] = []
+        print("block sizes (rows,width | out_rows,values), default:", default_tiles(args.size, args.size, resample_kernels.INTERPRETED))
+        for tiles in SWEEP:
+            gpu_resize._tiles = lambda out_h, out_w, interpreted, tiles=tiles: tiles
+            if not torch.equal(call(gpu_resize)().cpu(), outputs["triton"]):
+                raise RuntimeError(f"{tiles} changed the output")
+            stats = time_calls(call(gpu_resize), args.repeats, args.warmup, cuda)
+            results["sweep"].append({"tiles": list(dataclasses.astuple(tiles)), **stats})
+            print(f"  {tiles.rows:3d},{tiles.width:4d} | {tiles.out_rows:3d},{tiles.values:5d}  "
+                  f"{stats['ms_median']:8.3f} ms/batch (min {stats['ms_min']:.3f})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -273,13 +273,15 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     out = torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)
     steps = int(np.ceil(np.log2(n))) if n > 1 else 0  # binary search over block_start
     on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-    with on_device:  # Triton launches on the current device's current stream
+    # Triton launches on the current device's current stream. The kernels do integer math only:
+    # fp fusion is moot, and naming it keeps Triton >= 3.9 from warning about its default.
+    with on_device:
         kernels.horizontal_pass[(int(block_start[-1]), -(-out_w // tiles.width))](
             flat, stack, meta_t, block_start_t, first_x, weights_x, n, steps, fx.taps, out_w,
-            BITS=FIXED_BITS, BLOCK_R=tiles.rows, BLOCK_W=tiles.width)
+            BITS=FIXED_BITS, BLOCK_R=tiles.rows, BLOCK_W=tiles.width, num_warps=4, enable_fp_fusion=False)
         kernels.vertical_pass[(n * -(-out_h // tiles.out_rows), -(-(out_w * 3) // tiles.values))](
             stack, out, meta_t, first_y, weights_y, fy.taps, out_h, out_w * 3,
-            BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values)
+            BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values, num_warps=4, enable_fp_fusion=False)
     return out
 
 
