@@ -141,6 +141,9 @@ class CropPlan:
     def arithmetic(self) -> npt.NDArray[np.bool_]:
         """[N]: arithmetic-coded entropy data instead of Huffman."""
     @property
+    def progressive(self) -> npt.NDArray[np.bool_]:
+        """[N]: multi-scan (progressive) entropy data."""
+    @property
     def failures(self) -> list[SampleFailure]: ...
 
 class Engine:

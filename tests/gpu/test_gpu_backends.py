@@ -22,7 +22,10 @@ from imagegen import hard_case_folder, psnr, with_each_exif_orientation
 
 pytestmark = pytest.mark.gpu
 HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
-GPU_BACKENDS = ["nvjpeg", pytest.param("dali", marks=pytest.mark.skipif(not HAVE_DALI, reason="DALI not installed"))]
+HAVE_NVIMGCODEC = importlib.util.find_spec("nvidia") is not None and \
+    importlib.util.find_spec("nvidia.nvimgcodec") is not None
+GPU_BACKENDS = ["nvjpeg", pytest.param("dali", marks=pytest.mark.skipif(not HAVE_DALI, reason="DALI not installed")),
+                pytest.param("gpu", marks=pytest.mark.skipif(not HAVE_NVIMGCODEC, reason="nvImageCodec not installed"))]
 
 
 def _consume(backend, out: torch.Tensor) -> torch.Tensor:
