@@ -225,6 +225,7 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
         if out_h < 0 or out_w < 0:
             raise ValueError(f"output size must be non-negative, got {out_hw}")
         return torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)
+    _check_layout(layout, n, flat.numel())
     o = np.asarray(orientations, np.int64)
     transposed = o >= 5
     oh = np.where(transposed, layout.width, layout.height)  # oriented size
@@ -283,6 +284,20 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
             stack, out, meta_t, first_y, weights_y, fy.taps, out_h, out_w * 3,
             BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values, num_warps=4, enable_fp_fusion=False)
     return out
+
+
+def _check_layout(layout: ImageLayout, n: int, numel: int) -> None:
+    # The kernels trust these addresses: a layout past the buffer would read out of bounds.
+    fields = [np.asarray(getattr(layout, f), np.int64) for f in
+              ("base", "height", "width", "row_stride", "pix_stride", "ch_stride")]
+    if any(f.shape != (n,) for f in fields):
+        raise ValueError(f"layout must describe the {n} images of the batch, got shapes {[f.shape for f in fields]}")
+    base, h, w, row, pix, ch = fields
+    if np.any(h <= 0) or np.any(w <= 0) or np.any(base < 0) or np.any(row < 0) or np.any(pix < 0) or np.any(ch < 0):
+        raise ValueError("layout sizes must be positive and offsets and strides non-negative")
+    last = base + (h - 1) * row + (w - 1) * pix + 2 * ch
+    if np.any(last >= numel):
+        raise ValueError(f"layout reaches element {int(last.max())} of a buffer of {numel}")
 
 
 @dataclass(frozen=True)

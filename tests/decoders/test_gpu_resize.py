@@ -154,8 +154,15 @@ def test_gpu_normalizer_against_float_reference():
         GpuNormalizer(mean, (0.2, 0.0, 0.2), torch.float32, True, torch.device("cpu"))
 
 
-def test_bad_boxes_raise():
+def test_bad_boxes_and_layouts_raise():
     images = photos([(64, 64)])
+    flat = torch.from_numpy(images[0].copy()).reshape(-1).to(DEVICE)
+    box = np.array([[0, 0, 8, 8]], float)
+    with pytest.raises(ValueError, match="reaches element"):  # one element past the buffer
+        resample_batch(flat[:-1], ImageLayout.packed([(64, 64)], chw=False), box, [False], [1], (8, 8), True)
+    with pytest.raises(ValueError, match="2 images"):
+        resample_batch(flat, ImageLayout.packed([(64, 64)], chw=False), np.repeat(box, 2, 0), [False] * 2, [1] * 2,
+                       (8, 8), True)
     with pytest.raises(ValueError, match="positive"):
         run(images, [[10, 10, 10, 20]], [False], [1], (8, 8))
     with pytest.raises(ValueError, match="orientation"):
