@@ -44,6 +44,8 @@ __all__ = ["AxisTables", "axis_tables", "filter_support", "filter_reach", "Image
 
 # Fractional bits of the fixed-point filter weights: csrc/core/resize.h kResizeBits16.
 FIXED_BITS = 14
+# Largest element offset the kernels compute in int32; past it, in int64 (tests lower it).
+_INT32_OFFSETS = 2 ** 31 - 1
 
 
 def filter_support(scale: np.ndarray) -> np.ndarray:
@@ -262,9 +264,8 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     meta[:, kernels.TAPS_Y.value] = fy.max_count
     meta[:, kernels.OUT_ROW0.value] = np.arange(n, dtype=np.int64) * out_h
     # int32 offsets where every buffer allows (half the integer work); the kernels follow meta's type.
-    int32_max = 2 ** 31 - 1
-    wide = max(flat.numel(), stacked_rows * out_w * 3, n * out_h * out_w * 3) > int32_max
-    if max(fx.weights_fixed.size, fy.weights_fixed.size) > int32_max:
+    wide = max(flat.numel(), stacked_rows * out_w * 3, n * out_h * out_w * 3) > _INT32_OFFSETS
+    if max(fx.weights_fixed.size, fy.weights_fixed.size) > 2 ** 31 - 1:
         raise ValueError("batch too large for one resample: split it")
     meta_t, block_start_t, first_x, first_y, weights_x, weights_y = _upload(
         device, meta if wide else meta.astype(np.int32), block_start, fx.first.astype(np.int32),

@@ -212,6 +212,9 @@ def test_output_does_not_depend_on_the_batch_or_block_sizes(monkeypatch):
     tiles = gpu_resize._tiles
     monkeypatch.setattr(gpu_resize, "_tiles", lambda h, w, interpreted: tiles(h, w, other))
     np.testing.assert_array_equal(run(images, boxes, flips, orientations, (24, 28)), whole)
+    # int64 offsets (buffers past 2**31 elements) compute the same addresses.
+    monkeypatch.setattr(gpu_resize, "_INT32_OFFSETS", 1000)
+    np.testing.assert_array_equal(run(images, boxes, flips, orientations, (24, 28)), whole)
 
 
 @pytest.mark.parametrize("clip", [True, False])
