@@ -37,6 +37,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .. import _C
 from .base import to_device
 
 __all__ = ["AxisTables", "axis_tables", "filter_support", "filter_reach", "ImageLayout", "resample_batch",
@@ -64,17 +65,16 @@ def filter_reach(scale: np.ndarray) -> np.ndarray:
 @dataclass
 class AxisTables:
     """Filter taps for one axis of a batch: output k of image b reads source positions
-    ``first[b, k] + t`` (t < taps) with weights ``weights[b, k, t]`` (zero past the tap count,
-    where positions may lie outside the window). ``weights_fixed``: the same weights as the
-    native engine rounds them, in fixed point with FIXED_BITS fractional bits. ``max_count``
-    [B]: the taps an image's widest output uses. ``need_lo/need_hi`` [B]: source span read."""
+    ``first[b, k] + t`` (t < taps) with weights ``weights[b, k, t]``, the native engine's
+    fixed-point weights (FIXED_BITS fractional bits; zero past the output's tap count, where
+    positions may lie outside the window). ``max_count`` [B]: the taps an image's widest
+    output uses. ``need_lo/need_hi`` [B]: source span read."""
 
-    first: np.ndarray          # int64 [B, out]
-    weights: np.ndarray        # float32 [B, out, taps]
-    weights_fixed: np.ndarray  # int16 [B, out, taps]
-    max_count: np.ndarray      # int64 [B]
-    need_lo: np.ndarray        # int64 [B]
-    need_hi: np.ndarray        # int64 [B]
+    first: np.ndarray      # int32 [B, out]
+    weights: np.ndarray    # int16 [B, out, taps]
+    max_count: np.ndarray  # int64 [B]
+    need_lo: np.ndarray    # int64 [B]
+    need_hi: np.ndarray    # int64 [B]
 
     @property
     def taps(self) -> int:
@@ -83,60 +83,19 @@ class AxisTables:
 
 def axis_tables(start: np.ndarray, scale: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: int,
                 reverse: Optional[np.ndarray] = None) -> AxisTables:
-    """Pillow's ``precompute_coeffs`` (bilinear, antialiased) for a batch, vectorized.
+    """Pillow's ``precompute_coeffs`` (bilinear, antialiased) for a batch: the native engine's
+    own tables (csrc/core/resize.cpp build_axis_filter, through ``_C.axis_filters``), so the
+    GPU and CPU paths use the same taps and rounded weights.
 
     start/scale: float64 [B] — output pixel k samples source centre ``start + (k + 0.5) * scale``.
     lo/hi: int64 [B] — the window the filter may read (Pillow's crop: the box; a fused
     resize + center crop: the whole image). reverse: bool [B] mirrors the output (flip).
-    Mirrors csrc/core/resize.cpp build_axis_filter line by line.
     """
     start = np.asarray(start, np.float64)
-    scale = np.asarray(scale, np.float64)
-    lo = np.asarray(lo, np.int64)
-    hi = np.asarray(hi, np.int64)
-    if np.any(hi <= lo):
-        raise ValueError("every crop window must hold at least one source pixel")
-    if np.any(scale <= 0):
-        raise ValueError("scale must be positive")
-    b = start.shape[0]
-    support = filter_support(scale)  # Pillow's filterscale; the triangle's support is 1 * filterscale
-    max_taps = (np.ceil(support) * 2 + 1).astype(np.int64)
-    origin = (start - lo)[:, None]
-    window = (hi - lo)[:, None]
-    k = np.arange(out, dtype=np.float64)[None, :]
-    center = origin + (k + 0.5) * scale[:, None]
-    sup = support[:, None]
-    xmin = np.trunc(center - sup + 0.5).astype(np.int64)  # C's int cast truncates
-    xmin = np.maximum(xmin, 0)
-    xmax = np.minimum(np.trunc(center + sup + 0.5).astype(np.int64), window)
-    n = np.minimum(xmax - xmin, max_taps[:, None])
-    empty = n <= 0  # the window is empty here: take the nearest pixel
-    xmin = np.where(empty, np.clip(np.trunc(center).astype(np.int64), 0, window - 1), xmin)
-    n = np.where(empty, 1, n)
-    taps = int(n.max()) if n.size else 1
-    t = np.arange(taps, dtype=np.int64)[None, None, :]
-    d = np.abs((t + xmin[..., None] - center[..., None] + 0.5) / sup[..., None])
-    w = np.where((t < n[..., None]) & (d < 1.0), 1.0 - d, 0.0)
-    ww = w.sum(axis=2, keepdims=True)
-    degenerate = ww[..., 0] == 0
-    if degenerate.any():
-        w[degenerate] = 0.0
-        w[degenerate, 0] = 1.0
-        ww = np.where(ww == 0, 1.0, ww)
-    w = w / ww
-    # The native engine's rounding (weights are >= 0: round half up), from the float64 weights.
-    fixed = np.trunc(w * (1 << FIXED_BITS) + 0.5).astype(np.int16)
-    first = lo[:, None] + xmin
-    need_lo = first.min(axis=1) if out else lo.copy()
-    need_hi = (first + n).max(axis=1) if out else lo + 1
-    max_count = n.max(axis=1) if out else np.ones(b, np.int64)
-    if reverse is not None and np.any(reverse):
-        rev = np.asarray(reverse, bool)
-        first[rev] = first[rev, ::-1]
-        w[rev] = w[rev, ::-1]
-        fixed[rev] = fixed[rev, ::-1]
-    return AxisTables(first=first.reshape(b, out), weights=w.astype(np.float32), weights_fixed=fixed,
-                      max_count=max_count.astype(np.int64), need_lo=need_lo, need_hi=need_hi)
+    if reverse is None:
+        reverse = np.zeros(start.shape[0], bool)
+    first, weights, max_count, need_lo, need_hi = _C.axis_filters(start, scale, lo, hi, int(out), reverse)
+    return AxisTables(first=first, weights=weights, max_count=max_count, need_lo=need_lo, need_hi=need_hi)
 
 
 def orientation_maps(orientation: np.ndarray, stored_h: np.ndarray, stored_w: np.ndarray) -> np.ndarray:
@@ -265,11 +224,11 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     meta[:, kernels.OUT_ROW0.value] = np.arange(n, dtype=np.int64) * out_h
     # int32 offsets where every buffer allows (half the integer work); the kernels follow meta's type.
     wide = max(flat.numel(), stacked_rows * out_w * 3, n * out_h * out_w * 3) > _INT32_OFFSETS
-    if max(fx.weights_fixed.size, fy.weights_fixed.size) > 2 ** 31 - 1:
+    if max(fx.weights.size, fy.weights.size) > 2 ** 31 - 1:
         raise ValueError("batch too large for one resample: split it")
     meta_t, block_start_t, first_x, first_y, weights_x, weights_y = _upload(
-        device, meta if wide else meta.astype(np.int32), block_start, fx.first.astype(np.int32),
-        fy.first.astype(np.int32), fx.weights_fixed, fy.weights_fixed)
+        device, meta if wide else meta.astype(np.int32), block_start, fx.first,
+        fy.first, fx.weights, fy.weights)
 
     stack = torch.empty((stacked_rows, out_w * 3), dtype=torch.uint8, device=device)
     out = torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)

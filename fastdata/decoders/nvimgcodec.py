@@ -1,10 +1,10 @@
 """GPU decoder "gpu": NVIDIA nvImageCodec on the GPU's hardware JPEG engines, then one batched resample.
 
-Per batch, on this decoder's own worker thread (so the native threads decode their share of
-the same batch meanwhile): encoded bytes -> ``nvimgcodec.Decoder.decode`` (one call for the
-batch; stored orientation, HWC uint8 RGB on the GPU) -> one ``torch.cat`` into a flat buffer
--> ``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
-folded into the gather). Crops come from the native engine's plan, so they equal the native
+Per batch, on this decoder's own two worker threads (so the native threads decode their
+share of the same batch meanwhile): stage 1, encoded bytes -> ``nvimgcodec.Decoder.decode``
+(one call for the batch; stored orientation, HWC uint8 RGB on the GPU) -> one ``torch.cat``
+into a flat buffer; stage 2, ``resample_batch`` (the Triton kernels: crop + antialiased
+resize + flip, EXIF orientation folded into the gather). The stages overlap across batches. Crops come from the native engine's plan, so they equal the native
 path's for the same (seed, epoch, index).
 
 Which rows: 8-bit Huffman JPEGs with 1 or 3 components that end with EOI (routing.py's
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, List, Optional, Tuple
 
@@ -108,7 +109,9 @@ class NvImageCodecDecoder:
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
                                                sample_format=nvimgcodec.SampleFormat.I_RGB)
         self._code_stream = nvimgcodec.CodeStream
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
+        self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
+        self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
+        self._decode_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._closed = False
         self._lock = threading.Lock()
         self.last_seconds = 0.0
@@ -128,7 +131,8 @@ class NvImageCodecDecoder:
             if self._closed:
                 raise RuntimeError("the gpu decoder is closed")
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-            return self._worker.submit(self._decode, batch, list(rows), stream)
+            decoded = self._decode_worker.submit(self._decode_stage, batch, list(rows))
+            return self._resample_worker.submit(self._resample_stage, batch, decoded, stream)
 
     def finish(self, handle: "Future[DecodedRows]", host: Optional[np.ndarray]) -> DecodedRows:
         return handle.result()
@@ -144,24 +148,46 @@ class NvImageCodecDecoder:
             if self._closed:
                 return
             self._closed = True
-        self._worker.shutdown(wait=True)
+        self._decode_worker.shutdown(wait=True)
+        self._resample_worker.shutdown(wait=True)
         self._decoder = None
 
-    # ---- the worker ----
-    def _decode(self, batch: PlannedBatch, rows: List[int], stream: Optional[torch.cuda.Stream]) -> DecodedRows:
+    # ---- the two stages ----
+    # Batch N+1 is decoded on the engines (stage 1, its own stream) while batch N is resampled
+    # (stage 2, the pipeline's stream, after an event from stage 1): the engines do not wait
+    # for the resample's host work, nor the resample for the engines.
+    def _decode_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
+        t0 = time.perf_counter()
+        if self._decode_stream is None:
+            decoded = self._decode_rows(batch, rows, 0)
+        else:
+            with torch.cuda.device(self.device), torch.cuda.stream(self._decode_stream):
+                decoded = self._decode_rows(batch, rows, self._decode_stream.cuda_stream)
+                decoded.ready = torch.cuda.Event()
+                decoded.ready.record(self._decode_stream)
+        decoded.seconds = time.perf_counter() - t0
+        return decoded
+
+    def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
+                        stream: Optional[torch.cuda.Stream]) -> DecodedRows:
+        decoded = pending.result()
         t0 = time.perf_counter()
         if stream is None:
-            result = self._decode_on(batch, rows, 0)
+            result = self._resample_rows(batch, decoded)
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
-                result = self._decode_on(batch, rows, stream.cuda_stream)
+                stream.wait_event(decoded.ready)
+                result = self._resample_rows(batch, decoded)
+                done = torch.cuda.Event()
+                done.record(stream)
                 t1 = time.perf_counter()
-                stream.synchronize()  # complete before finish hands the pixels on; the time is the GPU's
+                done.synchronize()  # complete before finish hands the pixels on; the time is the GPU's
                 self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
-        self.last_seconds = time.perf_counter() - t0
+        # Pipelined, the slower stage sets the rate: the hybrid split's GPU time for the batch.
+        self.last_seconds = max(decoded.seconds, time.perf_counter() - t0)
         return result
 
-    def _decode_on(self, batch: PlannedBatch, rows: List[int], cuda_stream: int) -> DecodedRows:
+    def _decode_rows(self, batch: PlannedBatch, rows: List[int], cuda_stream: int) -> _Decoded:
         datas, plan = batch.datas, batch.plan
         stage = self.stage_seconds
         t0 = time.perf_counter()
@@ -193,14 +219,32 @@ class NvImageCodecDecoder:
                 continue
             good_rows.append(r)
             good.append(tensor)
-        if not good:
-            return DecodedRows(rejected=sorted(rejected))
-        flat = torch.cat([t.reshape(-1) for t in good])
-        layout = ImageLayout.packed([(t.shape[0], t.shape[1]) for t in good], chw=False)
-        sel = np.asarray(good_rows, np.int64)
-        t3 = time.perf_counter()
-        pixels = resample_batch(flat, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel], self.out_hw,
-                                clip_to_box=isinstance(self.transform, RandomResizedCrop))
-        stage["assemble"] += t3 - t2
-        stage["resample"] += time.perf_counter() - t3
-        return DecodedRows(pixels=pixels, rejected=sorted(rejected))
+        flat = torch.cat([t.reshape(-1) for t in good]) if good else None
+        shapes = [(t.shape[0], t.shape[1]) for t in good]
+        stage["assemble"] += time.perf_counter() - t2
+        return _Decoded(good_rows, flat, shapes, sorted(rejected))
+
+    def _resample_rows(self, batch: PlannedBatch, decoded: _Decoded) -> DecodedRows:
+        if decoded.flat is None:
+            return DecodedRows(rejected=decoded.rejected)
+        plan = batch.plan
+        t0 = time.perf_counter()
+        layout = ImageLayout.packed(decoded.shapes, chw=False)
+        sel = np.asarray(decoded.rows, np.int64)
+        pixels = resample_batch(decoded.flat, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
+                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
+        self.stage_seconds["resample"] += time.perf_counter() - t0
+        return DecodedRows(pixels=pixels, rejected=decoded.rejected)
+
+
+@dataclass
+class _Decoded:
+    """Stage 1's result: the rows decoded (in order), their pixels back to back (HWC uint8,
+    on the decode stream until ``ready``), their stored (H, W), and the rows handed back."""
+
+    rows: List[int]
+    flat: Optional[torch.Tensor]
+    shapes: List[Tuple[int, int]]
+    rejected: List[int]
+    ready: Optional[Any] = None  # torch.cuda.Event
+    seconds: float = 0.0

@@ -115,5 +115,5 @@ def test_resampler_runs_on_the_current_stream():
         ref = Image.fromarray(a).crop(tuple(int(v) for v in boxes[i])).resize((72, 64), Image.BILINEAR)
         if flips[i]:
             ref = ref.transpose(Image.FLIP_LEFT_RIGHT)
-        ref = torch.from_numpy(np.asarray(ref)).float()
+        ref = torch.from_numpy(np.array(ref)).float()
         assert (out[i].cpu() - ref).abs().max() <= 2, i

@@ -49,15 +49,14 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
             make_backend("native", transform, device="cpu", dtype=None, seed=5, threads=4) as native:
         decoder = gpu.decoders[0]
         seen = []
-        real = decoder._decode_on
+        real = decoder._decode_stage
 
-        def recording(batch, rows, stream):  # the rows the engines got, what they refused, the boxes used
-            out = real(batch, rows, stream)
-            kept = [r for r in rows if r not in set(out.rejected)]
-            seen.append((rows, out.rejected, batch.plan.boxes[kept], batch.plan.flips[kept]))
+        def recording(batch, rows):  # the rows the engines got, what they refused, the boxes used
+            out = real(batch, rows)
+            seen.append((rows, out.rejected, batch.plan.boxes[out.rows], batch.plan.flips[out.rows]))
             return out
 
-        decoder._decode_on = recording
+        decoder._decode_stage = recording
         a, fa, _ = gpu.run(paths, indices, 1)
         torch.cuda.current_stream().wait_stream(gpu.stream)
         a = a.cpu()
