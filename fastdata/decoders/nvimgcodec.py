@@ -38,6 +38,10 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
                "(nvidia-nvimgcodec-cu13 and nvidia-nvjpeg)")
 
 
+# nvImageCodec backend kinds the gpu decoder uses: the hardware engines alone (see above).
+ENGINE_KINDS = ("HW_GPU_ONLY",)
+
+
 def nvimgcodec_module() -> Any:
     """``nvidia.nvimgcodec``, or None when the ``gpu`` extra is not installed."""
     try:
@@ -73,7 +77,7 @@ class NvImageCodecDecoder:
     _allow_cpu = False
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
-                 backend_kinds: Tuple[str, ...] = ("HW_GPU_ONLY",)) -> None:
+                 backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
         nvimgcodec = nvimgcodec_module()
         if nvimgcodec is None:
             raise ImportError(GPU_MISSING)
@@ -91,7 +95,7 @@ class NvImageCodecDecoder:
         self.transform = transform
         self.out_hw = transform.output_size
         self.device = device
-        self.hardware_only = tuple(backend_kinds) == ("HW_GPU_ONLY",)
+        self.hardware_only = tuple(backend_kinds) == ENGINE_KINDS
         kinds = []
         for kind in backend_kinds:
             value = getattr(nvimgcodec.BackendKind, kind, None)
