@@ -35,39 +35,65 @@ def _hash_pool() -> ThreadPoolExecutor:
         return _POOL
 
 # py-lmdb refuses to open one environment twice in a process, so every LMDBSource of a
-# path shares one read-only environment: path -> [env, users, pid that opened it].
-_ENVS: Dict[str, List[Any]] = {}
+# path shares one read-only environment (an _OpenEnv), and so do the views its fetches return.
+_ENVS: Dict[str, "_OpenEnv"] = {}
 _ENVS_LOCK = threading.RLock()  # re-entrant: a GC-run __del__ may release while acquiring
 
 
-def _acquire_env(path: str, readahead: bool, max_readers: int) -> Any:
-    """The process's read-only, lock-free environment for ``path`` (first opener's options win)."""
+class _OpenEnv:
+    """One process's read-only, lock-free environment of a cache. It stays open while a source
+    holds it (``sources``) or any view of a fetch is alive (``leases``): closing it unmaps the
+    file, and a view read after that ends the process with SIGSEGV."""
+
+    __slots__ = ("path", "env", "pid", "sources", "leases")
+
+    def __init__(self, path: str, env: Any):
+        self.path, self.env, self.pid = path, env, os.getpid()
+        self.sources = self.leases = 0
+
+
+def _acquire_env(path: str, readahead: bool, max_readers: int) -> _OpenEnv:
+    """The process's environment for ``path``, held for a source (first opener's options win)."""
     import lmdb
 
     with _ENVS_LOCK:
         entry = _ENVS.get(path)
-        if entry is not None and entry[2] != os.getpid():
-            # Inherited through fork: LMDB forbids using it here; closing the child's copy
-            # only unmaps it in this process and lets this process open its own.
-            entry[0].close()
-            entry = None
-        if entry is None:
-            env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=readahead,
-                            max_readers=max_readers, max_dbs=0, meminit=False)
-            entry = _ENVS[path] = [env, 0, os.getpid()]
-        entry[1] += 1
-        return entry[0]
+        if entry is not None:
+            entry.sources += 1  # held at once: a view collected meanwhile must not close it under us
+            if entry.pid == os.getpid():
+                return entry
+            # Inherited through fork: the parent's sources never release it here (their holds
+            # are not this process's). LMDB wants a child to open its own environment, and
+            # py-lmdb opens a second one of the file only once this one is closed.
+            entry.sources = 1
+            if entry.leases == 0:
+                entry.env.close()  # unmaps this process's copy only; no view points into it
+                del _ENVS[path]
+            else:
+                # Views fetched before the fork are alive here and point into its map, so it
+                # stays open, and this process reads through it. Safe for this environment:
+                # lock-free and read-only, it has no lock file, reader table or writer mutex,
+                # the state that LMDB's rule against using an environment after fork protects.
+                entry.pid = os.getpid()
+                return entry
+        env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=readahead,
+                        max_readers=max_readers, max_dbs=0, meminit=False)
+        entry = _ENVS[path] = _OpenEnv(path, env)
+        entry.sources = 1
+        return entry
 
 
-def _release_env(path: str) -> None:
+def _release_env(entry: _OpenEnv, *, lease: bool = False) -> None:
+    """Drop a source's (or a fetch's views') hold; the last one in the opening process closes it."""
     with _ENVS_LOCK:
-        entry = _ENVS.get(path)
-        if entry is None or entry[2] != os.getpid():
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            entry[0].close()
-            del _ENVS[path]
+        if lease:
+            entry.leases -= 1
+        else:
+            entry.sources -= 1
+        if entry.sources <= 0 and entry.leases <= 0 and entry.pid == os.getpid():
+            entry.env.close()
+            if _ENVS.get(entry.path) is entry:
+                del _ENVS[entry.path]
 
 
 def _after_fork_in_child() -> None:
@@ -78,16 +104,54 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class _ReadLease:
+    """One fetch's read transaction, held by every view that fetch returned (through
+    ``_RecordBytes.lease``): the transaction, and the environment's map, stay open while any of
+    them (or a slice, a memoryview or an array made from one) is alive. Read-only and lock-free,
+    an open transaction costs nothing but its small struct, and nothing writes the cache, so
+    a view shows its record's bytes for as long as it lives."""
+
+    __slots__ = ("entry", "txn")
+
+    def __init__(self, entry: _OpenEnv):
+        txn = entry.env.begin(buffers=True)
+        with _ENVS_LOCK:
+            entry.leases += 1
+        self.entry, self.txn = entry, txn
+
+    def __del__(self) -> None:
+        entry = getattr(self, "entry", None)
+        if entry is not None:
+            self.txn.abort()
+            _release_env(entry, lease=True)
+
+
+class _RecordBytes(np.ndarray):
+    """uint8 [n] array over one record in the map; ``lease`` keeps the map open for it. Its
+    ``memoryview`` is what ``fetch`` returns: the view's buffer owner is this array, so the
+    view (and any slice or array made from it) holds the lease. Python < 3.12 has no
+    ``__buffer__`` for a small class of our own, and a numpy subclass costs ~1-3 µs a record."""
+
+    lease: _ReadLease
+
+
+def _leased_view(record: memoryview, lease: _ReadLease) -> memoryview:
+    arr = np.frombuffer(record, dtype=np.uint8).view(_RecordBytes)
+    arr.lease = lease
+    return memoryview(arr)
+
+
 class LMDBSource:
     """Source over a complete fastdata LMDB cache.
 
     ``fetch`` checks each record against the SHA-256 of its stored bytes that the converter
-    wrote (``verify=True``, the default) and returns zero-copy ``memoryview``s into the memory-mapped cache (one C-level
-    multi-get per call). They stay valid until the next ``fetch`` on the same thread or
-    ``close()``: the read transaction that holds them stays open until then. The Loader
-    decodes a batch right after fetching it, on the same thread; anyone who keeps samples
-    longer copies them (``bytes(view)``). Copying cost 40-110 µs per 100 KB sample here
-    (page faults on fresh allocations), which throttled a 16-thread engine; a view costs ~1 µs.
+    wrote (``verify=True``, the default) and returns zero-copy read-only ``memoryview``s into
+    the memory-mapped cache (one C-level multi-get per call). A view stays valid, and holds its
+    record's bytes, for as long as it (or a slice or array made from it) is alive: the views
+    hold their fetch's read transaction and the environment open, past the next ``fetch``,
+    ``close()``, the source's own end, and a ``fork``. Copying instead cost 40-110 µs per
+    100 KB sample here (page faults on fresh allocations), which throttled a 16-thread engine;
+    a view costs a few µs.
 
     Args:
         path: the cache directory (DST of fastdata-convert).
@@ -121,15 +185,14 @@ class LMDBSource:
         self.max_readers = max_readers
         self.verify = bool(verify)
         check_lmdb_dir(self.path)  # before LMDB maps the file: a truncated one would SIGBUS
-        self._env: Any = None
+        self._opened: Optional[_OpenEnv] = None
         self._pid = -1
-        self._reader = threading.local()  # per thread: the read txn behind the last fetch's views
         try:
-            env = _acquire_env(self.path, readahead, max_readers)
+            opened = _acquire_env(self.path, readahead, max_readers)
         except lmdb.Error as exc:
             raise cf.CacheFormatError(f"{self.path}: LMDB cannot open it: {exc}") from None
         try:
-            with env.begin(buffers=False) as txn:
+            with opened.env.begin(buffers=False) as txn:
                 self.meta: Dict[str, Any] = cf.check_complete(txn.get(cf.COMPLETE_KEY), txn.get(cf.META_KEY), self.path)
                 n = self.meta["count"]
                 self._labels = cf.unpack_labels(txn.get(cf.LABELS_KEY) or b"", n, self.path)
@@ -141,7 +204,7 @@ class LMDBSource:
             raise cf.CacheFormatError(f"{self.path}: LMDB cannot read it: {exc}") from None
         finally:
             # Not kept: the process that builds the source is often not the one that reads it.
-            _release_env(self.path)
+            _release_env(opened)
         if len(self._sha) != cf.SHA256_SIZE * n or len(reenc) != n:
             raise cf.CacheFormatError(f"{self.path}: checksum or reencoded array does not hold {n} entries")
         if stored_sha is not None and len(stored_sha) != cf.SHA256_SIZE * n:
@@ -165,42 +228,29 @@ class LMDBSource:
             raise cf.CacheFormatError(f"{self.path}: labels out of range for {len(self.classes)} classes")
 
     # ---------------------------------------------------------------- environment per process
-    def _txn_env(self) -> Any:
+    def _env(self) -> _OpenEnv:
         pid = os.getpid()
-        if self._env is None or self._pid != pid:
-            self._env = _acquire_env(self.path, self.readahead, self.max_readers)
+        if self._opened is None or self._pid != pid:
+            self._opened = _acquire_env(self.path, self.readahead, self.max_readers)
             self._pid = pid
-            self._reader = threading.local()  # transactions never cross a fork
-        return self._env
+        return self._opened
 
     def close(self) -> None:
-        """Release this source's hold on the environment (closed when no source uses it).
-        Views returned by this thread's last ``fetch`` end here."""
-        if self._env is not None and self._pid == os.getpid():
-            self._end_read()
-            _release_env(self.path)
-        self._env = None
+        """Release this source's hold on the environment, which closes when no source and no
+        fetched view uses it (views already returned stay valid)."""
+        if self._opened is not None and self._pid == os.getpid():
+            _release_env(self._opened)
+        self._opened = None
 
     def __del__(self) -> None:
-        if getattr(self, "_env", None) is not None:
+        if getattr(self, "_opened", None) is not None:
             self.close()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        state["_env"] = None
+        state["_opened"] = None
         state["_pid"] = -1
-        del state["_reader"]
         return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reader = threading.local()
-
-    def _end_read(self) -> None:
-        txn = getattr(self._reader, "txn", None)
-        if txn is not None:
-            self._reader.txn = None
-            txn.abort()
 
     # ---------------------------------------------------------------- Source protocol
     def __len__(self) -> int:
@@ -234,20 +284,19 @@ class LMDBSource:
         return i
 
     def fetch(self, indices: Sequence[int]) -> List[memoryview]:
-        """Encoded bytes of each sample in ``indices``, in order, as zero-copy views valid
-        until this thread's next ``fetch`` or ``close()`` (see the class docstring)."""
+        """Encoded bytes of each sample in ``indices``, in order, as zero-copy read-only views,
+        valid for as long as they are alive (see the class docstring)."""
         keys = [cf.sample_key(self._check(i)) for i in indices]
-        env = self._txn_env()
-        self._end_read()
-        txn = env.begin(buffers=True)
-        self._reader.txn = txn
+        if not keys:
+            return []
+        lease = _ReadLease(self._env())
         # getmulti loops in C; order and duplicates follow ``keys``
-        pairs = txn.cursor().getmulti(keys)
+        pairs = lease.txn.cursor().getmulti(keys)
         if len(pairs) != len(keys):
             got = {bytes(k) for k, _ in pairs}
             missing = [int.from_bytes(k, "big") for k in keys if k not in got]
             raise cf.CacheFormatError(f"{self.path}: record(s) {missing[:8]} missing from a complete cache")
-        views = [v for _, v in pairs]
+        views = [_leased_view(v, lease) for _, v in pairs]
         if self.verify:
             # hashlib releases the GIL for large inputs: a batch's records hash on all cores at
             # once, so the check costs the fetch about 1/cores of its serial time.

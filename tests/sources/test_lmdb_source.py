@@ -162,3 +162,50 @@ def test_concurrent_processes_and_threads(cache: Tuple[Path, ImageFolder]) -> No
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+# ---------------------------------------------------------------- views that outlive their fetch
+# Each case runs in a child interpreter: on a view into unmapped memory the process dies with
+# SIGSEGV, which must fail the test, not end the test run.
+_VIEW_LIFETIME_CASES = {
+    # the source is garbage-collected (its environment closed) while its view is still read
+    "temporary_source": "v = LMDBSource(db).fetch([3])[0]\nout(3, v)",
+    # close() while views are alive; the views of the next fetch and those of the one before
+    "close_then_read": ("s = LMDBSource(db)\na = s.fetch([1, 2])\nb = s.fetch([5])\ns.close()\ndel s\n"
+                        "out(1, a[0]); out(2, a[1]); out(5, b[0])"),
+    # a slice and a numpy array over a view outlive the view and the source
+    "derived_views": ("import numpy as np\ns = LMDBSource(db)\nv = s.fetch([7])[0]\npart = v[2:]\n"
+                      "arr = np.frombuffer(v, np.uint8)\ndel v, s\nout(7, bytes(arr))\n"
+                      "if bytes(part) != expected[7][2:]: raise SystemExit('slice differs')"),
+    # a forked child reads a view its parent fetched, then fetches through its own copy
+    "fork": ("s = LMDBSource(db)\nv = s.fetch([4])[0]\npid = os.fork()\n"
+             "if pid == 0:\n    s.close(); out(4, v); out(6, LMDBSource(db).fetch([6])[0]); os._exit(0)\n"
+             "_, status = os.waitpid(pid, 0)\nif status != 0: raise SystemExit(f'fork child: status {status}')\n"
+             "del s\nout(4, v)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_VIEW_LIFETIME_CASES))
+def test_views_keep_the_cache_mapped(cache: Tuple[Path, ImageFolder], case: str) -> None:
+    """Bad use never crashes: a view stays readable and holds its record's bytes for as long
+    as it (or anything made from it) is alive, whatever happened to its source."""
+    import json
+    import subprocess
+    import sys
+
+    db, _ = cache
+    source = LMDBSource(str(db))  # held while its views are copied (the test's own reads stay safe today)
+    expected = [bytes(b) for b in source.fetch(range(8))]
+    source.close()
+    script = "\n".join([
+        "import json, os, sys",
+        "from fastdata.sources.lmdb import LMDBSource",
+        "db, expected = sys.argv[1], [bytes.fromhex(h) for h in json.loads(sys.argv[2])]",
+        "def out(i, view):",
+        "    if bytes(view) != expected[i]: raise SystemExit(f'record {i} differs')",
+        _VIEW_LIFETIME_CASES[case],
+        "print('ok')",
+    ])
+    proc = subprocess.run([sys.executable, "-c", script, str(db), json.dumps([e.hex() for e in expected])],
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]
