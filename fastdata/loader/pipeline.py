@@ -228,7 +228,9 @@ class BatchPipeline:
         self.stats["gpu_rejected"] += len(handed_back)
         self.stats["native_fallbacks"] += len(host_rows)
         self.stats["batches"] += 1
-        self._count(gpu_rows=gpu_rows, native_rows=len(host_rows), gpu_rejected=len(handed_back))
+        # failures: the batch's rows, whichever decoder failed them (replace() counts its own)
+        self._count(gpu_rows=gpu_rows, native_rows=len(host_rows), gpu_rejected=len(handed_back),
+                    failures=len(failures))
         failures.sort(key=lambda pair: pair[0])
         return DecodedBatch(batch, slot, host_rows, parts, failures)
 
@@ -244,6 +246,8 @@ class BatchPipeline:
         pos = decoded.host_position(row)
         out = decoded.slot.images[pos:pos + 1].numpy()
         report = self.native.run([item], np.array([index], dtype=np.int64), decoded.batch.epoch, [name], out)
+        if report.failures:  # a candidate, not a sample of this batch: kept apart from ``failures``
+            self._count(replacement_failures=len(report.failures))
         return not report.failures
 
     def deliver(self, decoded: DecodedBatch, labels: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor],
@@ -342,7 +346,7 @@ class BatchPipeline:
 
     def _count_report(self, report: BatchReport) -> None:
         self._count(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
-                    warnings=report.warnings, fallbacks=report.fallbacks, failures=len(report.failures))
+                    warnings=report.warnings, fallbacks=report.fallbacks)
 
     def _count(self, **deltas: float) -> None:
         if self._on_stats is not None:

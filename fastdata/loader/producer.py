@@ -60,7 +60,8 @@ class OutcomeCounter:
     batches decoded ahead for the next epoch, or dropped by ``set_epoch``, never show in
     ``stats()`` early (the stats of an epoch are that epoch's)."""
 
-    OUTCOMES = ("failures", "warnings", "fallbacks", "gpu_rows", "native_rows", "gpu_rejected")
+    OUTCOMES = ("failures", "replacement_failures", "warnings", "fallbacks", "gpu_rows", "native_rows",
+                "gpu_rejected")
 
     def __init__(self, stats: StatsCounter):
         self.stats = stats
@@ -118,10 +119,14 @@ class BatchProducer:
         indices = decoded.batch.indices
         labels = decoded.slot.labels[:len(decoded)].numpy()
         labels[:] = self.labels[indices]
-        for row, _ in decoded.failures:
-            def decode_into_row(j: int, row: int = row) -> bool:
-                return self.pipeline.replace(decoded, row, self._fetch([j])[0], j, self.source.name(j))
-            labels[row] = self.labels[self._replacement(int(indices[row]), decode_into_row)]
+        try:
+            for row, _ in decoded.failures:
+                def decode_into_row(j: int, row: int = row) -> bool:
+                    return self.pipeline.replace(decoded, row, self._fetch([j])[0], j, self.source.name(j))
+                labels[row] = self.labels[self._replacement(int(indices[row]), decode_into_row)]
+        except DecodeError:  # no replacement found: the error is this batch's delivery
+            self.stats.add(**self.outcomes.take())
+            raise
         images, gpu_labels, done, start = self.pipeline.deliver(decoded, labels=True)
         if done is not None:
             self._timings.append((start, done))

@@ -20,7 +20,10 @@ class LoaderStats:
     read_seconds: float        # file reads by native threads
     decode_seconds: float      # decode + crop/resize/flip by native threads
     h2d_seconds: float         # host-to-device copy + GPU normalize (CUDA event time)
-    failures: int              # samples that failed to decode (replaced when on_error="skip")
+    failures: int              # samples of the delivered batches that failed to decode (on_error="skip":
+                               # each replaced by a later one; "raise": the error ends the epoch)
+    replacement_failures: int  # on_error="skip": candidates that failed too while a replacement was sought
+                               # (not in failures: each is counted there when its own batch decodes it)
     warnings: int              # libjpeg corrupt-data warnings (decoded anyway; strict=False)
     fallbacks: int             # non-JPEG samples decoded through Pillow
     gpu_rows: int              # rows the GPU decoder delivered (backend gpu, hybrid, nvjpeg, dali)
@@ -52,7 +55,7 @@ class StatsCounter:
     """Thread-safe accumulation behind ``Loader.stats()``."""
 
     _FIELDS = ("batches", "images", "wait_seconds", "fetch_seconds", "read_seconds", "decode_seconds",
-               "h2d_seconds", "failures", "warnings", "fallbacks", "gpu_rows", "native_rows", "gpu_rejected")
+               "h2d_seconds", "failures", "replacement_failures", "warnings", "fallbacks", "gpu_rows", "native_rows", "gpu_rejected")
 
     def __init__(self, threads: int, prefetch: int, batch_size: int):
         self._lock = threading.Lock()

@@ -374,12 +374,33 @@ def test_on_error_skip_replaces_counts_and_warns_once(damaged) -> None:
             warnings.simplefilter("error")  # a second epoch warns no more
             list(loader)
         stats = loader.stats()
-    assert stats.failures == 2 * len(bad)
+    assert stats.failures == 2 * len(bad) and stats.replacement_failures == 0  # no two bad in a row
     got = [k for x, _ in first for k in batch_ids(x)]
     assert got == [good_after[i] for i in range(len(src))]
     labels = torch.cat([y for _, y in first]).tolist()
     label_by_id = {ids[p]: lab for p, lab in src.samples if p in ids}
     assert labels == [label_by_id[k] for k in got], "a replacement carries its own label"
+
+
+def test_a_replacement_that_fails_too_is_counted_apart(tmp_path: Path, damaged_dir: Path) -> None:
+    """failures counts the epoch's samples that failed (each once); a replacement candidate that
+    fails while a failed sample's place is filled counts in replacement_failures instead."""
+    root = tmp_path / "r"
+    (root / "a").mkdir(parents=True)
+    for k in range(6):
+        flat_image(k, 0).save(root / "a" / f"img_{k}.jpg", quality=95)
+    # samples 3 and 4 are broken: 3's first candidate (4) fails too, then 5 takes both places
+    (root / "a" / "img_3.jpg").write_bytes(b"")
+    (root / "a" / "img_4.jpg").write_bytes((damaged_dir / "html_page.JPEG").read_bytes())
+    src = fastdata.ImageFolder(root)
+    for batch_size in (6, 4):  # 3 and 4 in one batch, and in two (4 then fails in its own batch)
+        with loader_for(src, shuffle=False, batch_size=batch_size, on_error="skip",
+                        transform=fastdata.CenterCrop(24)) as loader:
+            with pytest.warns(RuntimeWarning):
+                got = [k for x, _ in loader for k in batch_ids(x)]
+            stats = loader.stats()
+        assert got == [0, 1, 2, 5, 5, 5]
+        assert (stats.failures, stats.replacement_failures) == (2, 1), batch_size
 
 
 def test_damaged_asset_folder_skips_only_what_pillow_cannot_open(tmp_path: Path, damaged_dir: Path) -> None:
