@@ -100,6 +100,18 @@ def _release_env(entry: _OpenEnv, *, lease: bool = False) -> None:
                 del _ENVS[entry.path]
 
 
+def held_open_here(path: str) -> str:
+    """Why this process still has the cache at ``path`` open, for the error of another open of
+    it (py-lmdb refuses a second one); '' when no LMDBSource or view holds it."""
+    with _ENVS_LOCK:
+        entry = _ENVS.get(os.path.abspath(path))
+        if entry is None or entry.pid != os.getpid():
+            return ""
+        return (f" (this process holds it open: {entry.sources} LMDBSource(s) and the views of {entry.leases} "
+                f"fetch(es) are alive, and views keep the cache mapped until they are gone; copy what you keep "
+                f"with bytes(view))")
+
+
 def _after_fork_in_child() -> None:
     global _ENVS_LOCK
     _ENVS_LOCK = threading.RLock()  # a parent thread may have held it at fork time
@@ -242,7 +254,9 @@ class LMDBSource:
 
     def close(self) -> None:
         """Release this source's hold on the environment, which closes when no source and no
-        fetched view uses it (views already returned stay valid)."""
+        fetched view uses it (views already returned stay valid). While it is open, this
+        process cannot open the cache again otherwise (py-lmdb refuses it, fastdata-convert's
+        ``resume`` included), and nothing can write to what the views show."""
         if self._opened is not None and self._pid == os.getpid():
             _release_env(self._opened)
         self._opened = None

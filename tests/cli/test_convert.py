@@ -87,6 +87,7 @@ def test_round_trip_matches_imagefolder(tmp_path: Path) -> None:
     assert not s.reencoded.any() and not s.transcoded.any()
     assert s.meta["format_version"] == cf.FORMAT_VERSION and s.meta["skipped"] == []
     s.close()
+    del got  # the views hold the cache open, and py-lmdb opens it only once per process
     # every stored record is a sample or a known metadata key: nothing left over, nothing pickled
     keys = set(records(tmp_path / "db"))
     assert keys == {cf.sample_key(i) for i in range(len(s))} | {
@@ -327,6 +328,10 @@ def test_progressive_transcoded_losslessly(tmp_path: Path, capsys: pytest.Captur
             assert bytes(b) == files[name]
     assert not k.transcoded.any() and k.meta["transcoded"] == 0
     k.close()
+    # a view still alive holds the cache open: resuming it in this process is refused, and says why
+    with pytest.raises(ConvertError, match=r"views of 1 fetch\(es\) are alive"):
+        convert(str(tmp_path / "src"), str(tmp_path / "keep"), resume=True)
+    del b
     # the flag is part of the options: resuming with the other setting is refused
     with pytest.raises(ConvertError, match="different inputs or options"):
         convert(str(tmp_path / "src"), str(tmp_path / "keep"), resume=True)

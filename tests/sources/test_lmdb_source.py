@@ -209,3 +209,30 @@ def test_views_keep_the_cache_mapped(cache: Tuple[Path, ImageFolder], case: str)
     proc = subprocess.run([sys.executable, "-c", script, str(db), json.dumps([e.hex() for e in expected])],
                           capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]
+
+
+def test_the_environment_closes_after_the_last_source_and_view(tmp_path: Path) -> None:
+    """Views hold the cache open, and only they: once the last one goes, the file is closed."""
+    import gc
+    import os
+
+    db, _ = _build(tmp_path)  # its own cache: no source of another test holds it open
+    data = os.path.realpath(db / "data.mdb")
+
+    def open_count() -> int:
+        fds = os.listdir("/proc/self/fd")
+        return sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}") == data)
+
+    gc.collect()
+    before = open_count()
+    assert before == 0
+    s = LMDBSource(str(db))
+    views = s.fetch([0, 1])
+    part = np.frombuffer(views[1], np.uint8)[4:]
+    s.close()
+    del s
+    assert open_count() == 1
+    del views
+    assert open_count() == 1  # the array made from a view holds it too
+    del part
+    assert open_count() == 0

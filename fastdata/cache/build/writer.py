@@ -126,7 +126,9 @@ def convert(
         os.makedirs(dst, exist_ok=True)
         env = lmdb.open(dst, map_size=map_size, subdir=True, readonly=False, lock=True, max_dbs=0, sync=True)
     except (OSError, lmdb.Error) as exc:
-        raise ConvertError(f"{dst}: cannot create or open the cache there: {exc}") from None
+        from ...sources.lmdb import held_open_here
+
+        raise ConvertError(f"{dst}: cannot create or open the cache there: {exc}{held_open_here(dst)}") from None
     try:
         with env.begin() as txn:
             complete = txn.get(cf.COMPLETE_KEY)
