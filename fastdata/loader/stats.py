@@ -55,7 +55,8 @@ class StatsCounter:
     """Thread-safe accumulation behind ``Loader.stats()``."""
 
     _FIELDS = ("batches", "images", "wait_seconds", "fetch_seconds", "read_seconds", "decode_seconds",
-               "h2d_seconds", "failures", "replacement_failures", "warnings", "fallbacks", "gpu_rows", "native_rows", "gpu_rejected")
+               "h2d_seconds", "failures", "replacement_failures", "warnings", "fallbacks", "gpu_rows", "native_rows",
+               "gpu_rejected")
 
     def __init__(self, threads: int, prefetch: int, batch_size: int):
         self._lock = threading.Lock()
