@@ -20,6 +20,7 @@ the native engine spends those cores better; the engines decode with ~1.3 cores.
 """
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +43,15 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
 ENGINE_KINDS = ("HW_GPU_ONLY",)
 
 
+def gpu_extra_installed() -> bool:
+    """Whether nvImageCodec is installed, without importing it (its import loads the CUDA
+    codec libraries and prints errors for those missing, e.g. on a machine without a GPU)."""
+    try:
+        return importlib.util.find_spec("nvidia.nvimgcodec") is not None
+    except ImportError:  # no "nvidia" package at all
+        return False
+
+
 def nvimgcodec_module() -> Any:
     """``nvidia.nvimgcodec``, or None when the ``gpu`` extra is not installed."""
     try:
@@ -49,11 +59,6 @@ def nvimgcodec_module() -> Any:
     except ImportError:
         return None
     return nvimgcodec
-
-
-def gpu_available() -> bool:
-    """True when nvImageCodec imports and a CUDA device is visible."""
-    return torch.cuda.is_available() and nvimgcodec_module() is not None
 
 
 class NvImageCodecDecoder:
