@@ -95,8 +95,10 @@ def main() -> int:
             loaders[n] = fastdata.Loader(s, bs, rrc, device="cpu", threads=threads, seed=0,
                                          dtype={"u8": torch.uint8, "f32": torch.float32}[dt])
     order = ShardedOrder(len(src), bs, shuffle=True, seed=0, drop_last=True)  # the Loaders' order
-    if order.num_batches < nb + 1:
-        raise SystemExit(f"{len(src)} samples make {order.num_batches} batches of {bs}: need --batches + 1")
+    if order.num_batches < nb + 2:
+        # An iteration left with its last batch unread is closed, and its thread stops. One read
+        # to the end goes on into the next epoch (the Loader's lookahead) during the next rows.
+        raise SystemExit(f"{len(src)} samples make {order.num_batches} batches of {bs}: need --batches + 2")
     engine = Engine(threads)
     out_u8 = np.empty((bs, 224, 224, 3), np.uint8)
     out_f32 = np.empty((bs, 224, 224, 3), np.float32)
