@@ -162,17 +162,20 @@ def main() -> int:
             res[n].append(rows[n](r, items))
         print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{n} {n_img / res[n][-1]['wall']:.0f}" for n in names),
               flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"data": a.data, "batch_size": bs, "threads": threads, "batches": nb, "rounds": res}, f, indent=1)
     if a.skip_first:
         res = {n: v[1:] for n, v in res.items()}
     med = statistics.median
     print(f"\n{a.data}: {len(src)} samples, batch {bs}, {threads} threads, {nb} timed batches x {a.rounds} rounds, "
           f"load {os.getloadavg()[0]:.2f}")
-    print(f"{'row':14s} {'img/s':>7s} {'img/CPU-s':>9s} {'wall/dbatch':>11s} {'CPU/dbatch':>10s}   "
+    print(f"{'row':18s} {'img/s':>7s} {'img/CPU-s':>9s} {'wall/dbatch':>11s} {'CPU/dbatch':>10s}   "
           "CPU ms per batch: main producer native sha256 | ring allocations")
     base = res.get("decode_batch")
     for n in names:
         v = res[n]
-        line = f"{n:14s} {med(n_img / x['wall'] for x in v):7.0f} {med(n_img / x['cpu'] for x in v):9.0f}"
+        line = f"{n:18s} {med(n_img / x['wall'] for x in v):7.0f} {med(n_img / x['cpu'] for x in v):9.0f}"
         if base is not None:
             line += (f" {med(b['wall'] / x['wall'] for x, b in zip(v, base)):11.3f}"
                      f" {med(b['cpu'] / x['cpu'] for x, b in zip(v, base)):10.3f}")
@@ -181,9 +184,6 @@ def main() -> int:
                                      for k in ("main", "producer", "native", "sha256"))
             line += f" | {sum(x['ring_allocations'] for x in v)}"
         print(line)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"data": a.data, "batch_size": bs, "threads": threads, "batches": nb, "rounds": res}, f, indent=1)
     for loader in loaders.values():
         loader.close()
     engine.close()
