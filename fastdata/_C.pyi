@@ -141,6 +141,9 @@ class CropPlan:
     def arithmetic(self) -> npt.NDArray[np.bool_]:
         """[N]: arithmetic-coded entropy data instead of Huffman."""
     @property
+    def progressive(self) -> npt.NDArray[np.bool_]:
+        """[N]: multi-scan (progressive) entropy data."""
+    @property
     def failures(self) -> list[SampleFailure]: ...
 
 class Engine:
@@ -180,6 +183,10 @@ def sample_crop_boxes(height: int, width: int, scale: tuple[float, float], ratio
                       seed: int, epoch: int, indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """[N, 5] = (top, left, height, width, flip)."""
 
+def axis_filters(start: npt.ArrayLike, scale: npt.ArrayLike, lo: npt.ArrayLike, hi: npt.ArrayLike, out: int,
+                 reverse: npt.ArrayLike) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int16], npt.NDArray[np.int64],
+                                                  npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The native resize filter of one axis for a batch (the GPU resampler's tables)."""
 def transcode_to_baseline(data: _Buffer, max_pixels: int) -> bytes: ...
 def transcode_restart_indexed(data: _Buffer, max_pixels: int, interval_mcus: int) -> bytes: ...
 def entropy_floor(datas: list[_Buffer], spec: TransformSpec, seed: int, epoch: int) -> None: ...

@@ -1,16 +1,34 @@
 """Shared test setup: the ``gpu`` marker decides which tests need CUDA; a few common fixtures.
 
+Without CUDA, Triton kernels run under Triton's interpreter (TRITON_INTERPRET=1, set below).
 Test images and Pillow oracles live in tests/imagegen.py (importable as ``imagegen`` because pytest
 puts this directory on sys.path for the tests below it).
 """
 from __future__ import annotations
 
+import glob
+import os
 from pathlib import Path
 from typing import List
 
 import pytest
 
 ASSETS = Path(__file__).parent / "assets"
+
+
+def _cuda_available() -> bool:
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        return False  # no NVIDIA GPU here: spare every test run torch's slow import
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# Without CUDA, the GPU resampler's Triton kernels (fastdata/decoders/resample_kernels.py) run
+# on CPU tensors under Triton's interpreter. Triton reads the variable when a kernel is
+# defined, so it is set here, before any test module imports fastdata.
+if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 GPU_DIR = Path(__file__).parent / "gpu"

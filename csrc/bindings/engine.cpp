@@ -84,6 +84,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   plan.components = py::array_t<int32_t>(rows);
   plan.precisions = py::array_t<int32_t>(rows);
   plan.arithmetic = py::array_t<bool>(rows);
+  plan.progressive = py::array_t<bool>(rows);
   auto b = plan.boxes.mutable_unchecked<2>();
   auto f = plan.flips.mutable_unchecked<1>();
   auto s = plan.sizes.mutable_unchecked<2>();
@@ -91,6 +92,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   auto c = plan.components.mutable_unchecked<1>();
   auto bits = plan.precisions.mutable_unchecked<1>();
   auto arith = plan.arithmetic.mutable_unchecked<1>();
+  auto prog = plan.progressive.mutable_unchecked<1>();
   for (size_t i = 0; i < n; ++i) {
     const auto& p = plans[i];
     const auto r = static_cast<py::ssize_t>(i);
@@ -98,7 +100,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
     f(r) = p.flip;
     s(r, 0) = p.height, s(r, 1) = p.width;
     o(r) = p.orientation;
-    c(r) = p.components, bits(r) = p.precision, arith(r) = p.arithmetic;
+    c(r) = p.components, bits(r) = p.precision, arith(r) = p.arithmetic, prog(r) = p.progressive;
   }
   plan.failures = failures_of(results);
   return plan;

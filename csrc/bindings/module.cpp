@@ -13,5 +13,6 @@ PYBIND11_MODULE(_C, m) {
   fastdata::bindings::register_decode(m);
   fastdata::bindings::register_engine(m);
   fastdata::bindings::register_transcode(m);
+  fastdata::bindings::register_filters(m);
   fastdata::bindings::register_testing(m);
 }

@@ -158,7 +158,7 @@ void register_types(py::module_& m) {
                        "Where each sample's output comes from (Engine.plan): boxes float64 [N, 4] (x0, y0, x1, y1 "
                        "in EXIF-oriented pixels), flips bool [N], sizes int32 [N, 2] (oriented height, width), "
                        "orientations int32 [N], from each header components int32 [N], precisions (bits per "
-                       "sample) int32 [N] and arithmetic (coding) bool [N], and the samples whose header could "
+                       "sample) int32 [N] and arithmetic (coding) bool [N], progressive (multi-scan) bool [N], and the samples whose header could "
                        "not be read.")
       .def_readonly("boxes", &CropPlan::boxes)
       .def_readonly("flips", &CropPlan::flips)
@@ -167,6 +167,7 @@ void register_types(py::module_& m) {
       .def_readonly("components", &CropPlan::components)
       .def_readonly("precisions", &CropPlan::precisions)
       .def_readonly("arithmetic", &CropPlan::arithmetic)
+      .def_readonly("progressive", &CropPlan::progressive)
       .def_readonly("failures", &CropPlan::failures);
 }
 

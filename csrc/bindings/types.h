@@ -42,6 +42,7 @@ struct CropPlan {
   py::array_t<int32_t> components;   // int32 [N]: colour components (1 gray, 3, 4 CMYK/YCCK)
   py::array_t<int32_t> precisions;   // int32 [N]: bits per sample
   py::array_t<bool> arithmetic;      // bool [N]: arithmetic-coded instead of Huffman
+  py::array_t<bool> progressive;     // bool [N]: multi-scan (progressive) entropy data
   std::vector<SampleFailure> failures;
 };
 

@@ -289,6 +289,7 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
       p.components = info.components;
       p.precision = info.precision;
       p.arithmetic = info.arithmetic;
+      p.progressive = info.progressive;
     } catch (const DecodeError& e) {
       res.status = SampleStatus::kDecodeError;
       res.message = e.what();

@@ -73,6 +73,7 @@ class Engine {
     int height = 0, width = 0, orientation = 1;
     int components = 0, precision = 0;
     bool arithmetic = false;
+    bool progressive = false;  // multi-scan (SOF2): GPU hardware JPEG engines take baseline only
   };
   void plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
             const int64_t* indices, int64_t max_pixels, int64_t max_file_bytes, std::vector<SamplePlan>* plans,

@@ -304,7 +304,8 @@ class FastdataContender:
     lead's ``roi`` switch on ``fastdata.Loader``. ``host_normalize=True`` with a CUDA job
     takes uint8 NHWC batches on the host and copies/normalizes them synchronously on the
     default stream (the ablation's "before CUDA-stream prefetch" steps). ``backend``:
-    the Loader's decoding backend ("native", or the GPU decoders "dali" and "nvjpeg").
+    the Loader's decoding backend ("native", "hybrid", or the GPU decoders "gpu", "dali" and
+    "nvjpeg"); the GPU ones record the rows each decoder took in ``detail``.
     """
 
     def __init__(self, source: str = "files", roi: bool = True, host_normalize: bool = False,
@@ -363,8 +364,9 @@ class FastdataContender:
                 return _float_only(job)
             if not job.device.startswith("cuda"):
                 return f"backend={self.backend} decodes on the GPU (needs --device cuda)"
-            if self.backend == "dali":
-                reason = _missing("nvidia.dali")
+            needs = {"dali": "nvidia.dali", "gpu": "nvidia.nvimgcodec", "hybrid": "nvidia.nvimgcodec"}
+            if self.backend in needs:
+                reason = _missing(needs[self.backend])
                 if reason:
                     return reason
         if job.device.startswith("cuda"):
@@ -435,6 +437,13 @@ class FastdataContender:
                     yield ((x - mean) / std).to(dtype), labels.to(device)
                 epoch += 1
         finally:
+            if self.backend != "native":  # rows per decoder: a GPU backend that hands all to the CPU shows here
+                st = loader.stats()
+                self.detail.update(gpu_rows=st.gpu_rows, native_rows=st.native_rows, gpu_rejected=st.gpu_rejected,
+                                   gpu_share=round(st.gpu_share, 3))
+                stages = getattr(loader._pipeline.decoders[0], "stage_seconds", None)
+                if stages:  # where the GPU decoder's worker spent its time (seconds, summed)
+                    self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}
             loader.close()
             cache_dir = getattr(self, "_cache_dir", None)
             if cache_dir is not None:
@@ -776,6 +785,8 @@ def make_contender(name: str) -> Any:
         "ffcv": FFCVContender,
         "fastdata-dali": lambda: FastdataContender("files", backend="dali"),
         "fastdata-nvjpeg": lambda: FastdataContender("files", backend="nvjpeg"),
+        "fastdata-gpu": lambda: FastdataContender("files", backend="gpu", threads=2),
+        "fastdata-hybrid": lambda: FastdataContender("files", backend="hybrid"),
         "dali": DALIContender,
         "nvjpeg": TorchvisionGPUContender,
     }
@@ -787,4 +798,4 @@ def make_contender(name: str) -> Any:
 
 
 CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "shards", "shards-cache", "webdataset", "ffcv",
-              "fastdata-dali", "fastdata-nvjpeg", "dali", "nvjpeg")
+              "fastdata-dali", "fastdata-nvjpeg", "fastdata-gpu", "fastdata-hybrid", "dali", "nvjpeg")

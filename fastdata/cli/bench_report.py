@@ -122,6 +122,24 @@ def table_rows(report: Dict[str, Any]) -> List[List[str]]:
     return rows
 
 
+def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
+    """With fastdata (native) and fastdata-gpu measured in the same run: their sum, what the
+    box can do when both decode at once (the gpu contender keeps 2 native threads for the
+    rows the engines refuse), and the hybrid's share of it."""
+    ok = {r["name"]: r for r in report["results"] if r.get("status") == "ok"}
+    if "fastdata" not in ok or "fastdata-gpu" not in ok:
+        return None
+    ceiling = ok["fastdata"]["images_per_s"] + ok["fastdata-gpu"]["images_per_s"]
+    line = f"ceiling (native + gpu, same run): {ceiling:,.0f} img/s"
+    if "fastdata-hybrid" in ok:
+        hybrid = ok["fastdata-hybrid"]
+        line += f"; hybrid {hybrid['images_per_s'] / ceiling:.0%} of it"
+        share = hybrid.get("detail", {}).get("gpu_share")
+        if share is not None:
+            line += f", GPU share {share:.0%}"
+    return line
+
+
 def machine_line(report: Dict[str, Any]) -> str:
     m = report["machine"]
     v = m["versions"]
@@ -154,10 +172,14 @@ def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> Non
             table.add_row(*row)
         console = Console(file=stream)
         console.print(table)
+        if ceiling_line(report):
+            console.print(ceiling_line(report))
         console.print(machine_line(report), style="dim")
         return
     stream.write(title + "\n")
     stream.write(format_plain(rows) + "\n")
+    if ceiling_line(report):
+        stream.write(ceiling_line(report) + "\n")
     stream.write(machine_line(report) + "\n")
     stream.flush()
 

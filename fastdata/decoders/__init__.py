@@ -1,6 +1,8 @@
 """The decoders the Loader's pipeline can use: "native" (libjpeg-turbo threads, always
-present: it takes every row the others do not), "nvjpeg" (torchvision's GPU decoder) and
-"dali" (NVIDIA DALI, optional extra).
+present: it takes every row the others do not), "gpu" (nvImageCodec on the GPU's hardware
+JPEG engines, the ``gpu`` extra; "hybrid" is the same decoder sharing each batch with the
+native threads, balanced by the pipeline), "nvjpeg" (torchvision's GPU decoder) and "dali"
+(NVIDIA DALI, optional extra).
 
 Every decoder has the same small interface (fastdata.decoders.base.Decoder): it says which
 rows it ``accepts`` from the header facts of a planned batch (routing.py), then ``start``s
@@ -18,7 +20,7 @@ from .base import Decoder
 
 __all__ = ["BACKENDS", "DALI_MISSING", "Decoder", "make_decoder"]
 
-BACKENDS = ("native", "nvjpeg", "dali")
+BACKENDS = ("native", "gpu", "hybrid", "nvjpeg", "dali")
 
 DALI_MISSING = "backend='dali' needs NVIDIA DALI: pip install fastdata[dali] (nvidia-dali-cuda130)"
 
@@ -26,17 +28,21 @@ DALI_MISSING = "backend='dali' needs NVIDIA DALI: pip install fastdata[dali] (nv
 def make_decoder(name: str, transform: Transform, *, device: torch.device, threads: int,
                  **options: Any) -> Optional[Decoder]:
     """The decoder that runs before the native one for backend ``name``: None for "native",
-    an NvjpegDecoder or a DaliDecoder (``options``: hw_decoder_load, batch_size, prefetch).
+    an NvImageCodecDecoder for "gpu" and "hybrid" (``options``: cpu_threads), an
+    NvjpegDecoder, or a DaliDecoder (``options``: hw_decoder_load, batch_size, prefetch).
 
-    Raises ValueError for an unknown name or nvjpeg without CUDA, and ImportError with the
-    install command when DALI is asked for but missing.
+    Raises ValueError for an unknown name or a GPU decoder without CUDA, and ImportError with
+    the install command when DALI or nvImageCodec is asked for but missing.
     """
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(repr(b) for b in BACKENDS)}, got {name!r}")
-    if name != "dali" and options:
+    if name not in ("dali", "gpu", "hybrid") and options:
         raise TypeError(f"backend={name!r} takes no options, got {sorted(options)}")
     if name == "native":
         return None
+    if name in ("gpu", "hybrid"):
+        from .nvimgcodec import NvImageCodecDecoder
+        return NvImageCodecDecoder(transform, device=device, **options)
     if name == "nvjpeg":
         from .nvjpeg import NvjpegDecoder
         return NvjpegDecoder(transform, device=device)

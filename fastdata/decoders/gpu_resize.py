@@ -1,38 +1,52 @@
-"""Batched crop + antialiased resize + flip on the GPU (or CPU), in torch only (the pipeline normalizes).
+"""Batched crop + antialiased resize + flip on the GPU: Triton kernels, one launch per pass.
 
 One call resamples a whole batch of decoded images of different sizes, with no Python
-loop over images: the decoded images live in one flat uint8 buffer (per-image element
-offsets), and every output pixel is a gather over its filter taps. The filter is Pillow's
-antialiased bilinear (triangle, support widened by the downscale factor), the same filter
-the native engine uses, so ``resample_batch`` matches ``Image.crop(box).resize(size,
-BILINEAR)`` and the native engine up to rounding.
+loop over images: the decoded images live in one flat uint8 buffer (``ImageLayout``: per
+image a base offset and strides, so HWC and CHW both work), and two kernels
+(resample_kernels.py) do Pillow's separable resample for all of them at once: a horizontal
+pass over the ragged stack of source rows each image needs, into a uint8 intermediate, then
+a vertical pass into float32 [B, H, W, 3]. The filter is Pillow's antialiased bilinear
+(triangle, support widened by the downscale factor), in the native engine's fixed-point
+arithmetic (csrc/core/resize.cpp) and Pillow's order (horizontal pass first). For the same
+decoded pixels ``resample_batch`` gives the native engine's bytes where that engine also runs
+the horizontal pass first (source rows <= output rows), and differs by at most one level
+where it saves work by running the vertical pass first; it matches
+``Image.crop(box).resize(size, BILINEAR)`` to rounding (Pillow's weights have more bits).
 
-Separable, in Pillow's order: a horizontal pass over the source rows each image needs
-(ragged: rows of all images stacked), rounded to uint8 values like Pillow, then a vertical
-pass into [B, H, W, 3]. The Python loops run over filter taps (a handful) and over chunks
-of the batch (to bound index memory), never over images.
+EXIF orientation and the horizontal flip are folded into addressing: boxes are in oriented
+coordinates, decoded pixels stay as stored (nvJPEG does not rotate), and an oriented pixel
+(xo, yo) maps to a stored element through a per-image affine map (``orientation_maps``).
 
-EXIF orientation and the horizontal flip are folded into the gather indices: boxes are in
-oriented coordinates, decoded pixels stay as stored (nvJPEG does not rotate), and an oriented
-pixel (xo, yo) maps to a stored element through a per-image affine map.
+The host computes only small tables, in float64 numpy like the native engine: per image a
+row of scalars, per axis the first tap and fixed-point weights of each output (B x out x
+taps), uploaded in one copy. The kernels compute every element address themselves.
 
-Filter tables are computed in float64 numpy on the host (they are small: B x out x taps).
+Why Triton: it ships with CUDA builds of torch (no extra dependency such as CV-CUDA), keeps
+exactly the native engine's filter (the GPU and CPU paths give the same pixels), and its
+interpreter (``TRITON_INTERPRET=1``) runs the same kernels on CPU tensors, so the tests
+need no GPU. Generic torch ops (a gather per filter tap over int64 index tensors, the
+previous implementation) moved several times the bytes and launched a kernel per tap.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from types import ModuleType
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from .. import _C
 from .base import to_device
 
 __all__ = ["AxisTables", "axis_tables", "filter_support", "filter_reach", "ImageLayout", "resample_batch",
            "orientation_maps"]
 
-# Elements of index memory per gather (int64): bounds the working set of one chunk.
-_CHUNK_ELEMENTS = 48 * 1024 * 1024
+# Fractional bits of the fixed-point filter weights: csrc/core/resize.h kResizeBits16.
+FIXED_BITS = 14
+# Largest element offset the kernels compute in int32; past it, in int64 (tests lower it).
+_INT32_OFFSETS = 2 ** 31 - 1
 
 
 def filter_support(scale: np.ndarray) -> np.ndarray:
@@ -51,13 +65,16 @@ def filter_reach(scale: np.ndarray) -> np.ndarray:
 @dataclass
 class AxisTables:
     """Filter taps for one axis of a batch: output k of image b reads source positions
-    ``first[b, k] + t`` (t < taps) with weights ``weights[b, k, t]`` (zero past the tap count;
-    positions there are clamped in range). ``need_lo/need_hi`` [B]: source span read."""
+    ``first[b, k] + t`` (t < taps) with weights ``weights[b, k, t]``, the native engine's
+    fixed-point weights (FIXED_BITS fractional bits; zero past the output's tap count, where
+    positions may lie outside the window). ``max_count`` [B]: the taps an image's widest
+    output uses. ``need_lo/need_hi`` [B]: source span read."""
 
-    first: np.ndarray    # int64 [B, out]
-    weights: np.ndarray  # float32 [B, out, taps]
-    need_lo: np.ndarray  # int64 [B]
-    need_hi: np.ndarray  # int64 [B]
+    first: np.ndarray      # int32 [B, out]
+    weights: np.ndarray    # int16 [B, out, taps]
+    max_count: np.ndarray  # int64 [B]
+    need_lo: np.ndarray    # int64 [B]
+    need_hi: np.ndarray    # int64 [B]
 
     @property
     def taps(self) -> int:
@@ -66,55 +83,19 @@ class AxisTables:
 
 def axis_tables(start: np.ndarray, scale: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: int,
                 reverse: Optional[np.ndarray] = None) -> AxisTables:
-    """Pillow's ``precompute_coeffs`` (bilinear, antialiased) for a batch, vectorized.
+    """Pillow's ``precompute_coeffs`` (bilinear, antialiased) for a batch: the native engine's
+    own tables (csrc/core/resize.cpp build_axis_filter, through ``_C.axis_filters``), so the
+    GPU and CPU paths use the same taps and rounded weights.
 
     start/scale: float64 [B] — output pixel k samples source centre ``start + (k + 0.5) * scale``.
     lo/hi: int64 [B] — the window the filter may read (Pillow's crop: the box; a fused
     resize + center crop: the whole image). reverse: bool [B] mirrors the output (flip).
-    Mirrors csrc/core/resize.cpp build_axis_filter line by line.
     """
     start = np.asarray(start, np.float64)
-    scale = np.asarray(scale, np.float64)
-    lo = np.asarray(lo, np.int64)
-    hi = np.asarray(hi, np.int64)
-    if np.any(hi <= lo):
-        raise ValueError("every crop window must hold at least one source pixel")
-    if np.any(scale <= 0):
-        raise ValueError("scale must be positive")
-    b = start.shape[0]
-    support = filter_support(scale)  # Pillow's filterscale; the triangle's support is 1 * filterscale
-    max_taps = (np.ceil(support) * 2 + 1).astype(np.int64)
-    origin = (start - lo)[:, None]
-    window = (hi - lo)[:, None]
-    k = np.arange(out, dtype=np.float64)[None, :]
-    center = origin + (k + 0.5) * scale[:, None]
-    sup = support[:, None]
-    xmin = np.trunc(center - sup + 0.5).astype(np.int64)  # C's int cast truncates
-    xmin = np.maximum(xmin, 0)
-    xmax = np.minimum(np.trunc(center + sup + 0.5).astype(np.int64), window)
-    n = np.minimum(xmax - xmin, max_taps[:, None])
-    empty = n <= 0  # the window is empty here: take the nearest pixel
-    xmin = np.where(empty, np.clip(np.trunc(center).astype(np.int64), 0, window - 1), xmin)
-    n = np.where(empty, 1, n)
-    taps = int(n.max()) if n.size else 1
-    t = np.arange(taps, dtype=np.int64)[None, None, :]
-    d = np.abs((t + xmin[..., None] - center[..., None] + 0.5) / sup[..., None])
-    w = np.where((t < n[..., None]) & (d < 1.0), 1.0 - d, 0.0)
-    ww = w.sum(axis=2, keepdims=True)
-    degenerate = ww[..., 0] == 0
-    if degenerate.any():
-        w[degenerate] = 0.0
-        w[degenerate, 0] = 1.0
-        ww = np.where(ww == 0, 1.0, ww)
-    w = w / ww
-    first = lo[:, None] + xmin
-    need_lo = first.min(axis=1) if out else lo.copy()
-    need_hi = (first + n).max(axis=1) if out else lo + 1
-    if reverse is not None and np.any(reverse):
-        rev = np.asarray(reverse, bool)
-        first[rev] = first[rev, ::-1]
-        w[rev] = w[rev, ::-1]
-    return AxisTables(first=first.reshape(b, out), weights=w.astype(np.float32), need_lo=need_lo, need_hi=need_hi)
+    if reverse is None:
+        reverse = np.zeros(start.shape[0], bool)
+    first, weights, max_count, need_lo, need_hi = _C.axis_filters(start, scale, lo, hi, int(out), reverse)
+    return AxisTables(first=first, weights=weights, max_count=max_count, need_lo=need_lo, need_hi=need_hi)
 
 
 def orientation_maps(orientation: np.ndarray, stored_h: np.ndarray, stored_w: np.ndarray) -> np.ndarray:
@@ -176,32 +157,36 @@ class ImageLayout:
         return ImageLayout(base, h, w, w * 3, np.full_like(w, 3), np.ones_like(w))
 
 
-def _round_u8(x: torch.Tensor) -> torch.Tensor:
-    # Pillow rounds half up and clips to 0..255 after each pass (8-bit images).
-    return torch.floor(x + 0.5).clamp_(0.0, 255.0)
-
-
 def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, flips: np.ndarray,
                    orientations: np.ndarray, out_hw: Tuple[int, int], clip_to_box: bool) -> torch.Tensor:
-    """Crop, resize (antialiased bilinear) and flip every image of a batch in one pass.
+    """Crop, resize (antialiased bilinear) and flip every image of a batch: two kernel launches.
 
-    flat: uint8 1-D tensor on any device holding all decoded images (see ``ImageLayout``).
+    flat: uint8 1-D CUDA tensor holding all decoded images (see ``ImageLayout``); a CPU
+    tensor only under Triton's interpreter (``TRITON_INTERPRET=1``, the tests without a GPU).
     boxes: float64 [B, 4] (x0, y0, x1, y1) in EXIF-oriented pixel coordinates.
     flips: bool [B] horizontal flips. orientations: int [B] EXIF 1..8 of the stored pixels.
     clip_to_box: the filter reads only inside the box (RandomResizedCrop, like Pillow's
     crop + resize); otherwise the whole image (a fused resize + center crop).
-    Returns float32 [B, H, W, 3] on ``flat.device`` with integer values in 0..255 (rounded as
-    Pillow does), ready for the pipeline's normalize (fastdata.loader.cuda.GpuNormalizer).
-    Runs on the current CUDA stream.
+    Returns float32 [B, H, W, 3] on ``flat.device`` with integer values in 0..255 (the native
+    engine's filter and rounding, see the module docstring), ready for the pipeline's normalize
+    (fastdata.loader.cuda.GpuNormalizer). Queued on the current CUDA stream, without a host sync.
     """
     if flat.dtype != torch.uint8 or flat.dim() != 1:
         raise TypeError(f"flat must be a 1-D uint8 tensor, got {flat.dtype} with {flat.dim()} dims")
+    kernels = _kernels()
+    device = flat.device
+    if device.type != "cuda" and not (device.type == "cpu" and kernels.INTERPRETED):
+        raise ValueError(f"resample_batch runs Triton kernels on CUDA tensors; got a tensor on {device} "
+                         "(CPU tensors run only under Triton's interpreter: TRITON_INTERPRET=1 set before "
+                         "fastdata is imported)")
     out_h, out_w = int(out_hw[0]), int(out_hw[1])
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     n = boxes.shape[0]
-    device = flat.device
-    if n == 0:
-        return torch.empty((0, out_h, out_w, 3), dtype=torch.float32, device=device)
+    if n == 0 or out_h <= 0 or out_w <= 0:
+        if out_h < 0 or out_w < 0:
+            raise ValueError(f"output size must be non-negative, got {out_hw}")
+        return torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)
+    _check_layout(layout, n, flat.numel())
     o = np.asarray(orientations, np.int64)
     transposed = o >= 5
     oh = np.where(transposed, layout.width, layout.height)  # oriented size
@@ -218,72 +203,113 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     fy = axis_tables(boxes[:, 1], (boxes[:, 3] - boxes[:, 1]) / out_h, ylo.astype(np.int64), yhi.astype(np.int64),
                      out_h)
     amap = orientation_maps(o, layout.height, layout.width)
-    # Element offset of oriented pixel (xo, yo), channel c: const + cx * xo + cy * yo + c * ch.
-    cx = amap[:, 1] * layout.pix_stride + amap[:, 4] * layout.row_stride
-    cy = amap[:, 2] * layout.pix_stride + amap[:, 5] * layout.row_stride
-    const = layout.base + amap[:, 0] * layout.pix_stride + amap[:, 3] * layout.row_stride
-    # Horizontal tap positions, clamped inside the oriented image (their weight is 0 past the count).
-    xpos = np.minimum(fx.first[:, :, None] + np.arange(fx.taps)[None, None, :], (ow - 1)[:, None, None])
-    xoff = xpos * cx[:, None, None]  # int64 [B, out_w, taps]
-    rows = fy.need_hi - fy.need_lo
+    rows = fy.need_hi - fy.need_lo  # source rows each image's vertical filter reads
+    row0 = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+    stacked_rows = int(rows.sum())
+    tiles = _tiles(out_h, out_w, kernels.INTERPRETED)
+    blocks = -(-rows // tiles.rows)  # row blocks of the horizontal pass per image
+    block_start = np.concatenate([[0], np.cumsum(blocks)]).astype(np.int32)
+
+    meta = np.zeros((n, kernels.META_FIELDS.value), np.int64)
+    # Element offset of oriented pixel (xo, yo), channel c: ADDR0 + X_STEP * xo + Y_STEP * yo + c * CH_STEP.
+    meta[:, kernels.ADDR0.value] = layout.base + amap[:, 0] * layout.pix_stride + amap[:, 3] * layout.row_stride
+    meta[:, kernels.X_STEP.value] = amap[:, 1] * layout.pix_stride + amap[:, 4] * layout.row_stride
+    meta[:, kernels.Y_STEP.value] = amap[:, 2] * layout.pix_stride + amap[:, 5] * layout.row_stride
+    meta[:, kernels.CH_STEP.value] = layout.ch_stride
+    meta[:, kernels.Y_LO.value] = fy.need_lo
+    meta[:, kernels.ROWS.value] = rows
+    meta[:, kernels.ROW0.value] = row0
+    meta[:, kernels.TAPS_X.value] = fx.max_count
+    meta[:, kernels.TAPS_Y.value] = fy.max_count
+    meta[:, kernels.OUT_ROW0.value] = np.arange(n, dtype=np.int64) * out_h
+    # int32 offsets where every buffer allows (half the integer work); the kernels follow meta's type.
+    wide = max(flat.numel(), stacked_rows * out_w * 3, n * out_h * out_w * 3) > _INT32_OFFSETS
+    if max(fx.weights.size, fy.weights.size) > 2 ** 31 - 1:
+        raise ValueError("batch too large for one resample: split it")
+    meta_t, block_start_t, first_x, first_y, weights_x, weights_y = _upload(
+        device, meta if wide else meta.astype(np.int32), block_start, fx.first,
+        fy.first, fx.weights, fy.weights)
+
+    stack = torch.empty((stacked_rows, out_w * 3), dtype=torch.uint8, device=device)
     out = torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)
-    # Chunks of whole images whose stacked source rows fit the index budget.
-    per_row = out_w * 3
-    starts = [0]
-    acc = 0
-    for b in range(n):  # host-side bookkeeping over ints only; no kernels launched here
-        acc += int(rows[b]) * per_row
-        if acc > _CHUNK_ELEMENTS and b > starts[-1]:
-            starts.append(b)
-            acc = int(rows[b]) * per_row
-    starts.append(n)
-    for c0, c1 in zip(starts[:-1], starts[1:]):
-        _resample_chunk(flat, slice(c0, c1), rows, fx, fy, xoff, cx, cy, const, layout.ch_stride,
-                        out[c0:c1], out_w)
+    steps = int(np.ceil(np.log2(n))) if n > 1 else 0  # binary search over block_start
+    on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    # Triton launches on the current device's current stream. The kernels do integer math only:
+    # fp fusion is moot, and naming it keeps Triton >= 3.9 from warning about its default.
+    with on_device:
+        kernels.horizontal_pass[(int(block_start[-1]), -(-out_w // tiles.width))](
+            flat, stack, meta_t, block_start_t, first_x, weights_x, n, steps, fx.taps, out_w,
+            BITS=FIXED_BITS, BLOCK_R=tiles.rows, BLOCK_W=tiles.width, num_warps=4, enable_fp_fusion=False)
+        kernels.vertical_pass[(n * -(-out_h // tiles.out_rows), -(-(out_w * 3) // tiles.values))](
+            stack, out, meta_t, first_y, weights_y, fy.taps, out_h, out_w * 3,
+            BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values, num_warps=4, enable_fp_fusion=False)
     return out
 
 
-def _upload(device: torch.device, dtype: np.dtype, *arrays: np.ndarray) -> List[torch.Tensor]:
-    """Several small host tables to the device in one copy; returns views shaped like the inputs."""
-    flat = np.concatenate([np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays])
-    dev = to_device(torch.from_numpy(flat), device)
-    views, at = [], 0
+def _check_layout(layout: ImageLayout, n: int, numel: int) -> None:
+    # The kernels trust these addresses: a layout past the buffer would read out of bounds.
+    fields = [np.asarray(getattr(layout, f), np.int64) for f in
+              ("base", "height", "width", "row_stride", "pix_stride", "ch_stride")]
+    if any(f.shape != (n,) for f in fields):
+        raise ValueError(f"layout must describe the {n} images of the batch, got shapes {[f.shape for f in fields]}")
+    base, h, w, row, pix, ch = fields
+    if np.any(h <= 0) or np.any(w <= 0) or np.any(base < 0) or np.any(row < 0) or np.any(pix < 0) or np.any(ch < 0):
+        raise ValueError("layout sizes must be positive and offsets and strides non-negative")
+    last = base + (h - 1) * row + (w - 1) * pix + 2 * ch
+    if np.any(last >= numel):
+        raise ValueError(f"layout reaches element {int(last.max())} of a buffer of {numel}")
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Block sizes of the two kernels. Horizontal: ``rows`` stacked rows x ``width`` output
+    pixels (3 channels each). Vertical: ``out_rows`` output rows x ``values`` of a row's
+    out_w * 3 interleaved values. Any sizes give the same output (the tests check)."""
+
+    rows: int
+    width: int
+    out_rows: int
+    values: int
+
+
+def _tiles(out_h: int, out_w: int, interpreted: bool) -> Tiles:
+    # Sizes are powers of two (tl.arange). On a GPU about 1024 outputs (x3 in the horizontal)
+    # per program of 4 warps; 224 wide: 2 x 128 pixels, 3 x 256 values (87.5% busy). Under the
+    # interpreter every program costs Python overhead and numpy likes big blocks: tall tiles.
+    if interpreted:
+        return Tiles(rows=128, width=min(512, _next_pow2(out_w)), out_rows=min(128, _next_pow2(out_h)),
+                     values=min(2048, _next_pow2(out_w * 3)))
+    width = min(128, _next_pow2(out_w))
+    values = min(256, _next_pow2(out_w * 3))
+    return Tiles(rows=max(1, min(16, 1024 // width)), width=width,
+                 out_rows=max(1, min(16, 1024 // values, _next_pow2(out_h))), values=values)
+
+
+def _next_pow2(v: int) -> int:
+    return 1 << max(0, int(v) - 1).bit_length()
+
+
+def _kernels() -> ModuleType:
+    """resample_kernels, imported on first use: Triton comes with CUDA builds of torch, and
+    importing this module (DALI uses ``filter_reach``) must not need it."""
+    try:
+        from . import resample_kernels
+    except ImportError as e:
+        raise ImportError("the GPU resampler needs Triton (CUDA builds of torch include it; else pip install triton)") from e
+    return resample_kernels
+
+
+def _upload(device: torch.device, *arrays: np.ndarray) -> List[torch.Tensor]:
+    """Several small host tables to the device in one copy, each keeping its dtype; returns
+    device views shaped like the inputs."""
+    chunks, spans, at = [], [], 0
     for a in arrays:
-        views.append(dev[at:at + a.size].view(a.shape))
-        at += a.size
-    return views
-
-
-def _resample_chunk(flat: torch.Tensor, sl: slice, rows: np.ndarray, fx: AxisTables, fy: AxisTables,
-                    xoff: np.ndarray, cx: np.ndarray, cy: np.ndarray, const: np.ndarray, ch: np.ndarray,
-                    out: torch.Tensor, out_w: int) -> None:
-    device = flat.device
-    nrows = rows[sl]
-    b = nrows.shape[0]
-    # Ragged stack of the oriented source rows each image needs.
-    row_img = np.repeat(np.arange(b, dtype=np.int64), nrows)
-    row_start = np.concatenate([[0], np.cumsum(nrows)[:-1]]).astype(np.int64)
-    row_yo = np.arange(row_img.shape[0], dtype=np.int64) - row_start[row_img] + fy.need_lo[sl][row_img]
-    rowbase = const[sl][row_img] + cy[sl][row_img] * row_yo
-    chan = np.arange(3, dtype=np.int64)[None, :] * ch[sl][:, None]  # [b, 3]
-    # Vertical pass: output row i of image j reads stacked rows row_start[j] + (first + t - need_lo).
-    hi = (fy.need_hi[sl] - 1)[:, None, None]
-    ypos = np.minimum(fy.first[sl][:, :, None] + np.arange(fy.taps)[None, None, :], hi)
-    ridx = row_start[:, None, None] + ypos - fy.need_lo[sl][:, None, None]  # [b, out_h, taps]
-    # int32 indices halve the index traffic (index_select takes them) when the buffer allows.
-    itype = np.int32 if flat.numel() < 2 ** 31 - 1 and row_img.shape[0] < 2 ** 31 - 1 else np.int64
-    row_img_t, rowbase_t, chan_t, xoff_t, ridx_t = _upload(device, itype, row_img, rowbase, chan, xoff[sl], ridx)
-    wx_t, wy_t = _upload(device, np.float32, fx.weights[sl], fy.weights[sl])
-    rb = rowbase_t[:, None, None] + chan_t.index_select(0, row_img_t)[:, None, :]  # [R, 1, 3]
-    tmp = torch.zeros((row_img.shape[0], out_w, 3), dtype=torch.float32, device=device)
-    for t in range(fx.taps):
-        idx = rb + xoff_t[:, :, t].index_select(0, row_img_t)[:, :, None]  # [R, out_w, 3]
-        pix = flat.index_select(0, idx.reshape(-1)).view(idx.shape).to(torch.float32)
-        tmp.addcmul_(pix, wx_t[:, :, t].index_select(0, row_img_t)[:, :, None])
-    tmp = _round_u8(tmp)
-    out.zero_()
-    flat_out = out.view(-1, out_w, 3)
-    for t in range(fy.taps):
-        src = tmp.index_select(0, ridx_t[:, :, t].reshape(-1))
-        flat_out.addcmul_(src, wy_t[:, :, t].reshape(-1)[:, None, None])
-    out.copy_(_round_u8(out))
+        a = np.ascontiguousarray(a)
+        pad = -at % 8  # every view starts aligned for its dtype
+        chunks.append(np.zeros(pad, np.uint8))
+        at += pad
+        chunks.append(a.reshape(-1).view(np.uint8))
+        spans.append((at, a))
+        at += a.nbytes
+    dev = to_device(torch.from_numpy(np.concatenate(chunks)), device)
+    return [dev[s:s + a.nbytes].view(torch.from_numpy(a[:0]).dtype).view(a.shape) for s, a in spans]

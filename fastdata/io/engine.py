@@ -99,7 +99,7 @@ class CropPlan:
     output samples it with Pillow's pixel-centre convention), flip (bool [N]), oriented size
     (int32 [N, 2] as height, width), EXIF orientation (int32 [N]), and from the header the
     native reader parsed: components (int32 [N]), bits per sample (int32 [N]) and whether the
-    entropy coding is arithmetic (bool [N]). Rows in ``failed_rows`` or ``not_jpeg_rows`` hold
+    entropy coding is arithmetic (bool [N]) and progressive (bool [N]). Rows in ``failed_rows`` or ``not_jpeg_rows`` hold
     zeros."""
 
     boxes: np.ndarray
@@ -109,6 +109,7 @@ class CropPlan:
     components: np.ndarray
     precisions: np.ndarray
     arithmetic: np.ndarray
+    progressive: np.ndarray
     failures: List[DecodeError] = field(default_factory=list)
     failed_rows: List[int] = field(default_factory=list)
     not_jpeg_rows: List[int] = field(default_factory=list)
@@ -246,7 +247,8 @@ class Engine:
                 raise RuntimeError("Engine is closed")
             raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels, max_file_bytes)
         plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations,
-                        components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic)
+                        components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic,
+                        progressive=raw.progressive)
         for failure in raw.failures:
             row = failure.row
             if failure.status == _C.SampleStatus.NOT_JPEG and row not in prefailed:

@@ -89,11 +89,16 @@ class Loader:
             max_file_bytes fail unread, 0: no limit). Only regular files are read.
         rank, world_size: shard of this process; default from ``torch.distributed`` when it
             is initialized, else a single process.
-        backend: "native" (libjpeg-turbo threads), "nvjpeg" (torchvision's GPU decoder) or
-            "dali" (NVIDIA DALI, optional extra); same order, crops, labels and outputs.
-            ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``). A GPU
-            backend decodes the rows it can take; the native threads decode the rest. A
-            ``fastdata.decoders.Decoder`` object plugs in a decoder of your own the same way.
+        backend: "auto" (the default: "hybrid" on CUDA when the gpu extra is installed, else
+            "native"), "native" (libjpeg-turbo threads), "hybrid" (every batch split between
+            the native threads and the GPU's hardware JPEG engines so that both finish
+            together, re-balanced every batch), "gpu" (nvImageCodec on the engines; the
+            native threads take only what the engines cannot), "nvjpeg" (torchvision's GPU
+            decoder) or "dali" (NVIDIA DALI, optional extra); same order, crops, labels and
+            outputs. ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``,
+            the gpu decoder's ``cpu_threads``). A GPU backend decodes the rows it can take;
+            the native threads decode the rest. A ``fastdata.decoders.Decoder`` object plugs
+            in a decoder of your own the same way.
         num_workers, pin_memory: accepted for DataLoader compatibility (num_workers is an
             alias of threads; slots are pinned whenever CUDA is available).
 
@@ -113,7 +118,7 @@ class Loader:
                  std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  rank: Optional[int] = None,
-                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "native",
+                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "auto",
                  backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
                  pin_memory: bool = True):
         if on_error not in ("raise", "skip"):
@@ -167,8 +172,8 @@ class Loader:
                                       rank=rank, world_size=world_size)
         self._labels = np.ascontiguousarray(source.labels, dtype=np.int64)
         cuda = self.device.type == "cuda"
-        if not cuda and backend == "nvjpeg":
-            raise ValueError("backend='nvjpeg' decodes on the GPU: it needs device='cuda'")
+        if not cuda and backend in ("nvjpeg", "gpu", "hybrid"):
+            raise ValueError(f"backend={backend!r} decodes on the GPU: it needs device='cuda'")
         self._stats = StatsCounter(int(threads), self.prefetch, self.batch_size)
         self._outcomes = OutcomeCounter(self._stats)
         # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode

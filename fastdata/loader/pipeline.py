@@ -5,11 +5,15 @@ One batch, on the producer thread::
     pending = pipeline.submit(items, indices, epoch, names)
         plan: read bytes and plan crops from the headers (only when a GPU decoder is configured;
         the native decoder alone plans inside its one native call)
-        route: each row to the first decoder that accepts it (fastdata.decoders.routing)
-        start: GPU decoders queue their rows on the pipeline's stream (DALI runs ``depth`` ahead)
+        route: each row to the first decoder that accepts it (fastdata.decoders.routing);
+        "hybrid": the GPU keeps the share of its rows that the split balancer asks for
+        (fastdata.loader.balance), the rest go native
+        start: GPU decoders queue their rows (the pipeline's stream; DALI runs ``depth`` ahead,
+        nvImageCodec on its worker thread)
     decoded = pipeline.decode(pending)
-        finish the GPU decoders (rejected rows fall back), then the native decoder writes the
-        rest into one pinned ring slot (fastdata.loader.pinned_ring): the one host staging area
+        the native decoder writes its rows into one pinned ring slot (fastdata.loader.pinned_ring:
+        the one host staging area) while the GPU decoders work; then they finish, and the rows
+        they handed back are decoded natively into the same slot
     pipeline.replace(decoded, row, ...)          # the caller's skip policy, into the same slot
     images, labels, done, times = pipeline.deliver(decoded, labels=True)
         one host-to-device copy of the slot's rows (fastdata.loader.cuda), GPU rows placed
@@ -26,6 +30,7 @@ never replacing them.
 from __future__ import annotations
 
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
@@ -42,6 +47,7 @@ from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport,
 from ..io.host import usable_cores
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
 from ..io.transforms import Transform
+from .balance import SplitBalancer
 from .cuda import CudaUploader, GpuNormalizer
 from .pinned_ring import PinnedRing, Slot
 
@@ -81,8 +87,10 @@ class DecodedBatch:
 class BatchPipeline:
     """The stages of a batch for one transform, output device, dtype and backend.
 
-    backend: "native" (libjpeg-turbo threads only), "nvjpeg" or "dali" (a GPU decoder first,
-    the native decoder for the rows it cannot take; ``backend_options`` go to it), or a
+    backend: "native" (libjpeg-turbo threads only); "gpu", "nvjpeg" or "dali" (a GPU decoder
+    first, the native decoder for the rows it cannot take; ``backend_options`` go to it);
+    "hybrid" (the "gpu" decoder and the native threads share every batch, balanced); "auto"
+    (hybrid on CUDA with the gpu extra installed, else native); or a
     ``fastdata.decoders.Decoder`` of your own in that first place.
     ring_slots, handed_out, pin: the pinned ring (see PinnedRing). cpu_normalize: on the CPU,
     let the native threads write normalized float32 when they decode every row (the
@@ -116,10 +124,15 @@ class BatchPipeline:
         cuda = self.device.type == "cuda"
         threads = usable_cores() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
+        self.balancer: Optional[SplitBalancer] = None
         if isinstance(backend, str):
+            backend = resolve_backend(backend, self.device)
             gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
+            if backend == "hybrid" and gpu is not None:
+                self.balancer = SplitBalancer()
         else:
             gpu = backend
+        self.backend = backend if isinstance(backend, str) else getattr(backend, "name", "custom")
         self._closed = False
         self.engine = Engine(threads)
         self.threads = self.engine.threads
@@ -140,6 +153,7 @@ class BatchPipeline:
                                handed_out=handed_out)
         self._uploader = CudaUploader(self.device, self.stream) if cuda else None
         self.stats = {"batches": 0, "gpu_decoded": 0, "native_fallbacks": 0, "gpu_rejected": 0}
+        self._gpu_seconds = 0.0  # the GPU decoders' time for the batch being decoded (the balancer's)
 
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
@@ -163,6 +177,10 @@ class BatchPipeline:
         batch = plan_batch(items, index_arr, epoch, names, self.engine, self.transform, seed=self.seed,
                            max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes)
         routes = route(batch, self.decoders)
+        if self.balancer is not None:  # hybrid: the GPU keeps its balanced share, in batch order
+            keep = self.balancer.gpu_rows(len(batch), len(routes[0]))
+            routes[-1] = sorted(routes[-1] + routes[0][keep:])
+            routes[0] = routes[0][:keep]
         started = []
         with self._on_stream():
             for decoder, rows in zip(self.decoders[:-1], routes[:-1]):
@@ -172,38 +190,54 @@ class BatchPipeline:
         return PendingBatch(batch, started, routes[-1])
 
     def decode(self, pending: PendingBatch) -> DecodedBatch:
-        """Finish the GPU rows, then decode the host rows into a ring slot (in submission order)."""
+        """Decode the native rows into a ring slot while the GPU decoders work, then finish
+        those (in submission order) and decode the rows they handed back natively."""
         batch = pending.batch
+        slot = self.ring.acquire()
         native_rows = list(pending.native_rows)
-        parts: List[Tuple[List[int], torch.Tensor]] = []
         failures: List[Tuple[int, DecodeError]] = []
+        t0 = time.perf_counter()
+        self._decode_native(batch, native_rows, slot, 0, failures)
+        native_seconds = time.perf_counter() - t0
+        parts: List[Tuple[List[int], torch.Tensor]] = []
+        handed_back: List[int] = []
+        gpu_rows, gpu_seconds = 0, 0.0
         t0 = time.perf_counter()
         with self._on_stream():
             while pending.started:
                 decoder, rows, handle = pending.started.pop(0)
                 done: DecodedRows = decoder.finish(handle, None)
                 failures.extend(done.failures)
-                self.stats["gpu_rejected"] += len(done.rejected)
                 rejected = set(done.rejected)
                 ok = [r for r in rows if r not in rejected]
                 if ok:
                     if done.pixels is None or len(done.pixels) != len(ok):
                         raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(ok)} rows")
                     parts.append((ok, done.pixels))
-                    self.stats["gpu_decoded"] += len(ok)
-                native_rows.extend(done.rejected)
+                gpu_rows += len(ok)
+                gpu_seconds += getattr(decoder, "last_seconds", 0.0)
+                handed_back.extend(done.rejected)
         if len(self.decoders) > 1:
             self._count(decode_seconds=time.perf_counter() - t0)
-        native_rows.sort()
-        slot = self.ring.acquire()
-        k = len(native_rows)
-        if native_rows:
-            done = self.native.finish(self.native.start(batch, native_rows), slot.images[:k].numpy())
-            failures.extend(done.failures)
-        self.stats["native_fallbacks"] += k
+        handed_back.sort()
+        self._decode_native(batch, handed_back, slot, len(native_rows), failures)
+        if self.balancer is not None:
+            self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds)
+        host_rows = native_rows + handed_back
+        self.stats["gpu_decoded"] += gpu_rows
+        self.stats["gpu_rejected"] += len(handed_back)
+        self.stats["native_fallbacks"] += len(host_rows)
         self.stats["batches"] += 1
+        self._count(gpu_rows=gpu_rows, native_rows=len(host_rows), gpu_rejected=len(handed_back))
         failures.sort(key=lambda pair: pair[0])
-        return DecodedBatch(batch, slot, native_rows, parts, failures)
+        return DecodedBatch(batch, slot, host_rows, parts, failures)
+
+    def _decode_native(self, batch: PlannedBatch, rows: List[int], slot: Slot, at: int,
+                       failures: List[Tuple[int, DecodeError]]) -> None:
+        """The native decoder's ``rows`` into slot rows ``at``.. (blocking; the GIL is released)."""
+        if rows:
+            done = self.native.finish(self.native.start(batch, rows), slot.images[at:at + len(rows)].numpy())
+            failures.extend(done.failures)
 
     def replace(self, decoded: DecodedBatch, row: int, item: Item, index: int, name: Optional[str]) -> bool:
         """Decode sample ``index`` (``item``) natively into failed ``row``'s place; True on success."""
@@ -313,6 +347,30 @@ class BatchPipeline:
     def _count(self, **deltas: float) -> None:
         if self._on_stats is not None:
             self._on_stats(**deltas)
+
+
+_warned_no_gpu_extra = False
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The backend a name means on ``device``: "auto" is "hybrid" on CUDA when the gpu extra
+    (nvImageCodec) is installed, else "native"; "hybrid" without the extra says so once
+    (a warning) and runs native. Other names are returned as given."""
+    global _warned_no_gpu_extra
+    if backend not in ("auto", "hybrid"):
+        return backend
+    from ..decoders.nvimgcodec import nvimgcodec_module
+    if device.type != "cuda":
+        if backend == "hybrid":
+            raise ValueError("backend='hybrid' splits batches between the CPU and the GPU: it needs device='cuda'")
+        return "native"
+    if nvimgcodec_module() is None:
+        if not _warned_no_gpu_extra:
+            _warned_no_gpu_extra = True
+            warnings.warn("fastdata: the hybrid CPU+GPU decoder needs the gpu extra (pip install fastdata[gpu]: "
+                          "nvidia-nvimgcodec-cu13, nvidia-nvjpeg); decoding on the CPU only", RuntimeWarning, stacklevel=3)
+        return "native"
+    return "hybrid"
 
 
 def resolve_dtype(dtype: Union[torch.dtype, str, None]) -> Optional[torch.dtype]:

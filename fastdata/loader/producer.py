@@ -55,12 +55,12 @@ class _Names:
 
 class OutcomeCounter:
     """The pipeline's counters for one Loader. Work (``*_seconds``) counts when it is done;
-    per-sample outcomes (failures, warnings, Pillow fallbacks) are held until the batch they
+    per-sample outcomes (failures, warnings, Pillow fallbacks, rows per decoder) are held until the batch they
     belong to is finished and then travel with it, counting when the consumer receives it:
     batches decoded ahead for the next epoch, or dropped by ``set_epoch``, never show in
     ``stats()`` early (the stats of an epoch are that epoch's)."""
 
-    OUTCOMES = ("failures", "warnings", "fallbacks")
+    OUTCOMES = ("failures", "warnings", "fallbacks", "gpu_rows", "native_rows", "gpu_rejected")
 
     def __init__(self, stats: StatsCounter):
         self.stats = stats

@@ -23,9 +23,24 @@ class LoaderStats:
     failures: int              # samples that failed to decode (replaced when on_error="skip")
     warnings: int              # libjpeg corrupt-data warnings (decoded anyway; strict=False)
     fallbacks: int             # non-JPEG samples decoded through Pillow
+    gpu_rows: int              # rows the GPU decoder delivered (backend gpu, hybrid, nvjpeg, dali)
+    native_rows: int           # rows the native threads decoded (those the GPU was not given, and gpu_rejected)
+    gpu_rejected: int          # rows the GPU decoder was given but handed back (decoded natively)
+    cpu_seconds: float         # this process's CPU time (all threads) over wall_seconds
     threads: int
     prefetch: int
     batch_size: int
+
+    @property
+    def gpu_share(self) -> float:
+        """Share of the rows the GPU decoded (the hybrid split, averaged over batches)."""
+        rows = self.gpu_rows + self.native_rows
+        return self.gpu_rows / rows if rows else 0.0
+
+    @property
+    def cpu_cores(self) -> float:
+        """CPU cores this process kept busy on average (all threads: decode, training, Python)."""
+        return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     @property
     def wait_share(self) -> float:
@@ -37,18 +52,20 @@ class StatsCounter:
     """Thread-safe accumulation behind ``Loader.stats()``."""
 
     _FIELDS = ("batches", "images", "wait_seconds", "fetch_seconds", "read_seconds", "decode_seconds",
-               "h2d_seconds", "failures", "warnings", "fallbacks")
+               "h2d_seconds", "failures", "warnings", "fallbacks", "gpu_rows", "native_rows", "gpu_rejected")
 
     def __init__(self, threads: int, prefetch: int, batch_size: int):
         self._lock = threading.Lock()
         self._values = {k: 0 for k in self._FIELDS}
         self._t0 = None
+        self._cpu0 = 0.0
         self._fixed = dict(threads=threads, prefetch=prefetch, batch_size=batch_size)
 
     def start_clock(self) -> None:
         with self._lock:
             if self._t0 is None:
                 self._t0 = time.perf_counter()
+                self._cpu0 = time.process_time()
 
     def add(self, **deltas: float) -> None:
         with self._lock:
@@ -59,5 +76,6 @@ class StatsCounter:
         with self._lock:
             v = dict(self._values)
             wall = 0.0 if self._t0 is None else time.perf_counter() - self._t0
-        return LoaderStats(wall_seconds=wall, images_per_s=v["images"] / wall if wall > 0 else 0.0,
+            cpu = 0.0 if self._t0 is None else time.process_time() - self._cpu0
+        return LoaderStats(wall_seconds=wall, cpu_seconds=cpu, images_per_s=v["images"] / wall if wall > 0 else 0.0,
                            **v, **self._fixed)

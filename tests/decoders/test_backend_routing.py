@@ -134,7 +134,7 @@ def test_ends_with_eoi():
 
 
 def test_make_backend_rejects_unknown_names_and_cpu_nvjpeg():
-    assert BACKENDS == ("native", "nvjpeg", "dali")
+    assert BACKENDS == ("native", "gpu", "hybrid", "nvjpeg", "dali")
     with pytest.raises(ValueError, match="backend must be one of"):
         make_backend("opencv", fastdata.RandomResizedCrop(8))
     with pytest.raises(ValueError, match="CUDA device"):

@@ -20,7 +20,7 @@ def source():
 
 def _batches(source, **kw):
     with fastdata.Loader(source, batch_size=16, transform=fastdata.RandomResizedCrop(96), seed=3,
-                         threads=4, **kw) as loader:
+                         threads=4, backend="native", **kw) as loader:  # "auto" may be hybrid on CUDA
         return [(x, y) for x, y in loader]
 
 
@@ -49,7 +49,7 @@ def test_slow_step_sees_no_data_wait(source):
     """With a step much slower than decoding, prefetch hides the input pipeline."""
     big = fastdata.BytesSource(list(source.buffers) * 4, list(source.labels) * 4)
     with fastdata.Loader(big, batch_size=16, transform=fastdata.RandomResizedCrop(96), threads=4,
-                         device="cuda", dtype=torch.float16, prefetch=3) as loader:
+                         device="cuda", dtype=torch.float16, prefetch=3, backend="native") as loader:
         steps = 0
         t0 = time.perf_counter()
         for x, _ in loader:

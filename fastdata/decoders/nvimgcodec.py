@@ -1,0 +1,250 @@
+"""GPU decoder "gpu": NVIDIA nvImageCodec on the GPU's hardware JPEG engines, then one batched resample.
+
+Per batch, on this decoder's own two worker threads (so the native threads decode their
+share of the same batch meanwhile): stage 1, encoded bytes -> ``nvimgcodec.Decoder.decode``
+(one call for the batch; stored orientation, HWC uint8 RGB on the GPU) -> one ``torch.cat``
+into a flat buffer; stage 2, ``resample_batch`` (the Triton kernels: crop + antialiased
+resize + flip, EXIF orientation folded into the gather). The stages overlap across batches. Crops come from the native engine's plan, so they equal the native
+path's for the same (seed, epoch, index).
+
+Which rows: 8-bit Huffman JPEGs with 1 or 3 components that end with EOI (routing.py's
+``gpu_decodable``), and not progressive: the hardware engines decode baseline scans only, and
+a progressive file on them comes back refused after the batch (a serial native re-decode),
+so it is routed to the native threads up front. Rows the engines still refuse (nvImageCodec
+returns None for them) or that decode to an unexpected size are handed back to the native
+decoder (``DecodedRows.rejected``), counted in ``Loader.stats().gpu_rejected``.
+
+Why the hardware backend alone: nvImageCodec's CUDA (``GPU_ONLY``) and hybrid backends burn
+CPU cores on Huffman decoding (12-13 cores for 7,600-10,700 img/s on the H200 box, #14), and
+the native engine spends those cores better; the engines decode with ~1.3 cores.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..io.transforms import RandomResizedCrop, Transform
+from .base import DecodedRows, PlannedBatch
+from .gpu_resize import ImageLayout, resample_batch
+from .routing import gpu_decodable
+
+GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gpu] "
+               "(nvidia-nvimgcodec-cu13 and nvidia-nvjpeg)")
+
+
+def nvimgcodec_module() -> Any:
+    """``nvidia.nvimgcodec``, or None when the ``gpu`` extra is not installed."""
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        return None
+    return nvimgcodec
+
+
+def gpu_available() -> bool:
+    """True when nvImageCodec imports and a CUDA device is visible."""
+    return torch.cuda.is_available() and nvimgcodec_module() is not None
+
+
+class NvImageCodecDecoder:
+    """Batched JPEG decode on the hardware engines (nvImageCodec), crop/resize/flip batched on the GPU.
+
+    ``start`` queues the batch on a worker thread and returns at once; ``finish`` waits for
+    it and returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, complete (the
+    worker waited for its kernels), plus the rows handed back. ``last_seconds`` is the
+    worker's wall time for the last batch (the hybrid split's GPU rate).
+
+    cpu_threads: nvImageCodec's host threads (parsing, engine submission).
+    backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
+    engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
+    machine without a GPU (``_allow_cpu``).
+    """
+
+    name = "gpu"
+    # Two batches in flight: the worker decodes batch N+1 while the producer finishes batch N
+    # (its native rows, the upload), so the engines do not idle while the next batch is planned.
+    depth = 2
+    _allow_cpu = False
+
+    def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
+                 backend_kinds: Tuple[str, ...] = ("HW_GPU_ONLY",)) -> None:
+        nvimgcodec = nvimgcodec_module()
+        if nvimgcodec is None:
+            raise ImportError(GPU_MISSING)
+        device = torch.device(device)
+        if not self._allow_cpu:
+            if device.type != "cuda":
+                raise ValueError(f"backend='gpu' decodes on a CUDA device; got device={device}. "
+                                 "Use backend='native' for CPU output.")
+            if not torch.cuda.is_available():
+                raise RuntimeError("backend='gpu' needs CUDA, but torch.cuda.is_available() is False")
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+        if cpu_threads < 1:
+            raise ValueError("cpu_threads must be at least 1")
+        self.transform = transform
+        self.out_hw = transform.output_size
+        self.device = device
+        self.hardware_only = tuple(backend_kinds) == ("HW_GPU_ONLY",)
+        kinds = []
+        for kind in backend_kinds:
+            value = getattr(nvimgcodec.BackendKind, kind, None)
+            if value is None:
+                raise ValueError(f"unknown nvImageCodec backend kind {kind!r}")
+            kinds.append(nvimgcodec.Backend(value))
+        device_id = device.index if device.type == "cuda" else nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY
+        try:
+            self._decoder = nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=int(cpu_threads),
+                                               backends=kinds)
+        except Exception as e:  # nvImageCodec raises its own exception types
+            raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
+                               f"on {device}: {e}") from e
+        # Stored orientation (the resample folds EXIF in, as for the native plan), interleaved RGB.
+        self._params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
+                                               sample_format=nvimgcodec.SampleFormat.I_RGB)
+        self._code_stream = nvimgcodec.CodeStream
+        self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
+        self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
+        self._decode_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._closed = False
+        self._lock = threading.Lock()
+        self.last_seconds = 0.0
+        # Where the worker's time goes, summed over batches (seconds of wall time on the worker):
+        # code streams (header parsing), the nvImageCodec call, wrapping + concatenating the
+        # images, queueing the resample, and waiting for the stream (the GPU work left).
+        self.stage_seconds = {"parse": 0.0, "decode": 0.0, "assemble": 0.0, "resample": 0.0, "gpu_wait": 0.0}
+
+    # ---- the Decoder protocol ----
+    def accepts(self, batch: PlannedBatch, row: int) -> bool:
+        if not gpu_decodable(batch, row):
+            return False
+        return not (self.hardware_only and bool(batch.plan.progressive[row]))
+
+    def start(self, batch: PlannedBatch, rows: List[int]) -> "Future[DecodedRows]":
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the gpu decoder is closed")
+            stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+            decoded = self._decode_worker.submit(self._decode_stage, batch, list(rows))
+            return self._resample_worker.submit(self._resample_stage, batch, decoded, stream)
+
+    def finish(self, handle: "Future[DecodedRows]", host: Optional[np.ndarray]) -> DecodedRows:
+        return handle.result()
+
+    def discard(self, handle: "Future[DecodedRows]") -> None:
+        try:
+            handle.result()  # finishes on its own; waiting keeps the stream's queue in order
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._decode_worker.shutdown(wait=True)
+        self._resample_worker.shutdown(wait=True)
+        self._decoder = None
+
+    # ---- the two stages ----
+    # Batch N+1 is decoded on the engines (stage 1, its own stream) while batch N is resampled
+    # (stage 2, the pipeline's stream, after an event from stage 1): the engines do not wait
+    # for the resample's host work, nor the resample for the engines.
+    def _decode_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
+        t0 = time.perf_counter()
+        if self._decode_stream is None:
+            decoded = self._decode_rows(batch, rows, 0)
+        else:
+            with torch.cuda.device(self.device), torch.cuda.stream(self._decode_stream):
+                decoded = self._decode_rows(batch, rows, self._decode_stream.cuda_stream)
+                decoded.ready = torch.cuda.Event()
+                decoded.ready.record(self._decode_stream)
+        decoded.seconds = time.perf_counter() - t0
+        return decoded
+
+    def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
+                        stream: Optional[torch.cuda.Stream]) -> DecodedRows:
+        decoded = pending.result()
+        t0 = time.perf_counter()
+        if stream is None:
+            result = self._resample_rows(batch, decoded)
+        else:
+            with torch.cuda.device(self.device), torch.cuda.stream(stream):
+                stream.wait_event(decoded.ready)
+                result = self._resample_rows(batch, decoded)
+                done = torch.cuda.Event()
+                done.record(stream)
+                t1 = time.perf_counter()
+                done.synchronize()  # complete before finish hands the pixels on; the time is the GPU's
+                self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
+        # Pipelined, the slower stage sets the rate: the hybrid split's GPU time for the batch.
+        self.last_seconds = max(decoded.seconds, time.perf_counter() - t0)
+        return result
+
+    def _decode_rows(self, batch: PlannedBatch, rows: List[int], cuda_stream: int) -> _Decoded:
+        datas, plan = batch.datas, batch.plan
+        stage = self.stage_seconds
+        t0 = time.perf_counter()
+        streams, kept, rejected = [], [], []
+        for r in rows:
+            try:
+                streams.append(self._code_stream(datas[r]))
+                kept.append(r)
+            except Exception:  # a header nvImageCodec cannot parse: the native decoder names the problem
+                rejected.append(r)
+        t1 = time.perf_counter()
+        images = self._decoder.decode(streams, params=self._params, cuda_stream=cuda_stream) if streams else []
+        t2 = time.perf_counter()
+        stage["parse"] += t1 - t0
+        stage["decode"] += t2 - t1
+        good_rows: List[int] = []
+        good: List[torch.Tensor] = []
+        for r, img in zip(kept, images):
+            if img is None:  # refused by the engines (an unsupported sampling, damaged data)
+                rejected.append(r)
+                continue
+            tensor = torch.as_tensor(img, device=self.device) if self.device.type == "cuda" else \
+                torch.from_numpy(np.asarray(img))  # the CPU stand-in's host image (tests)
+            h, w = int(plan.sizes[r, 0]), int(plan.sizes[r, 1])
+            if plan.orientations[r] >= 5:
+                h, w = w, h  # the plan's size is oriented; the pixels are as stored
+            if tensor.shape != (h, w, 3) or tensor.dtype != torch.uint8:
+                rejected.append(r)  # not the header's image: the plan's box would be wrong
+                continue
+            good_rows.append(r)
+            good.append(tensor)
+        flat = torch.cat([t.reshape(-1) for t in good]) if good else None
+        shapes = [(t.shape[0], t.shape[1]) for t in good]
+        stage["assemble"] += time.perf_counter() - t2
+        return _Decoded(good_rows, flat, shapes, sorted(rejected))
+
+    def _resample_rows(self, batch: PlannedBatch, decoded: _Decoded) -> DecodedRows:
+        if decoded.flat is None:
+            return DecodedRows(rejected=decoded.rejected)
+        plan = batch.plan
+        t0 = time.perf_counter()
+        layout = ImageLayout.packed(decoded.shapes, chw=False)
+        sel = np.asarray(decoded.rows, np.int64)
+        pixels = resample_batch(decoded.flat, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
+                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
+        self.stage_seconds["resample"] += time.perf_counter() - t0
+        return DecodedRows(pixels=pixels, rejected=decoded.rejected)
+
+
+@dataclass
+class _Decoded:
+    """Stage 1's result: the rows decoded (in order), their pixels back to back (HWC uint8,
+    on the decode stream until ``ready``), their stored (H, W), and the rows handed back."""
+
+    rows: List[int]
+    flat: Optional[torch.Tensor]
+    shapes: List[Tuple[int, int]]
+    rejected: List[int]
+    ready: Optional[Any] = None  # torch.cuda.Event
+    seconds: float = 0.0

@@ -1,0 +1,133 @@
+"""The "gpu" decoder (nvImageCodec) and the hybrid split, without a GPU.
+
+nvImageCodec's CPU backend (libjpeg-turbo inside nvImageCodec) stands in for the hardware
+engines (``_allow_cpu``, ``backend_kinds=("CPU_ONLY",)``), so everything around the engines
+— routing (progressive, CMYK, truncated and non-JPEG rows go native), the worker thread,
+rows handed back, assembly, the resample and the hybrid split — runs here against the
+native backend. tests/gpu runs the same decoder on the engines.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import fastdata
+from fastdata.decoders.nvimgcodec import NvImageCodecDecoder
+from fastdata.loader.balance import SplitBalancer
+from fastdata.loader.pipeline import make_backend, resolve_backend
+from imagegen import hard_case_folder, psnr
+
+pytest.importorskip("nvidia.nvimgcodec")
+
+
+class CpuEngines(NvImageCodecDecoder):
+    """The gpu decoder with nvImageCodec's CPU backend in the hardware engines' place."""
+
+    _allow_cpu = True
+
+    def __init__(self, transform, refuse=()):
+        super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",))
+        self.hardware_only = True  # route as for the engines: progressive files go native up front
+        self.given = []
+        refuse = set(refuse)
+        decode = self._decoder.decode
+
+        def counting(streams, **kw):  # records what reached nvImageCodec; refuses some rows as the engines may
+            out = decode(streams, **kw)
+            self.given.append(len(streams))
+            return [None if (sum(self.given) - len(streams) + i) in refuse else img for i, img in enumerate(out)]
+
+        self._decoder = type("Counting", (), {"decode": staticmethod(counting)})()
+
+
+PLAIN = 6  # hard_case_folder: 6 photo-like baseline JPEGs first
+
+
+@pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(64), fastdata.CenterCrop(64)])
+def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, transform):
+    paths = hard_case_folder(tmp_path)
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    indices = np.arange(500, 500 + len(paths))
+    cfg = dict(device="cpu", dtype=None, seed=9, threads=2)
+    decoder = CpuEngines(transform)
+    with make_backend(decoder, transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
+        a, fa, ra = gpu.run(paths, indices, 2)
+        b, fb, rb = native.run(paths, indices, 2)
+        stats = dict(gpu.stats)
+    # Baseline, gray and EXIF-rotated JPEGs went to the decoder; CMYK, progressive, PNG,
+    # truncated, garbage and missing did not (they are the native decoder's).
+    to_gpu = {"gray.jpg", "exif6.jpg", "exif7.jpg"} | set(names[:PLAIN])
+    assert stats["gpu_decoded"] == len(to_gpu) and decoder.given == [len(to_gpu)]
+    assert stats["gpu_rejected"] == 0
+    assert ra == rb and [(e.index, e.name) for e in fa] == [(e.index, e.name) for e in fb]
+    for row, name in enumerate(names):
+        if row in ra:
+            assert (a[row] == 0).all()
+        else:  # same crop box (the plan's): a box one pixel off scores far below this
+            assert psnr(a[row], b[row]) >= 35, (name, psnr(a[row], b[row]))
+
+
+def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
+    paths = hard_case_folder(tmp_path)[:PLAIN]
+    transform = fastdata.RandomResizedCrop(48)
+    cfg = dict(device="cpu", dtype=None, seed=1, threads=2)
+    with make_backend(CpuEngines(transform, refuse={1, 4}), transform, **cfg) as gpu, \
+            make_backend("native", transform, **cfg) as native:
+        a, fa, _ = gpu.run(paths, np.arange(PLAIN), 0)
+        b, _, _ = native.run(paths, np.arange(PLAIN), 0)
+        stats = dict(gpu.stats)
+    assert not fa and stats["gpu_rejected"] == 2 and stats["gpu_decoded"] == PLAIN - 2
+    assert torch.equal(a[1], b[1]) and torch.equal(a[4], b[4])  # decoded natively: the native bytes
+    for row in (0, 2, 3, 5):
+        assert psnr(a[row], b[row]) >= 35
+
+
+def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path):
+    paths = hard_case_folder(tmp_path)[:PLAIN] * 4  # 24 decodable rows
+    transform = fastdata.RandomResizedCrop(64)
+    cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
+    decoder = CpuEngines(transform)
+    with make_backend(decoder, transform, **cfg) as hybrid, make_backend("native", transform, **cfg) as native:
+        hybrid.balancer = SplitBalancer(initial_share=0.25)
+        a, _, _ = hybrid.run(paths, np.arange(len(paths)), 0)
+        b, _, _ = native.run(paths, np.arange(len(paths)), 0)
+        assert decoder.given == [6]  # a quarter of 24 rows went to the decoder, the rest native
+        assert hybrid.stats["gpu_decoded"] == 6 and hybrid.stats["native_fallbacks"] == 18
+        assert hybrid.balancer.gpu_rate is not None and hybrid.balancer.native_rate is not None
+        for row in range(len(paths)):
+            assert psnr(a[row], b[row]) >= 35
+        hybrid.run(paths, np.arange(len(paths)), 1)
+        assert decoder.given[-1] == hybrid.stats["gpu_decoded"] - 6  # the second split follows the rates
+
+
+def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
+    bal = SplitBalancer(smoothing=0.5)
+    assert bal.gpu_rows(256, 256) == 128  # no measurement yet: half
+    for _ in range(30):  # GPU 3x as fast as the CPU side
+        g = bal.gpu_rows(256, 256)
+        bal.observe(g, g / 3000.0, 256 - g, (256 - g) / 1000.0)
+    assert bal.gpu_rows(256, 256) == 192
+    assert bal.gpu_rows(256, 100) == 100  # never more than the rows the GPU can take
+    for _ in range(30):  # the GPU stalls: its share falls to the probe, never to zero
+        g = bal.gpu_rows(256, 256)
+        bal.observe(g, g / 1.0, 256 - g, (256 - g) / 1000.0)
+    assert bal.gpu_rows(256, 256) == 8
+    bal.observe(0, 0.0, 0, 0.0)  # a batch with nothing measured changes nothing
+    assert bal.gpu_rows(256, 256) == 8
+    with pytest.raises(ValueError):
+        SplitBalancer(smoothing=0)
+
+
+def test_auto_backend_is_native_on_the_cpu_and_hybrid_needs_cuda(tmp_path):
+    paths = hard_case_folder(tmp_path)[:2]
+    assert resolve_backend("auto", torch.device("cpu")) == "native"
+    assert resolve_backend("nvjpeg", torch.device("cpu")) == "nvjpeg"
+    with pytest.raises(ValueError, match="needs device='cuda'"):
+        resolve_backend("hybrid", torch.device("cpu"))
+    with pytest.raises(ValueError, match="needs device='cuda'"):
+        fastdata.Loader(fastdata.FileList(paths, [0, 1]), batch_size=1, backend="gpu", device="cpu")
+    with fastdata.Loader(fastdata.FileList(paths, [0, 1]), batch_size=2, device="cpu") as loader:  # "auto"
+        images, _ = next(iter(loader))
+        st = loader.stats()
+    assert images.shape[0] == 2 and st.native_rows == 2 and st.gpu_rows == 0 and st.gpu_share == 0.0

@@ -1,0 +1,145 @@
+"""On a CUDA machine with nvImageCodec: the "gpu" decoder on the hardware JPEG engines and the
+"hybrid" split, against the native path (issue #14's GPU tests).
+
+Oracles: the native engine's plan (the boxes themselves, not only the pixels: a box one
+pixel off still scores 31-50 dB), the native output (PSNR), the native Loader's failures and
+labels; and each test asserts how many rows each decoder took, so a GPU decoder that hands
+everything to the CPU fails.
+"""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import fastdata
+from fastdata.cli.demo import build_demo
+from fastdata.io.engine import Engine
+from fastdata.loader.pipeline import make_backend
+from imagegen import hard_case_folder, psnr
+
+from repo import ROOT
+
+HAVE_NVIMGCODEC = importlib.util.find_spec("nvidia") is not None and \
+    importlib.util.find_spec("nvidia.nvimgcodec") is not None
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_NVIMGCODEC, reason="nvImageCodec (the gpu extra) "
+                                                                                "is not installed")]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """The demo set's mix (baseline 4:2:0/4:2:2/4:4:4, gray, CMYK, progressive, EXIF 2..8):
+    96 images. Returns (folder, ImageFolder)."""
+    root = build_demo(tmp_path_factory.mktemp("mixed") / "demo", count=96, seed=3, classes=4)
+    return str(root), fastdata.ImageFolder(str(root))
+
+
+def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed):
+    _, source = mixed
+    paths = [source.fetch([i])[0] for i in range(len(source))]
+    indices = np.arange(len(paths), dtype=np.int64)
+    transform = fastdata.RandomResizedCrop(224)
+    with make_backend("gpu", transform, device="cuda", dtype=None, seed=5, threads=4) as gpu, \
+            make_backend("native", transform, device="cpu", dtype=None, seed=5, threads=4) as native:
+        decoder = gpu.decoders[0]
+        seen = []
+        real = decoder._decode_stage
+
+        def recording(batch, rows):  # the rows the engines got, what they refused, the boxes used
+            out = real(batch, rows)
+            seen.append((rows, out.rejected, batch.plan.boxes[out.rows], batch.plan.flips[out.rows]))
+            return out
+
+        decoder._decode_stage = recording
+        a, fa, _ = gpu.run(paths, indices, 1)
+        torch.cuda.current_stream().wait_stream(gpu.stream)
+        a = a.cpu()
+        b, fb, _ = native.run(paths, indices, 1)
+        stats = dict(gpu.stats)
+    assert not fa and not fb and len(seen) == 1
+    rows, refused, boxes, flips = seen[0]
+    engine = Engine(2)
+    plan = engine.plan([np.fromfile(p, np.uint8) for p in paths], transform, seed=5, epoch=1, indices=indices)
+    engine.close()
+    # Every baseline 1- or 3-component JPEG went to the engines; they refused few, counted.
+    assert rows == [r for r in range(len(paths)) if plan.components[r] in (1, 3) and not plan.progressive[r]]
+    assert stats["gpu_rejected"] == len(refused) <= 0.1 * len(rows) and stats["gpu_decoded"] == len(rows) - len(refused)
+    # The boxes and flips the GPU used are the native plan's for (seed, epoch, index), bit for bit.
+    kept = [r for r in rows if r not in set(refused)]
+    assert np.array_equal(boxes, plan.boxes[kept]) and np.array_equal(flips, plan.flips[kept])
+    scores = [psnr(a[r], b[r]) for r in range(len(paths))]
+    assert min(scores) >= 35, sorted(scores)[:5]
+
+
+@pytest.mark.parametrize("backend", ["gpu", "hybrid"])
+def test_loader_over_mixed_and_damaged_files_skip_and_raise(tmp_path, backend):
+    paths = hard_case_folder(tmp_path)
+    source = fastdata.FileList(paths, list(range(len(paths))))
+
+    def epoch(name, on_error):
+        cfg = dict(batch_size=len(paths), transform=fastdata.RandomResizedCrop(64), shuffle=False, seed=3,
+                   threads=4, device="cuda", dtype=torch.uint8, backend=name, on_error=on_error)
+        with fastdata.Loader(source, **cfg) as loader, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            batches = [(x.cpu(), y.cpu()) for x, y in loader]
+            return batches, loader.stats()
+
+    (want,), native = epoch("native", "skip")
+    (got,), st = epoch(backend, "skip")
+    assert st.failures == native.failures >= 2 and torch.equal(got[1], want[1])
+    assert st.gpu_rows >= 6 and st.native_rows >= 5, st  # both decoders took rows (CMYK, PNG, ... are native)
+    for row in range(len(paths)):
+        assert psnr(got[0][row], want[0][row]) >= 27, paths[row]
+    with pytest.raises(fastdata.DecodeError, match="garbage.jpg|missing.jpg"):
+        epoch(backend, "raise")
+
+
+def test_hybrid_rebalances_and_three_epochs_do_not_grow_memory(mixed):
+    import psutil
+
+    cfg = dict(batch_size=32, transform=fastdata.RandomResizedCrop(224), shuffle=True, seed=1, threads=8,
+               device="cuda", dtype=torch.float16, backend="hybrid")
+    proc = psutil.Process()
+    with fastdata.Loader(mixed[1], **cfg) as loader:
+        marks = []
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            for x, _ in loader:
+                assert x.shape == (32, 3, 224, 224) and torch.isfinite(x).all()
+            torch.cuda.synchronize()
+            marks.append((torch.cuda.mem_get_info()[0], proc.memory_info().rss))
+        st = loader.stats()
+        balancer = loader._pipeline.balancer
+    assert balancer is not None and balancer.gpu_rate and balancer.native_rate
+    assert st.gpu_rows > 0 and st.native_rows > 0 and 0 < st.gpu_share < 1, st
+    # after the first epoch (allocator pools and engine buffers warmed), nothing grows
+    free_drop = marks[1][0] - marks[2][0]
+    rss_growth = marks[2][1] - marks[1][1]
+    assert free_drop < 64 * 2**20 and rss_growth < 64 * 2**20, marks
+
+
+LEAVE_AND_EXIT = """
+    import sys, torch, fastdata
+    loader = fastdata.Loader(fastdata.ImageFolder(sys.argv[1]), batch_size=16, threads=4, device="cuda",
+                             prefetch=3, backend=sys.argv[2], dtype=torch.float16)
+    it = iter(loader)
+    x, y = next(it)
+    print("got", tuple(x.shape), flush=True)
+"""
+
+
+@pytest.mark.parametrize("backend", ["gpu", "hybrid"])
+def test_break_after_one_batch_then_exit_is_clean(mixed, backend):
+    folder = mixed[0]
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LEAVE_AND_EXIT), folder, backend], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert "terminate called" not in proc.stderr, proc.stderr
+        assert proc.returncode == 0, proc.stderr
+        assert "got (16, 3, 224, 224)" in proc.stdout
