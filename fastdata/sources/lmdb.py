@@ -122,7 +122,7 @@ class LMDBSource:
             same record's restart-indexed RandomResizedCrop(224) decode; a batch's records hash
             on a thread pool with the GIL released (benchmarks/bench_cache_checksum.py). With ``"always"`` the Loader paid that every epoch, and
             on the producer thread before each batch's decode: on the 2-core box it held the
-            Loader at 0.84x of ``decode_batch`` on the same records; with ``"once"`` only the
+            Loader at 0.80-0.84x of ``decode_batch`` on the same records; with ``"once"`` only the
             first epoch pays it (benchmarks/bench_loader_overhead.py, docs/results.md).
             Caches written before the stored-bytes checksum existed are checked only for
             records stored as the source's bytes (``checked`` says which).
