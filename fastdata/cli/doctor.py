@@ -4,9 +4,10 @@ The checks are in fastdata/diagnostics/doctor_checks.py (each returns ``Finding`
 status, value, advice); this command runs them, prints them (or ``--json``) and exits 1 when
 any finding is ``fail`` (a broken setup: torch cannot see an installed GPU, pinned memory
 fails, libjpeg-turbo without SIMD, unreadable DATA), else 0. ``warn`` marks something slow but
-working. Two checks stay here because they need layers above diagnostics: the decode rate
-(the demo set's JPEG generator in cli.demo, and the public ``fastdata.decode``) and storage
-(it opens an LMDB cache with sources.lmdb.LMDBSource).
+working. Three checks stay here because they need layers above diagnostics: the decode rate
+(the demo set's JPEG generator in cli.demo, and the public ``fastdata.decode``), storage
+(it opens an LMDB cache with sources.lmdb.LMDBSource) and the GPU's hardware JPEG engines
+(the gpu decoder's nvImageCodec setup, decoders.nvimgcodec).
 
 Measurements are short (the whole run takes a few seconds on small data): a 0.5 s decode
 loop on one core, ~1 s of reads per storage check, 64 MiB host-to-device copies.
@@ -23,6 +24,8 @@ import random
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from ..diagnostics.doctor_checks import (STATUSES, Finding, _check_fits_ram, _drop_cache, _fs_info, _mb, _read_file,
                                          _sample_jpegs, _Scan, _scan, check_cpu, check_cuda, check_libjpeg, check_load,
@@ -47,6 +50,44 @@ def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
         dt = time.perf_counter() - t0
         if dt > _DECODE_BUDGET_S:
             return n / dt
+
+
+def check_gpu_jpeg_engines() -> List[Finding]:
+    """Whether backend="gpu"/"hybrid" would decode on the GPU's hardware JPEG engines: the
+    gpu extra installed, a CUDA device, and a batch of 32 baseline JPEGs decoded there."""
+    from ..decoders.nvimgcodec import ENGINE_KINDS, gpu_extra_installed, nvimgcodec_module
+    from .demo import photo_like_jpeg
+
+    if not gpu_extra_installed():
+        return [Finding("gpu_jpeg_engines", "info", "gpu extra not installed",
+                        "backend='gpu' and 'hybrid' need it: pip install fastdata[gpu]")]
+    import torch
+
+    if not torch.cuda.is_available():
+        return [Finding("gpu_jpeg_engines", "info", "no CUDA device", "the hardware JPEG engines need a GPU")]
+    nvimgcodec = nvimgcodec_module()
+    name = torch.cuda.get_device_name()
+    try:
+        decoder = nvimgcodec.Decoder(max_num_cpu_threads=2,
+                                     backends=[nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, k))
+                                               for k in ENGINE_KINDS])
+    except Exception as e:  # nvImageCodec raises its own types
+        return [Finding("gpu_jpeg_engines", "warn", {"gpu": name, "hardware_engines": False},
+                        f"nvImageCodec has no hardware JPEG decoder here ({e}): backend='gpu' would hand every "
+                        "image to the native threads; A100, H100 and H200 have the engines")]
+    jpeg = np.frombuffer(photo_like_jpeg(0, 0, 500, 375), np.uint8)
+    t0 = time.perf_counter()
+    images = decoder.decode([nvimgcodec.CodeStream(jpeg) for _ in range(32)])
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    done = sum(img is not None for img in images)
+    value = {"gpu": name, "hardware_engines": done == 32, "decoded": f"{done}/32",
+             "img_per_s_first_batch": round(32 / seconds)}
+    if done < 32:
+        return [Finding("gpu_jpeg_engines", "warn", value,
+                        "the hardware JPEG engines refused baseline 4:2:0 JPEGs: backend='gpu' would hand them "
+                        "to the native threads")]
+    return [Finding("gpu_jpeg_engines", "ok", value, "")]
 
 
 def check_decode_rate(samples: Optional[Sequence[bytes]], origin: str) -> List[Finding]:
@@ -208,6 +249,7 @@ def run_checks(data: Optional[str] = None, *, gpu: bool = True) -> List[Finding]
     if gpu:
         findings += _guard("cuda", check_cuda)
         findings += _guard("h2d_bandwidth", check_pinned_and_h2d)
+        findings += _guard("gpu_jpeg_engines", check_gpu_jpeg_engines)
     findings += _guard("cpu_cores", check_cpu)
     findings += _guard("cpu_load", check_load)
     findings += _guard("libjpeg_turbo", check_libjpeg)

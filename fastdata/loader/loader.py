@@ -89,10 +89,9 @@ class Loader:
             max_file_bytes fail unread, 0: no limit). Only regular files are read.
         rank, world_size: shard of this process; default from ``torch.distributed`` when it
             is initialized, else a single process.
-        backend: "auto" (the default: "hybrid" on CUDA when the gpu extra is installed, else
-            "native"), "native" (libjpeg-turbo threads), "hybrid" (every batch split between
-            the native threads and the GPU's hardware JPEG engines so that both finish
-            together, re-balanced every batch), "gpu" (nvImageCodec on the engines; the
+        backend: "native" (libjpeg-turbo threads, the default), "hybrid" (every batch split
+            between the native threads and the GPU's hardware JPEG engines so that both finish
+            together, re-balanced every batch; the gpu extra), "gpu" (nvImageCodec on the engines; the
             native threads take only what the engines cannot), "nvjpeg" (torchvision's GPU
             decoder) or "dali" (NVIDIA DALI, optional extra); same order, crops, labels and
             outputs. ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``,
@@ -118,7 +117,7 @@ class Loader:
                  std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  rank: Optional[int] = None,
-                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "auto",
+                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "native",
                  backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
                  pin_memory: bool = True):
         if on_error not in ("raise", "skip"):

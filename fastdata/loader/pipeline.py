@@ -89,9 +89,9 @@ class BatchPipeline:
 
     backend: "native" (libjpeg-turbo threads only); "gpu", "nvjpeg" or "dali" (a GPU decoder
     first, the native decoder for the rows it cannot take; ``backend_options`` go to it);
-    "hybrid" (the "gpu" decoder and the native threads share every batch, balanced); "auto"
-    (hybrid on CUDA with the gpu extra installed, else native); or a
-    ``fastdata.decoders.Decoder`` of your own in that first place.
+    "hybrid" (the "gpu" decoder and the native threads share every batch, balanced; without
+    the gpu extra it warns once and runs native); or a ``fastdata.decoders.Decoder`` of your
+    own in that first place.
     ring_slots, handed_out, pin: the pinned ring (see PinnedRing). cpu_normalize: on the CPU,
     let the native threads write normalized float32 when they decode every row (the
     Loader's CPU path); otherwise normalization runs in torch after the rows are placed.
@@ -353,18 +353,18 @@ _warned_no_gpu_extra = False
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """The backend a name means on ``device``: "auto" is "hybrid" on CUDA when the gpu extra
-    (nvImageCodec) is installed, else "native"; "hybrid" without the extra says so once
-    (a warning) and runs native. Other names are returned as given."""
+    """The backend a name means on ``device``: "hybrid" without the gpu extra (nvImageCodec)
+    says so once (a warning) and runs native. Other names are returned as given.
+
+    Not a default yet: on the H200 box (2026-12-02) hybrid ran 8,793 img/s where native
+    alone ran 10,399 in the same run (docs/results.md), so it stays a choice."""
     global _warned_no_gpu_extra
-    if backend not in ("auto", "hybrid"):
+    if backend != "hybrid":
         return backend
-    from ..decoders.nvimgcodec import nvimgcodec_module
+    from ..decoders.nvimgcodec import gpu_extra_installed
     if device.type != "cuda":
-        if backend == "hybrid":
-            raise ValueError("backend='hybrid' splits batches between the CPU and the GPU: it needs device='cuda'")
-        return "native"
-    if nvimgcodec_module() is None:
+        raise ValueError("backend='hybrid' splits batches between the CPU and the GPU: it needs device='cuda'")
+    if not gpu_extra_installed():
         if not _warned_no_gpu_extra:
             _warned_no_gpu_extra = True
             warnings.warn("fastdata: the hybrid CPU+GPU decoder needs the gpu extra (pip install fastdata[gpu]: "

@@ -66,7 +66,18 @@ def test_cpu_only_machine_reports_cuda_absent_and_skips_gpu_checks(data, capsys,
     for name in ("pinned_memory", "h2d_bandwidth"):
         assert f[name]["status"] == "info" and f[name]["value"] == "skipped"
         assert "no CUDA device" in f[name]["advice"]
+    # the hardware JPEG engines: the gpu extra is a test dependency, the GPU is missing
+    assert f["gpu_jpeg_engines"]["status"] == "info" and f["gpu_jpeg_engines"]["value"] == "no CUDA device"
     assert out["exit_status"] == (1 if has_driver else 0)
+
+
+def test_without_the_gpu_extra_doctor_says_how_to_get_it(monkeypatch):
+    from fastdata.cli import doctor
+    from fastdata.decoders import nvimgcodec
+
+    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
+    (finding,) = doctor.check_gpu_jpeg_engines()
+    assert finding.status == "info" and "pip install fastdata[gpu]" in finding.advice
 
 
 def test_storage_and_cpu_findings_match_the_filesystem(data, capsys):

@@ -55,9 +55,9 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
         a, fa, ra = gpu.run(paths, indices, 2)
         b, fb, rb = native.run(paths, indices, 2)
         stats = dict(gpu.stats)
-    # Baseline, gray and EXIF-rotated JPEGs went to the decoder; CMYK, progressive, PNG,
+    # Baseline and EXIF-rotated JPEGs went to the decoder; gray, CMYK, progressive, PNG,
     # truncated, garbage and missing did not (they are the native decoder's).
-    to_gpu = {"gray.jpg", "exif6.jpg", "exif7.jpg"} | set(names[:PLAIN])
+    to_gpu = {"exif6.jpg", "exif7.jpg"} | set(names[:PLAIN])
     assert stats["gpu_decoded"] == len(to_gpu) and decoder.given == [len(to_gpu)]
     assert stats["gpu_rejected"] == 0
     assert ra == rb and [(e.index, e.name) for e in fa] == [(e.index, e.name) for e in fb]
@@ -119,15 +119,28 @@ def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
         SplitBalancer(smoothing=0)
 
 
-def test_auto_backend_is_native_on_the_cpu_and_hybrid_needs_cuda(tmp_path):
+def test_hybrid_and_gpu_need_cuda_and_native_counts_its_rows(tmp_path):
     paths = hard_case_folder(tmp_path)[:2]
-    assert resolve_backend("auto", torch.device("cpu")) == "native"
     assert resolve_backend("nvjpeg", torch.device("cpu")) == "nvjpeg"
     with pytest.raises(ValueError, match="needs device='cuda'"):
         resolve_backend("hybrid", torch.device("cpu"))
     with pytest.raises(ValueError, match="needs device='cuda'"):
         fastdata.Loader(fastdata.FileList(paths, [0, 1]), batch_size=1, backend="gpu", device="cpu")
-    with fastdata.Loader(fastdata.FileList(paths, [0, 1]), batch_size=2, device="cpu") as loader:  # "auto"
+    with fastdata.Loader(fastdata.FileList(paths, [0, 1]), batch_size=2, device="cpu") as loader:
         images, _ = next(iter(loader))
         st = loader.stats()
     assert images.shape[0] == 2 and st.native_rows == 2 and st.gpu_rows == 0 and st.gpu_share == 0.0
+
+
+def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):
+    from fastdata.decoders import nvimgcodec
+    from fastdata.loader import pipeline
+
+    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
+    monkeypatch.setattr(pipeline, "_warned_no_gpu_extra", False)
+    with pytest.warns(RuntimeWarning, match=r"pip install fastdata\[gpu\]"):
+        assert resolve_backend("hybrid", torch.device("cuda")) == "native"
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once only
+        assert resolve_backend("hybrid", torch.device("cuda")) == "native"

@@ -103,7 +103,7 @@ def test_resampler_runs_on_the_current_stream():
     layout = ImageLayout.packed([a.shape[:2] for a in images], chw=False)
     boxes = np.array([[3, 4, 150, 110], [0, 0, 180, 120], [20, 10, 90, 70], [5, 5, 200, 119]], float)
     flips = np.array([True, False, True, False])
-    orient = np.array([1, 2, 3, 4])  # orientations that keep the stored width, so every box fits
+    orient = np.ones(4, np.int64)  # stored = oriented: the Pillow reference below does not orient
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
