@@ -170,7 +170,7 @@ class ImageLayout:
         base, h, w, row, pix, ch = (np.empty(n, np.int64) for _ in range(6))
         for i, iface in enumerate(interfaces):  # a handful of dict lookups per image, no copies
             shape = tuple(iface["shape"])
-            if len(shape) != 3 or shape[2] != 3 or iface["typestr"] != "|u1":
+            if len(shape) != 3 or shape[2] != 3 or iface["typestr"][1:] != "u1":  # "|u1" (any byte order)
                 raise ValueError(f"image {i}: need HWC uint8 RGB, got shape {shape}, type {iface['typestr']}")
             strides = iface.get("strides") or (shape[1] * 3, 3, 1)
             base[i] = iface["data"][0] - origin

@@ -232,7 +232,7 @@ class NvImageCodecDecoder:
             h, w = int(plan.sizes[r, 0]), int(plan.sizes[r, 1])
             if plan.orientations[r] >= 5:
                 h, w = w, h  # the plan's size is oriented; the pixels are as stored
-            if tuple(iface["shape"]) != (h, w, 3) or iface["typestr"] != "|u1":
+            if tuple(iface["shape"]) != (h, w, 3) or iface["typestr"][1:] != "u1":
                 rejected.append(r)  # not the header's image: the plan's box would be wrong
                 continue
             good_rows.append(r)
