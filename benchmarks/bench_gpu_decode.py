@@ -1,5 +1,7 @@
-"""GPU decoding side by side on ImageNet-like photos: fastdata's three backends, DALI's own
-pipeline and the DataLoader baseline, all in one ``fastdata-bench`` run.
+"""GPU decoding side by side on ImageNet-like photos: fastdata's GPU backends (gpu, hybrid,
+nvjpeg, dali), the native engine, DALI's own pipeline and the DataLoader baseline, all in one
+``fastdata-bench`` run (with the gpu contender next to the native one it prints the ceiling:
+their sum).
 
 Exact command (16-core H200 box, from the repository root):
 
@@ -8,7 +10,7 @@ Exact command (16-core H200 box, from the repository root):
 Builds (once) an ImageFolder of ``--count`` photo-like JPEGs (~500x375, baseline 4:2:0, q90,
 ``fastdata.cli.demo.photo_like_jpeg``: ImageNet-like size and bytes per pixel), then runs
 ``fastdata-bench ROOT --device cuda --dtype float16 --batch-size 256 --threads 16 --compare
-dataloader,fastdata,fastdata-nvjpeg,fastdata-dali,dali``: RandomResizedCrop(224) + flip,
+dataloader,fastdata,fastdata-gpu,fastdata-hybrid,fastdata-nvjpeg,fastdata-dali,dali``: RandomResizedCrop(224) + flip,
 fp16 normalized CUDA tensors, batch 256, every contender through its real user path
 (``fastdata.Loader(backend=...)``, DALI's file reader + ``decoders.image_random_crop`` mixed
 pipeline, ``DataLoader(ImageFolder, num_workers=16, pin_memory=True)``), timed windows and
@@ -32,7 +34,7 @@ from fastdata.cli.demo import photo_like_jpeg  # noqa: E402
 from fastdata.io.host import usable_cores  # noqa: E402
 
 CLASSES = 10
-CONTENDERS = "dataloader,fastdata,fastdata-nvjpeg,fastdata-dali,dali"
+CONTENDERS = "dataloader,fastdata,fastdata-gpu,fastdata-hybrid,fastdata-nvjpeg,fastdata-dali,dali"
 
 
 def _write_one(args) -> None:

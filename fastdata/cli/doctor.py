@@ -55,17 +55,17 @@ def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
 def check_gpu_jpeg_engines() -> List[Finding]:
     """Whether backend="gpu"/"hybrid" would decode on the GPU's hardware JPEG engines: the
     gpu extra installed, a CUDA device, and a batch of 32 baseline JPEGs decoded there."""
-    from ..decoders.nvimgcodec import ENGINE_KINDS, nvimgcodec_module
+    from ..decoders.nvimgcodec import ENGINE_KINDS, gpu_extra_installed, nvimgcodec_module
     from .demo import photo_like_jpeg
 
-    nvimgcodec = nvimgcodec_module()
-    if nvimgcodec is None:
+    if not gpu_extra_installed():
         return [Finding("gpu_jpeg_engines", "info", "gpu extra not installed",
                         "backend='gpu' and 'hybrid' need it: pip install fastdata[gpu]")]
     import torch
 
     if not torch.cuda.is_available():
         return [Finding("gpu_jpeg_engines", "info", "no CUDA device", "the hardware JPEG engines need a GPU")]
+    nvimgcodec = nvimgcodec_module()
     name = torch.cuda.get_device_name()
     try:
         decoder = nvimgcodec.Decoder(max_num_cpu_threads=2,

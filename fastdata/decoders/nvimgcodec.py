@@ -2,9 +2,10 @@
 
 Per batch, on this decoder's own two worker threads (so the native threads decode their
 share of the same batch meanwhile): stage 1, encoded bytes -> ``nvimgcodec.Decoder.decode``
-(one call for the batch; stored orientation, HWC uint8 RGB on the GPU) -> one ``torch.cat``
-into a flat buffer; stage 2, ``resample_batch`` (the Triton kernels: crop + antialiased
-resize + flip, EXIF orientation folded into the gather). The stages overlap across batches. Crops come from the native engine's plan, so they equal the native
+(one call for the batch; stored orientation, HWC uint8 RGB on the GPU), whose images stay
+where nvImageCodec put them (``ImageLayout.of_arrays``: their pointers and strides); stage 2,
+``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
+folded into the gather) reads them in place. The stages overlap across batches. Crops come from the native engine's plan, so they equal the native
 path's for the same (seed, epoch, index).
 
 Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
@@ -20,11 +21,12 @@ the native engine spends those cores better; the engines decode with ~1.3 cores.
 """
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -42,6 +44,15 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
 ENGINE_KINDS = ("HW_GPU_ONLY",)
 
 
+def gpu_extra_installed() -> bool:
+    """Whether nvImageCodec is installed, without importing it (its import loads the CUDA
+    codec libraries and prints errors for those missing, e.g. on a machine without a GPU)."""
+    try:
+        return importlib.util.find_spec("nvidia.nvimgcodec") is not None
+    except ImportError:  # no "nvidia" package at all
+        return False
+
+
 def nvimgcodec_module() -> Any:
     """``nvidia.nvimgcodec``, or None when the ``gpu`` extra is not installed."""
     try:
@@ -49,11 +60,6 @@ def nvimgcodec_module() -> Any:
     except ImportError:
         return None
     return nvimgcodec
-
-
-def gpu_available() -> bool:
-    """True when nvImageCodec imports and a CUDA device is visible."""
-    return torch.cuda.is_available() and nvimgcodec_module() is not None
 
 
 class NvImageCodecDecoder:
@@ -119,9 +125,9 @@ class NvImageCodecDecoder:
         self._closed = False
         self._lock = threading.Lock()
         self.last_seconds = 0.0
-        # Where the worker's time goes, summed over batches (seconds of wall time on the worker):
-        # code streams (header parsing), the nvImageCodec call, wrapping + concatenating the
-        # images, queueing the resample, and waiting for the stream (the GPU work left).
+        # Where the workers' time goes, summed over batches (seconds of wall time): code streams
+        # (header parsing), the nvImageCodec call, checking the images and reading their array
+        # interfaces, queueing the resample, and waiting for the stream (the GPU work left).
         self.stage_seconds = {"parse": 0.0, "decode": 0.0, "assemble": 0.0, "resample": 0.0, "gpu_wait": 0.0}
 
     # ---- the Decoder protocol ----
@@ -212,48 +218,57 @@ class NvImageCodecDecoder:
         t2 = time.perf_counter()
         stage["parse"] += t1 - t0
         stage["decode"] += t2 - t1
+        # The resample reads the images where nvImageCodec put them (their array interfaces:
+        # pointer, shape, strides): no per-image tensor, no copy into one buffer.
+        cuda = self.device.type == "cuda"
         good_rows: List[int] = []
-        good: List[torch.Tensor] = []
+        good: List[Any] = []
+        interfaces: List[Dict[str, Any]] = []
         for r, img in zip(kept, images):
             if img is None:  # refused by the engines (an unsupported sampling, damaged data)
                 rejected.append(r)
                 continue
-            tensor = torch.as_tensor(img, device=self.device) if self.device.type == "cuda" else \
-                torch.from_numpy(np.asarray(img))  # the CPU stand-in's host image (tests)
+            iface = img.__cuda_array_interface__ if cuda else img.__array_interface__  # CPU: the tests' stand-in
             h, w = int(plan.sizes[r, 0]), int(plan.sizes[r, 1])
             if plan.orientations[r] >= 5:
                 h, w = w, h  # the plan's size is oriented; the pixels are as stored
-            if tensor.shape != (h, w, 3) or tensor.dtype != torch.uint8:
+            if tuple(iface["shape"]) != (h, w, 3) or iface["typestr"][1:] != "u1":
                 rejected.append(r)  # not the header's image: the plan's box would be wrong
                 continue
             good_rows.append(r)
-            good.append(tensor)
-        flat = torch.cat([t.reshape(-1) for t in good]) if good else None
-        shapes = [(t.shape[0], t.shape[1]) for t in good]
+            good.append(img)
+            interfaces.append(iface)
+        origin = layout = None
+        if good:  # a one-element tensor at the first image: the kernels' address origin
+            first = torch.as_tensor(good[0], device=self.device) if cuda else torch.from_numpy(np.asarray(good[0]))
+            origin = first.as_strided((1,), (1,))
+            layout = ImageLayout.of_arrays(origin.data_ptr(), interfaces)
         stage["assemble"] += time.perf_counter() - t2
-        return _Decoded(good_rows, flat, shapes, sorted(rejected))
+        return _Decoded(good_rows, origin, layout, good, sorted(rejected))
 
     def _resample_rows(self, batch: PlannedBatch, decoded: _Decoded) -> DecodedRows:
-        if decoded.flat is None:
+        if decoded.origin is None:
             return DecodedRows(rejected=decoded.rejected)
         plan = batch.plan
         t0 = time.perf_counter()
-        layout = ImageLayout.packed(decoded.shapes, chw=False)
         sel = np.asarray(decoded.rows, np.int64)
-        pixels = resample_batch(decoded.flat, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
-                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
+        pixels = resample_batch(decoded.origin, decoded.layout, plan.boxes[sel], plan.flips[sel],
+                                plan.orientations[sel], self.out_hw,
+                                clip_to_box=isinstance(self.transform, RandomResizedCrop))
         self.stage_seconds["resample"] += time.perf_counter() - t0
         return DecodedRows(pixels=pixels, rejected=decoded.rejected)
 
 
 @dataclass
 class _Decoded:
-    """Stage 1's result: the rows decoded (in order), their pixels back to back (HWC uint8,
-    on the decode stream until ``ready``), their stored (H, W), and the rows handed back."""
+    """Stage 1's result: the rows decoded (in order), where their pixels are (nvImageCodec's
+    images, HWC uint8, on the decode stream until ``ready``; ``images`` keeps them alive until
+    the resample has read them), and the rows handed back."""
 
     rows: List[int]
-    flat: Optional[torch.Tensor]
-    shapes: List[Tuple[int, int]]
+    origin: Optional[torch.Tensor]  # one element at the first image: the layout's address origin
+    layout: Optional[ImageLayout]
+    images: List[Any]
     rejected: List[int]
     ready: Optional[Any] = None  # torch.cuda.Event
     seconds: float = 0.0

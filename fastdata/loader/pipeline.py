@@ -365,10 +365,10 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     global _warned_no_gpu_extra
     if backend != "hybrid":
         return backend
-    from ..decoders.nvimgcodec import nvimgcodec_module
+    from ..decoders.nvimgcodec import gpu_extra_installed
     if device.type != "cuda":
         raise ValueError("backend='hybrid' splits batches between the CPU and the GPU: it needs device='cuda'")
-    if nvimgcodec_module() is None:
+    if not gpu_extra_installed():
         if not _warned_no_gpu_extra:
             _warned_no_gpu_extra = True
             warnings.warn("fastdata: the hybrid CPU+GPU decoder needs the gpu extra (pip install fastdata[gpu]: "

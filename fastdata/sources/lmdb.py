@@ -15,7 +15,7 @@ import hashlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -27,6 +27,20 @@ from ..io.host import usable_cores
 _POOL: Optional[ThreadPoolExecutor] = None
 _POOL_PID = 0
 _POOL_LOCK = threading.Lock()
+
+
+VERIFY_MODES = ("once", "always", "off")
+
+
+def verify_mode(verify: Union[bool, str]) -> str:
+    """LMDBSource's ``verify`` argument as one of VERIFY_MODES (True: "once", False: "off")."""
+    if verify is True:
+        return "once"
+    if verify is False:
+        return "off"
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be True, False or one of {', '.join(map(repr, VERIFY_MODES))}, got {verify!r}")
+    return verify
 
 
 def _hash_pool() -> ThreadPoolExecutor:
@@ -162,28 +176,35 @@ class LMDBSource:
     """Source over a complete fastdata LMDB cache.
 
     ``fetch`` checks each record against the SHA-256 of its stored bytes that the converter
-    wrote (``verify=True``, the default) and returns zero-copy read-only ``memoryview``s into
-    the memory-mapped cache (one C-level multi-get per call). A view stays valid, and holds its
-    record's bytes, for as long as it (or a slice or array made from it) is alive: the views
-    hold their fetch's read transaction and the environment open, past the next ``fetch``,
-    ``close()``, the source's own end, and a ``fork``. Copying instead cost 40-110 µs per
-    100 KB sample here (page faults on fresh allocations), which throttled a 16-thread engine;
-    a view costs a few µs.
+    wrote (the first time it is read: ``verify="once"``, the default) and returns zero-copy
+    read-only ``memoryview``s into the memory-mapped cache (one C-level multi-get per call). A
+    view stays valid, and holds its record's bytes, for as long as it (or a slice or array made
+    from it) is alive: the views hold their fetch's read transaction and the environment open,
+    past the next ``fetch``, ``close()``, the source's own end, and a ``fork``. Copying instead
+    cost 40-110 µs per 100 KB sample here (page faults on fresh allocations), which throttled
+    a 16-thread engine; a view costs a few µs.
 
     Args:
         path: the cache directory (DST of fastdata-convert).
         readahead: OS readahead on the memory map. False (default) suits shuffled random
             access on caches larger than RAM; True suits sequential scans.
         max_readers: LMDB reader slots (unused without a lock file, kept high for safety).
-        verify: check every fetched record's SHA-256. A record that fails comes back as a
-            ``DecodeError`` naming its index and key in the place of its bytes, which the
-            engine reports as that sample's failure (so ``on_error`` raises or skips and
-            counts it). Costs one SHA-256 per record, ~217 µs of CPU for a 119 KB photo-like
-            500x375 JPEG (1.8 µs/KB) on the shared 2-core box, 8-10% of the same JPEG's fused
-            RandomResizedCrop(224) decode on one thread. A batch's records hash on a thread
-            pool with the GIL released, so a fetch waits ~97 µs per record there on 2 cores
-            (2026-12-01); benchmarks/bench_cache_checksum.py measures it beside the decode.
-            ``verify=False`` skips it.
+        verify: check records against the SHA-256 of their stored bytes. A record that fails
+            comes back as a ``DecodeError`` naming its index and key in the place of its bytes,
+            which the engine reports as that sample's failure (so ``on_error`` raises or skips
+            and counts it). ``"once"`` (the default; ``True`` means the same): each record is
+            hashed the first time it is fetched through this source's memory map, and a record
+            that passed is not hashed again while that map is open (the cache is complete and
+            read-only, so its bytes cannot change under a reader; a record that failed is
+            checked, and fails, on every fetch). ``"always"``: every fetch hashes every record
+            again. ``False`` (or ``"off"``): no check.
+            Cost: one SHA-256 per record, 84 µs of CPU for a 119 KB photo-like 500x375 JPEG
+            on the 2-core box (OpenSSL with SHA-NI, 1.4 GB/s; 2026-12-02), about 10% of the
+            same record's restart-indexed RandomResizedCrop(224) decode; a batch's records hash
+            on a thread pool with the GIL released (benchmarks/bench_cache_checksum.py). With ``"always"`` the Loader paid that every epoch, and
+            on the producer thread before each batch's decode: on the 2-core box it held the
+            Loader at 0.80-0.84x of ``decode_batch`` on the same records; with ``"once"`` only the
+            first epoch pays it (benchmarks/bench_loader_overhead.py, docs/results.md).
             Caches written before the stored-bytes checksum existed are checked only for
             records stored as the source's bytes (``checked`` says which).
 
@@ -194,13 +215,14 @@ class LMDBSource:
         FileNotFoundError: no cache at ``path``.
     """
 
-    def __init__(self, path: str, *, readahead: bool = False, max_readers: int = 4096, verify: bool = True):
+    def __init__(self, path: str, *, readahead: bool = False, max_readers: int = 4096,
+                 verify: Union[bool, str] = "once"):
         import lmdb
 
         self.path = os.path.abspath(path)
         self.readahead = readahead
         self.max_readers = max_readers
-        self.verify = bool(verify)
+        self.verify = verify_mode(verify)
         check_lmdb_dir(self.path)  # before LMDB maps the file: a truncated one would SIGBUS
         self._opened: Optional[_OpenEnv] = None
         self._pid = -1
@@ -238,6 +260,9 @@ class LMDBSource:
         # records stored as the source's bytes (the others then go unchecked).
         self._record_sha = stored_sha if stored_sha is not None else self._sha
         self.checked = np.ones(n, dtype=bool) if stored_sha is not None else stored_as == cf.STORED_ORIGINAL
+        # verify="once": records whose bytes passed their check through the current memory map
+        # (reset whenever the environment is opened anew: another process, another map).
+        self._verified = np.zeros(n, dtype=bool)
         self.restart_indexed = stored_as == cf.STORED_RESTART_INDEXED
         self.total_bytes = int(self.meta["bytes_out"])
         self._paths: Optional[List[str]] = None
@@ -250,6 +275,7 @@ class LMDBSource:
         if self._opened is None or self._pid != pid:
             self._opened = _acquire_env(self.path, self.readahead, self.max_readers)
             self._pid = pid
+            self._verified = np.zeros(self._n, dtype=bool)  # checks passed through another map do not count
         return self._opened
 
     def close(self) -> None:
@@ -270,6 +296,10 @@ class LMDBSource:
         state["_opened"] = None
         state["_pid"] = -1
         return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._verified = np.zeros(self._n, dtype=bool)  # unpickled elsewhere: another copy of the cache, maybe
 
     # ---------------------------------------------------------------- Source protocol
     def __len__(self) -> int:
@@ -305,9 +335,14 @@ class LMDBSource:
     def fetch(self, indices: Sequence[int]) -> List[memoryview]:
         """Encoded bytes of each sample in ``indices``, in order, as zero-copy read-only views,
         valid for as long as they are alive (see the class docstring)."""
-        keys = [cf.sample_key(self._check(i)) for i in indices]
-        if not keys:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._n):
+            bad = idx[(idx < 0) | (idx >= self._n)][0]
+            raise IndexError(f"sample index {bad} out of range for {self._n} samples in {self.path}")
+        order = idx.tolist()
+        if not order:
             return []
+        keys = list(map(cf.sample_key, order))
         lease = _ReadLease(self._env())
         # getmulti loops in C; order and duplicates follow ``keys``
         pairs = lease.txn.cursor().getmulti(keys)
@@ -315,11 +350,18 @@ class LMDBSource:
             got = {bytes(k) for k, _ in pairs}
             missing = [int.from_bytes(k, "big") for k in keys if k not in got]
             raise cf.CacheFormatError(f"{self.path}: record(s) {missing[:8]} missing from a complete cache")
-        views = [_leased_view(v, lease) for _, v in pairs]
-        if self.verify:
+        views: List[Any] = [_leased_view(v, lease) for _, v in pairs]
+        if self.verify == "off":
+            return views
+        rows = range(len(order))
+        if self.verify == "once":
+            rows = np.flatnonzero(self.checked[idx] & ~self._verified[idx]).tolist()
+        if rows:
             # hashlib releases the GIL for large inputs: a batch's records hash on all cores at
             # once, so the check costs the fetch about 1/cores of its serial time.
-            return list(_hash_pool().map(self._checked, [int(i) for i in indices], views))
+            checked = _hash_pool().map(self._checked, [order[r] for r in rows], [views[r] for r in rows])
+            for r, item in zip(rows, checked):
+                views[r] = item
         return views
 
     def _checked(self, index: int, view: memoryview) -> Any:  # on a _hash_pool thread
@@ -328,6 +370,7 @@ class LMDBSource:
             return view
         expected = self._record_sha[index * cf.SHA256_SIZE:(index + 1) * cf.SHA256_SIZE]
         if hashlib.sha256(view).digest() == expected:  # hashlib releases the GIL for large inputs
+            self._verified[index] = True
             return view
         return DecodeError(f"cache record {cf.sample_key(index).hex()} fails its SHA-256 checksum: the cache "
                            f"file is damaged (re-copy it, or rebuild it with fastdata-convert)",

@@ -75,7 +75,7 @@ def test_without_the_gpu_extra_doctor_says_how_to_get_it(monkeypatch):
     from fastdata.cli import doctor
     from fastdata.decoders import nvimgcodec
 
-    monkeypatch.setattr(nvimgcodec, "nvimgcodec_module", lambda: None)
+    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
     (finding,) = doctor.check_gpu_jpeg_engines()
     assert finding.status == "info" and "pip install fastdata[gpu]" in finding.advice
 

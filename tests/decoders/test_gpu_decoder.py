@@ -136,7 +136,7 @@ def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):
     from fastdata.decoders import nvimgcodec
     from fastdata.loader import pipeline
 
-    monkeypatch.setattr(nvimgcodec, "nvimgcodec_module", lambda: None)
+    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
     monkeypatch.setattr(pipeline, "_warned_no_gpu_extra", False)
     with pytest.warns(RuntimeWarning, match=r"pip install fastdata\[gpu\]"):
         assert resolve_backend("hybrid", torch.device("cuda")) == "native"

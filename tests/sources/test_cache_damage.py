@@ -94,6 +94,80 @@ def test_flipped_bit_is_found_on_read_and_named(built: Tuple[Path, Path], tmp_pa
     assert loader.stats().failures == 1 and len(labels) == N  # replaced and counted, never lost
 
 
+def _record_offset(db: Path, index: int) -> int:
+    """Where sample ``index``'s stored bytes start inside data.mdb (they occur there once)."""
+    data = (db / "data.mdb").read_bytes()
+    reader = LMDBSource(str(db), verify=False)
+    record = bytes(reader.fetch([index])[0])
+    reader.close()
+    at = data.find(record)
+    assert at >= 0 and data.find(record, at + 1) < 0, "record bytes must occur once in the file"
+    return at + len(record) // 2
+
+
+def _flip_in_place(db: Path, at: int) -> None:
+    """Flip one bit at ``at`` without truncating the file: a reader's memory map sees it."""
+    with open(db / "data.mdb", "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x10]))
+
+
+def test_verify_modes_are_named_and_checked(built: Tuple[Path, Path]) -> None:
+    _, db = built
+    assert [LMDBSource(str(db), verify=v).verify for v in (True, False, "once", "always", "off")] == \
+        ["once", "off", "once", "always", "off"]
+    assert LMDBSource(str(db)).verify == "once"
+    for bad in ("sometimes", 1, None):
+        with pytest.raises(ValueError, match="verify must be"):
+            LMDBSource(str(db), verify=bad)
+
+
+def test_verify_once_hashes_a_record_at_its_first_read_through_a_map(built: Tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    """"once": a record that passed is not hashed again while the map is open (a bit flipped
+    under a reader afterwards goes unseen there); "always", another map (a reopened source) and
+    a record that never passed are hashed on every fetch."""
+    _, db = built
+    bad = _copy(db, tmp_path / "bad")
+    at = _record_offset(bad, 5)
+    once, always = LMDBSource(str(bad)), LMDBSource(str(bad), verify="always")
+    clean = bytes(once.fetch([5])[0])
+    assert not isinstance(always.fetch([5])[0], fastdata.DecodeError)
+    _flip_in_place(bad, at)
+    seen = once.fetch([4, 5])[1]
+    assert not isinstance(seen, fastdata.DecodeError) and bytes(seen) != clean  # the flip, unchecked: passed before
+    assert isinstance(always.fetch([5])[0], fastdata.DecodeError)
+    once.close()  # a new map: nothing counts as checked
+    for _ in range(2):  # a record that failed fails on every fetch
+        got = once.fetch([4, 5])
+        assert not isinstance(got[0], fastdata.DecodeError)
+        assert isinstance(got[1], fastdata.DecodeError) and got[1].index == 5 and "SHA-256" in got[1].reason
+    fresh = LMDBSource(str(bad))
+    assert isinstance(fresh.fetch([5])[0], fastdata.DecodeError)
+    for s in (once, always, fresh):
+        s.close()
+
+
+def test_loader_over_a_damaged_record_fails_it_every_epoch(built: Tuple[Path, Path], tmp_path: Path) -> None:
+    """verify="once" remembers passes only: the damaged record is replaced (and counted) in
+    every epoch, and the clean ones are not hashed again after the first."""
+    _, db = built
+    bad = _copy(db, tmp_path / "bad")
+    _flip_in_record(bad, 7)
+    source = LMDBSource(str(bad))
+    loader = fastdata.Loader(source, batch_size=4, transform=fastdata.CenterCrop(32), shuffle=True, device="cpu",
+                             dtype=torch.uint8, threads=1, on_error="skip", drop_last=False)
+    with pytest.warns(RuntimeWarning, match="SHA-256"):
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            assert sum(len(labels) for _, labels in loader) == N
+            assert loader.stats().failures == epoch + 1
+    loader.close()
+    assert source._verified.sum() == N - 1 and not source._verified[7]
+
+
 def test_gpu_routing_reads_a_failed_record_as_its_failure(built: Tuple[Path, Path], tmp_path: Path) -> None:
     """The GPU backends' reader (decoders.routing) takes a checksum failure as an unreadable
     row with its reason; the native decoder then names it (it gets the rows GPUs cannot take)."""
