@@ -55,19 +55,27 @@ def _hash_pool() -> ThreadPoolExecutor:
 # py-lmdb refuses to open one environment twice in a process, so every LMDBSource of a
 # path shares one read-only environment (an _OpenEnv), and so do the views its fetches return.
 _ENVS: Dict[str, "_OpenEnv"] = {}
-_ENVS_LOCK = threading.RLock()  # re-entrant: a GC-run __del__ may release while acquiring
+# Held to open, close and look up environments. A hold is dropped without it (list append/pop
+# are atomic under the GIL) and a drop that leaves an environment unused closes it only when
+# the lock is free at once, else leaves it to the lock's next holder (_UNUSED): drops run in
+# finalizers on any thread (a view collected on the Loader's producer thread), and one that
+# waited here could wait forever for a thread that holds the lock while a garbage collection
+# it triggered finalizes a Loader, which waits for that producer thread.
+_ENVS_LOCK = threading.RLock()
+_UNUSED: List["_OpenEnv"] = []
 
 
 class _OpenEnv:
     """One process's read-only, lock-free environment of a cache. It stays open while a source
-    holds it (``sources``) or any view of a fetch is alive (``leases``): closing it unmaps the
-    file, and a view read after that ends the process with SIGSEGV."""
+    holds it (``sources``) or any view of a fetch is alive (``leases``; one item per hold):
+    closing it unmaps the file, and a view read after that ends the process with SIGSEGV."""
 
     __slots__ = ("path", "env", "pid", "sources", "leases")
 
     def __init__(self, path: str, env: Any):
         self.path, self.env, self.pid = path, env, os.getpid()
-        self.sources = self.leases = 0
+        self.sources: List[int] = []
+        self.leases: List[int] = []
 
 
 def _acquire_env(path: str, readahead: bool, max_readers: int) -> _OpenEnv:
@@ -75,16 +83,17 @@ def _acquire_env(path: str, readahead: bool, max_readers: int) -> _OpenEnv:
     import lmdb
 
     with _ENVS_LOCK:
+        _close_unused()  # a dropped environment of this path must be closed before it is opened again
         entry = _ENVS.get(path)
         if entry is not None:
-            entry.sources += 1  # held at once: a view collected meanwhile must not close it under us
+            entry.sources.append(1)  # held at once: a view collected meanwhile must not close it under us
             if entry.pid == os.getpid():
                 return entry
             # Inherited through fork: the parent's sources never release it here (their holds
             # are not this process's). LMDB wants a child to open its own environment, and
             # py-lmdb opens a second one of the file only once this one is closed.
-            entry.sources = 1
-            if entry.leases == 0:
+            entry.sources[:] = [1]
+            if not entry.leases:
                 entry.env.close()  # unmaps this process's copy only; no view points into it
                 del _ENVS[path]
             else:
@@ -97,32 +106,44 @@ def _acquire_env(path: str, readahead: bool, max_readers: int) -> _OpenEnv:
         env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=readahead,
                         max_readers=max_readers, max_dbs=0, meminit=False)
         entry = _ENVS[path] = _OpenEnv(path, env)
-        entry.sources = 1
+        entry.sources.append(1)
         return entry
 
 
 def _release_env(entry: _OpenEnv, *, lease: bool = False) -> None:
-    """Drop a source's (or a fetch's views') hold; the last one in the opening process closes it."""
-    with _ENVS_LOCK:
-        if lease:
-            entry.leases -= 1
-        else:
-            entry.sources -= 1
-        if entry.sources <= 0 and entry.leases <= 0 and entry.pid == os.getpid():
-            entry.env.close()
-            if _ENVS.get(entry.path) is entry:
-                del _ENVS[entry.path]
+    """Drop a source's (or a fetch's views') hold; the last one in the opening process closes
+    it, now when the lock is free, else at the lock's next holder. Never waits."""
+    (entry.leases if lease else entry.sources).pop()
+    if entry.sources or entry.leases or entry.pid != os.getpid():
+        return
+    _UNUSED.append(entry)
+    if _ENVS_LOCK.acquire(blocking=False):
+        try:
+            _close_unused()
+        finally:
+            _ENVS_LOCK.release()
+
+
+def _close_unused() -> None:
+    """Close the environments left unused (with _ENVS_LOCK held); one held again meanwhile stays."""
+    while _UNUSED:
+        entry = _UNUSED.pop()
+        if entry.sources or entry.leases or entry.pid != os.getpid() or _ENVS.get(entry.path) is not entry:
+            continue
+        entry.env.close()
+        del _ENVS[entry.path]
 
 
 def held_open_here(path: str) -> str:
     """Why this process still has the cache at ``path`` open, for the error of another open of
     it (py-lmdb refuses a second one); '' when no LMDBSource or view holds it."""
     with _ENVS_LOCK:
+        _close_unused()
         entry = _ENVS.get(os.path.abspath(path))
         if entry is None or entry.pid != os.getpid():
             return ""
-        return (f" (this process holds it open: {entry.sources} LMDBSource(s) and the views of {entry.leases} "
-                f"fetch(es) are alive, and views keep the cache mapped until they are gone; copy what you keep "
+        return (f" (this process holds it open: {len(entry.sources)} LMDBSource(s) and the views of "
+                f"{len(entry.leases)} fetch(es) are alive, and views keep the cache mapped until they are gone; copy what you keep "
                 f"with bytes(view))")
 
 
@@ -145,8 +166,7 @@ class _ReadLease:
 
     def __init__(self, entry: _OpenEnv):
         txn = entry.env.begin(buffers=True)
-        with _ENVS_LOCK:
-            entry.leases += 1
+        entry.leases.append(1)
         self.entry, self.txn = entry, txn
 
     def __del__(self) -> None:
