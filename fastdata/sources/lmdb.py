@@ -143,8 +143,8 @@ def held_open_here(path: str) -> str:
         if entry is None or entry.pid != os.getpid():
             return ""
         return (f" (this process holds it open: {len(entry.sources)} LMDBSource(s) and the views of "
-                f"{len(entry.leases)} fetch(es) are alive, and views keep the cache mapped until they are gone; copy what you keep "
-                f"with bytes(view))")
+                f"{len(entry.leases)} fetch(es) are alive, and views keep the cache mapped until they are "
+                f"gone; copy what you keep with bytes(view))")
 
 
 def _after_fork_in_child() -> None:
