@@ -261,7 +261,8 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 
 def test_images_read_in_place_equal_the_packed_buffer():
     """ImageLayout.of_arrays: images in allocations of their own (one with padded rows, the
-    origin in the middle so some offsets are negative) give the packed buffer's output."""
+    origin at the highest address so the other offsets are negative) give the packed buffer's
+    output."""
     images = [a.copy() for a in photos([(120, 90), (150, 97), (170, 111), (210, 111)])]
     padded = np.zeros((images[2].shape[0], images[2].shape[1] + 5, 3), np.uint8)
     padded[:, :images[2].shape[1]] = images[2]
@@ -269,7 +270,9 @@ def test_images_read_in_place_equal_the_packed_buffer():
     boxes = [[3, 4, 100, 80], [0, 0, 150, 97], [20, 10, 170, 100], [5, 5, 111, 200]]
     flips, orientations = [True, False, True, False], [1, 2, 3, 6]
     want = run([np.ascontiguousarray(a) for a in images], boxes, flips, orientations, (48, 56))
-    origin = torch.from_numpy(images[1].reshape(-1)[:1])
+    highest = max(images, key=lambda a: a.__array_interface__["data"][0])  # the other offsets are negative
+    origin = torch.from_numpy(np.ascontiguousarray(highest).reshape(-1)[:1]) if highest.flags.c_contiguous \
+        else torch.from_numpy(highest).as_strided((1,), (1,))
     layout = ImageLayout.of_arrays(origin.data_ptr(), [a.__array_interface__ for a in images])
     assert layout.external and (layout.base < 0).any() and layout.row_stride[2] == (images[2].shape[1] + 5) * 3
     got = resample_batch(origin, layout, np.asarray(boxes, float), np.asarray(flips), np.asarray(orientations),
