@@ -185,6 +185,16 @@ def with_each_exif_orientation(base: Image.Image, quality: int = 95) -> Tuple[Li
     return datas, [pillow_oriented(d) for d in datas]
 
 
+def photo_folder(root: Path, *, classes: int, per_class: int, width: int, height: int, seed: int) -> Path:
+    """An ImageFolder of photo-like baseline JPEGs: root/c{class}/{i:02d}.jpg, image k of the
+    set is ``photo_like_jpeg(seed, k, width, height)``."""
+    for c in range(classes):
+        (root / f"c{c}").mkdir()
+        for i in range(per_class):
+            (root / f"c{c}" / f"{i:02d}.jpg").write_bytes(photo_like_jpeg(seed, per_class * c + i, width, height))
+    return root
+
+
 def hard_case_folder(root: Path) -> List[str]:
     """Paths of 6 distinct photo-like JPEGs (decoders must keep them apart and in order), then
     the cases a GPU decoder must hand to the native one: CMYK, progressive, grayscale, PNG, EXIF

@@ -154,6 +154,7 @@ def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> Non
     """The results table (rich when installed and writing to a terminal, else plain text)."""
     stream = stream if stream is not None else sys.stdout
     rows = table_rows(report)
+    ceiling = ceiling_line(report)
     c = report["config"]
     d = report["dataset"]
     title = (f"fastdata-bench {'ablation' if report['ablation'] else 'comparison'}: "
@@ -172,14 +173,14 @@ def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> Non
             table.add_row(*row)
         console = Console(file=stream)
         console.print(table)
-        if ceiling_line(report):
-            console.print(ceiling_line(report))
+        if ceiling:
+            console.print(ceiling)
         console.print(machine_line(report), style="dim")
         return
     stream.write(title + "\n")
     stream.write(format_plain(rows) + "\n")
-    if ceiling_line(report):
-        stream.write(ceiling_line(report) + "\n")
+    if ceiling:
+        stream.write(ceiling + "\n")
     stream.write(machine_line(report) + "\n")
     stream.flush()
 

@@ -224,15 +224,17 @@ class NvImageCodecDecoder:
         good_rows: List[int] = []
         good: List[Any] = []
         interfaces: List[Dict[str, Any]] = []
-        for r, img in zip(kept, images):
+        # The stored (H, W, 3) each image must have: the plan's size is oriented.
+        sizes = plan.sizes[kept]
+        turned = plan.orientations[kept] >= 5
+        stored = np.stack([np.where(turned, sizes[:, 1], sizes[:, 0]), np.where(turned, sizes[:, 0], sizes[:, 1]),
+                           np.full(len(kept), 3)], axis=1).tolist()
+        for r, img, want in zip(kept, images, stored):
             if img is None:  # refused by the engines (an unsupported sampling, damaged data)
                 rejected.append(r)
                 continue
             iface = img.__cuda_array_interface__ if cuda else img.__array_interface__  # CPU: the tests' stand-in
-            h, w = int(plan.sizes[r, 0]), int(plan.sizes[r, 1])
-            if plan.orientations[r] >= 5:
-                h, w = w, h  # the plan's size is oriented; the pixels are as stored
-            if tuple(iface["shape"]) != (h, w, 3) or iface["typestr"][1:] != "u1":
+            if list(iface["shape"]) != want or iface["typestr"][1:] != "u1":
                 rejected.append(r)  # not the header's image: the plan's box would be wrong
                 continue
             good_rows.append(r)

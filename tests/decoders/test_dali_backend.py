@@ -5,7 +5,6 @@ The missing-DALI error is checked everywhere.
 """
 from __future__ import annotations
 
-import importlib.util
 import io
 from pathlib import Path
 
@@ -18,10 +17,9 @@ import fastdata
 from fastdata.decoders import DALI_MISSING
 from fastdata.loader.pipeline import make_backend
 from fastdata.cli.demo import photo_like_jpeg
+from gpu_params import needs_dali
 from imagegen import hard_case_folder, psnr, with_each_exif_orientation
 
-HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
-needs_dali = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not installed (pip install nvidia-dali-cuda130)")
 
 
 def test_missing_dali_raises_one_clear_error(monkeypatch):

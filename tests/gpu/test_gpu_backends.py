@@ -5,7 +5,6 @@ Run: python -m pytest tests/gpu/test_gpu_backends.py -q -m gpu
 """
 from __future__ import annotations
 
-import importlib.util
 import io
 
 import numpy as np
@@ -18,14 +17,10 @@ from fastdata.loader.pipeline import make_backend
 from fastdata.decoders.gpu_resize import ImageLayout, resample_batch
 from fastdata.cli.demo import photo_like_jpeg
 
+from gpu_params import GPU_BACKENDS
 from imagegen import hard_case_folder, psnr, with_each_exif_orientation
 
 pytestmark = pytest.mark.gpu
-HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
-HAVE_NVIMGCODEC = importlib.util.find_spec("nvidia") is not None and \
-    importlib.util.find_spec("nvidia.nvimgcodec") is not None
-GPU_BACKENDS = ["nvjpeg", pytest.param("dali", marks=pytest.mark.skipif(not HAVE_DALI, reason="DALI not installed")),
-                pytest.param("gpu", marks=pytest.mark.skipif(not HAVE_NVIMGCODEC, reason="nvImageCodec not installed"))]
 
 
 def _consume(backend, out: torch.Tensor) -> torch.Tensor:

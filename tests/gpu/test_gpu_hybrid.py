@@ -8,7 +8,6 @@ everything to the CPU fails.
 """
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -22,14 +21,12 @@ import fastdata
 from fastdata.cli.demo import build_demo
 from fastdata.io.engine import Engine
 from fastdata.loader.pipeline import make_backend
+from gpu_params import needs_gpu_extra
 from imagegen import hard_case_folder, psnr
 
 from repo import ROOT
 
-HAVE_NVIMGCODEC = importlib.util.find_spec("nvidia") is not None and \
-    importlib.util.find_spec("nvidia.nvimgcodec") is not None
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_NVIMGCODEC, reason="nvImageCodec (the gpu extra) "
-                                                                                "is not installed")]
+pytestmark = [pytest.mark.gpu, needs_gpu_extra]
 
 
 @pytest.fixture(scope="module")

@@ -6,21 +6,16 @@ a GPU path that hands everything to the CPU fails here.
 """
 from __future__ import annotations
 
-import importlib.util
 import warnings
 
 import pytest
 import torch
 
 import fastdata
+from gpu_params import GPU_BACKENDS
 from imagegen import hard_case_folder, psnr
 
 pytestmark = pytest.mark.gpu
-HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
-HAVE_NVIMGCODEC = importlib.util.find_spec("nvidia") is not None and \
-    importlib.util.find_spec("nvidia.nvimgcodec") is not None
-GPU_BACKENDS = ["nvjpeg", pytest.param("dali", marks=pytest.mark.skipif(not HAVE_DALI, reason="DALI not installed")),
-                pytest.param("gpu", marks=pytest.mark.skipif(not HAVE_NVIMGCODEC, reason="nvImageCodec not installed"))]
 PLAIN = 6  # hard_case_folder's first six files: plain baseline JPEGs every GPU decoder takes
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fastdata.decoders.dali import dali_available
-from fastdata.cli.demo import photo_like_jpeg
+from gpu_params import needs_dali
+from imagegen import photo_folder
 
 from repo import ROOT
 
@@ -28,12 +28,7 @@ from repo import ROOT
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """2 classes x 24 photo-like 480x640 JPEGs: a 16-image batch keeps 2 threads busy ~0.1 s."""
-    root = tmp_path_factory.mktemp("exit_folder")
-    for c in range(2):
-        (root / f"c{c}").mkdir()
-        for i in range(24):
-            (root / f"c{c}" / f"{i:02d}.jpg").write_bytes(photo_like_jpeg(7, 24 * c + i, 480, 640))
-    return root
+    return photo_folder(tmp_path_factory.mktemp("exit_folder"), classes=2, per_class=24, width=480, height=640, seed=7)
 
 
 def run_child(code: str, folder: Path, *args: str) -> subprocess.CompletedProcess:
@@ -62,8 +57,7 @@ SIGINT_MID_EPOCH = """
 """
 
 
-@pytest.mark.parametrize("backend", ["native", pytest.param("dali", marks=pytest.mark.skipif(
-    not dali_available(), reason="NVIDIA DALI is not installed"))])
+@pytest.mark.parametrize("backend", ["native", pytest.param("dali", marks=needs_dali)])
 def test_ctrl_c_mid_epoch_exits_130_with_a_keyboard_interrupt(folder, backend):
     for _ in range(3):  # the old code aborted 5 of 5 times; each try must exit cleanly
         proc = run_child(SIGINT_MID_EPOCH, folder, backend)
@@ -88,8 +82,7 @@ LEAVE_EPOCH_AND_EXIT = """
 
 # native: a busy producer (inside the engine at exit); DALI: many batches left, some in flight
 # in the pipeline (DALI's own exit hook shut the pipeline down under the producer).
-@pytest.mark.parametrize("backend,batch_size,prefetch", [("native", 16, 8), pytest.param("dali", 4, 2, marks=(
-    pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is not installed")))])
+@pytest.mark.parametrize("backend,batch_size,prefetch", [("native", 16, 8), pytest.param("dali", 4, 2, marks=needs_dali)])
 def test_leaving_an_epoch_after_one_batch_then_exiting_exits_0(folder, backend, batch_size, prefetch):
     for _ in range(2):
         proc = run_child(LEAVE_EPOCH_AND_EXIT, folder, backend, str(batch_size), str(prefetch))

@@ -20,19 +20,14 @@ import numpy as np
 import pytest
 
 import fastdata
-from fastdata.cli.demo import photo_like_jpeg
+from imagegen import photo_folder
 
 RRC = fastdata.RandomResizedCrop(64)
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("fork_folder")
-    for c in range(2):
-        (root / f"c{c}").mkdir()
-        for i in range(8):
-            (root / f"c{c}" / f"{i}.jpg").write_bytes(photo_like_jpeg(3, 8 * c + i, 96, 128))
-    return root
+    return photo_folder(tmp_path_factory.mktemp("fork_folder"), classes=2, per_class=8, width=96, height=128, seed=3)
 
 
 def in_child(fn: Callable[[], dict], timeout: float = 60.0) -> dict:

@@ -7,7 +7,6 @@ only by decoder rounding (PSNR >= 30 dB against the native path).
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,10 @@ import torch
 
 import fastdata
 from fastdata.cli.demo import photo_like_jpeg
+from gpu_params import needs_dali
 from imagegen import psnr
 
-HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
-pytestmark = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not installed (pip install nvidia-dali-cuda130)")
+pytestmark = needs_dali
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
