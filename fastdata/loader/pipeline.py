@@ -132,7 +132,6 @@ class BatchPipeline:
                 self.balancer = SplitBalancer()
         else:
             gpu = backend
-        self.backend = backend if isinstance(backend, str) else getattr(backend, "name", "custom")
         self._closed = False
         self.engine = Engine(threads)
         self.threads = self.engine.threads
@@ -152,8 +151,10 @@ class BatchPipeline:
                                image_dtype=torch.uint8 if cpu_norm is None else torch.float32, pin=pin,
                                handed_out=handed_out)
         self._uploader = CudaUploader(self.device, self.stream) if cuda else None
-        self.stats = {"batches": 0, "gpu_decoded": 0, "native_fallbacks": 0, "gpu_rejected": 0}
-        self._gpu_seconds = 0.0  # the GPU decoders' time for the batch being decoded (the balancer's)
+        # Rows per decoder since the pipeline was made (LoaderStats' names; a Loader gets them per
+        # batch through on_stats): gpu_rows delivered by the GPU decoder, native_rows decoded on the
+        # host (the rows the GPU was not given and those it handed back, gpu_rejected).
+        self.stats = {"batches": 0, "gpu_rows": 0, "native_rows": 0, "gpu_rejected": 0}
 
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
@@ -224,13 +225,12 @@ class BatchPipeline:
         if self.balancer is not None:
             self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds)
         host_rows = native_rows + handed_back
-        self.stats["gpu_decoded"] += gpu_rows
-        self.stats["gpu_rejected"] += len(handed_back)
-        self.stats["native_fallbacks"] += len(host_rows)
+        rows = {"gpu_rows": gpu_rows, "native_rows": len(host_rows), "gpu_rejected": len(handed_back)}
+        for key, n in rows.items():
+            self.stats[key] += n
         self.stats["batches"] += 1
         # failures: the batch's rows, whichever decoder failed them (replace() counts its own)
-        self._count(gpu_rows=gpu_rows, native_rows=len(host_rows), gpu_rejected=len(handed_back),
-                    failures=len(failures))
+        self._count(**rows, failures=len(failures))
         failures.sort(key=lambda pair: pair[0])
         return DecodedBatch(batch, slot, host_rows, parts, failures)
 

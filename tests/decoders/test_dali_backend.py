@@ -100,7 +100,7 @@ def test_damaged_file_in_a_batch_is_reported_not_fatal():
         clean, _, _ = dali.run(good, indices, 0)
         stats = dict(dali.stats)
     assert ra == [1] and len(fa) == 1 and fa[0].index == 11 and (a[1] == 0).all()
-    assert stats["gpu_decoded"] == 3 + 4 and stats["native_fallbacks"] == 1
+    assert stats["gpu_rows"] == 3 + 4 and stats["native_rows"] == 1
     torch.testing.assert_close(a[[0, 2, 3]], clean[[0, 2, 3]], atol=0, rtol=0)
     with make_backend("dali", transform, device="cpu", dtype=None, seed=1, threads=1, strict=False) as dali:
         _, fa, ra = dali.run(datas, indices, 0)
@@ -228,5 +228,5 @@ def test_decode_windows_stay_inside_the_image_and_dali_takes_every_row():
             assert (anchor[:, 1] + shape[:, 1] <= plan.sizes[:, 0]).all(), epoch
             _, failures, _ = dali.run(datas, np.arange(len(datas)), epoch)
             assert failures == []
-        assert dali.stats["gpu_rejected"] == 0 and dali.stats["native_fallbacks"] == 0
-        assert dali.stats["gpu_decoded"] == 3 * len(datas)
+        assert dali.stats["gpu_rejected"] == 0 and dali.stats["native_rows"] == 0
+        assert dali.stats["gpu_rows"] == 3 * len(datas)

@@ -58,7 +58,7 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
     # Baseline and EXIF-rotated JPEGs went to the decoder; gray, CMYK, progressive, PNG,
     # truncated, garbage and missing did not (they are the native decoder's).
     to_gpu = {"exif6.jpg", "exif7.jpg"} | set(names[:PLAIN])
-    assert stats["gpu_decoded"] == len(to_gpu) and decoder.given == [len(to_gpu)]
+    assert stats["gpu_rows"] == len(to_gpu) and decoder.given == [len(to_gpu)]
     assert stats["gpu_rejected"] == 0
     assert ra == rb and [(e.index, e.name) for e in fa] == [(e.index, e.name) for e in fb]
     for row, name in enumerate(names):
@@ -77,7 +77,7 @@ def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
         a, fa, _ = gpu.run(paths, np.arange(PLAIN), 0)
         b, _, _ = native.run(paths, np.arange(PLAIN), 0)
         stats = dict(gpu.stats)
-    assert not fa and stats["gpu_rejected"] == 2 and stats["gpu_decoded"] == PLAIN - 2
+    assert not fa and stats["gpu_rejected"] == 2 and stats["gpu_rows"] == PLAIN - 2
     assert torch.equal(a[1], b[1]) and torch.equal(a[4], b[4])  # decoded natively: the native bytes
     for row in (0, 2, 3, 5):
         assert psnr(a[row], b[row]) >= 35
@@ -93,12 +93,12 @@ def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path):
         a, _, _ = hybrid.run(paths, np.arange(len(paths)), 0)
         b, _, _ = native.run(paths, np.arange(len(paths)), 0)
         assert decoder.given == [6]  # a quarter of 24 rows went to the decoder, the rest native
-        assert hybrid.stats["gpu_decoded"] == 6 and hybrid.stats["native_fallbacks"] == 18
+        assert hybrid.stats["gpu_rows"] == 6 and hybrid.stats["native_rows"] == 18
         assert hybrid.balancer.gpu_rate is not None and hybrid.balancer.native_rate is not None
         for row in range(len(paths)):
             assert psnr(a[row], b[row]) >= 35
         hybrid.run(paths, np.arange(len(paths)), 1)
-        assert decoder.given[-1] == hybrid.stats["gpu_decoded"] - 6  # the second split follows the rates
+        assert decoder.given[-1] == hybrid.stats["gpu_rows"] - 6  # the second split follows the rates
 
 
 def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
