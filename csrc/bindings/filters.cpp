@@ -65,7 +65,7 @@ py::tuple axis_filters(const Doubles& start, const Doubles& scale, const Ints& l
     const AxisFilter& af = filters[b];
     for (int k = 0; k < out; ++k) {
       f[b * out + k] = af.first[k];
-      const int count = std::min(af.count[k], taps);
+      const int count = af.count[k];  // <= max_count <= taps
       for (int t = 0; t < count; ++t) {
         w[(b * out + k) * taps + t] = static_cast<int16_t>(af.weights[static_cast<size_t>(k) * af.taps + t]);
       }

@@ -42,6 +42,8 @@ import numpy as np
 
 FORMAT_NAME = "fastdata-lmdb"
 FORMAT_VERSION = 2  # 2: restart-indexed JPEGs (STORED_RESTART_INDEXED); version 1 caches stay readable
+# fastdata:meta fields of transcoded records: written by every writer that stores any; absent means none.
+_TRANSCODE_FIELDS = ("transcoded", "transcoded_bytes_in", "transcoded_bytes_out")
 
 # MCUs per restart interval in the JPEGs fastdata-convert writes. Chosen by measurement
 # (docs/design.md): a crop skips whole intervals left and right of it as well as above,
@@ -218,10 +220,10 @@ def check_complete(complete: Optional[bytes], meta: Optional[bytes], path: str) 
     if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
         raise CacheFormatError(f"{path}: not a {FORMAT_NAME} cache")
     check_fields(done, ("count",), "fastdata:complete", path)
-    check_fields(info, ("count", "bytes_in", "bytes_out", "reencoded"), "fastdata:meta", path,
+    for key in _TRANSCODE_FIELDS:  # written by every writer that stores transcoded records; absent means none
+        info.setdefault(key, 0)
+    check_fields(info, ("count", "bytes_in", "bytes_out", "reencoded", *_TRANSCODE_FIELDS), "fastdata:meta", path,
                  lists=("classes", "skipped"), dicts=("options", "source"))
-    # Written by every writer that stores transcoded records; absent means none.
-    check_fields({k: info.setdefault(k, 0) for k in _TRANSCODE_FIELDS}, _TRANSCODE_FIELDS, "fastdata:meta", path)
     if not all(isinstance(c, str) for c in info["classes"]):
         raise CacheFormatError(f"{path}: record fastdata:meta: classes are not all strings")
     for entry in info["skipped"]:
@@ -230,5 +232,3 @@ def check_complete(complete: Optional[bytes], meta: Optional[bytes], path: str) 
         raise CacheFormatError(f"{path}: metadata and completion record disagree")
     return info
 
-
-_TRANSCODE_FIELDS = ("transcoded", "transcoded_bytes_in", "transcoded_bytes_out")

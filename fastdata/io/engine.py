@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -115,6 +115,16 @@ class CropPlan:
     not_jpeg_rows: List[int] = field(default_factory=list)
 
 
+def _split_prefailed(items: Sequence[Item]) -> Tuple[Sequence[Item], Dict[int, DecodeError]]:
+    """The items a source already found bad (``DecodeError`` items: a cache record failing its
+    checksum) by row, and the items with empty bytes in their place: the native side fails an
+    empty item, and the caller reports the source's reason for that row instead."""
+    prefailed = {row: item for row, item in enumerate(items) if isinstance(item, DecodeError)}
+    if prefailed:
+        items = [b"" if row in prefailed else item for row, item in enumerate(items)]
+    return items, prefailed
+
+
 def check_out(out: np.ndarray, n: int, hw: tuple, normalized: bool = False) -> None:
     """Raise unless ``out`` is a writable C-contiguous array of shape [n, h, w, 3]: uint8,
     or float32 when ``normalized``."""
@@ -194,9 +204,7 @@ class Engine:
                 raise ValueError("indices must be non-negative")
         if seed < 0 or epoch < 0:
             raise ValueError("seed and epoch must be non-negative")
-        prefailed = {row: item for row, item in enumerate(items) if isinstance(item, DecodeError)}
-        if prefailed:  # the native side sees an empty item, which fails; the reason is the source's
-            items = [b"" if row in prefailed else item for row, item in enumerate(items)]
+        items, prefailed = _split_prefailed(items)
         with self._lock:
             native = self._native
             if native is None:
@@ -239,9 +247,7 @@ class Engine:
         spec = native_spec(transform)
         index_arr = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
         _check_max_file_bytes(max_file_bytes)
-        prefailed = {row: item for row, item in enumerate(items) if isinstance(item, DecodeError)}
-        if prefailed:  # as in ``run``: the source's error is the row's failure
-            items = [b"" if row in prefailed else item for row, item in enumerate(items)]
+        items, prefailed = _split_prefailed(items)
         with self._lock:
             if self._native is None:
                 raise RuntimeError("Engine is closed")

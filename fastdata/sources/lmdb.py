@@ -280,9 +280,9 @@ class LMDBSource:
         # records stored as the source's bytes (the others then go unchecked).
         self._record_sha = stored_sha if stored_sha is not None else self._sha
         self.checked = np.ones(n, dtype=bool) if stored_sha is not None else stored_as == cf.STORED_ORIGINAL
-        # verify="once": records whose bytes passed their check through the current memory map
-        # (reset whenever the environment is opened anew: another process, another map).
-        self._verified = np.zeros(n, dtype=bool)
+        # verify="once": records whose bytes passed their check through the current memory map;
+        # made (empty) by _env whenever the environment is opened anew: another process, another map.
+        self._verified: Optional[np.ndarray] = None
         self.restart_indexed = stored_as == cf.STORED_RESTART_INDEXED
         self.total_bytes = int(self.meta["bytes_out"])
         self._paths: Optional[List[str]] = None
@@ -315,11 +315,11 @@ class LMDBSource:
         state = self.__dict__.copy()
         state["_opened"] = None
         state["_pid"] = -1
+        state["_verified"] = None  # checks passed here do not travel
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._verified = np.zeros(self._n, dtype=bool)  # unpickled elsewhere: another copy of the cache, maybe
+        self.__dict__.update(state)  # _opened is None: the first fetch opens the map and resets _verified
 
     # ---------------------------------------------------------------- Source protocol
     def __len__(self) -> int:
@@ -342,6 +342,12 @@ class LMDBSource:
         """SHA-256 (32 bytes) of sample ``index``'s source file bytes."""
         i = self._check(index)
         return self._sha[i * cf.SHA256_SIZE:(i + 1) * cf.SHA256_SIZE]
+
+    def stored_sha256(self, index: int) -> bytes:
+        """SHA-256 (32 bytes) that sample ``index``'s stored record is checked against on fetch
+        (the source's for format-1 caches, which store no separate one)."""
+        i = self._check(index)
+        return self._record_sha[i * cf.SHA256_SIZE:(i + 1) * cf.SHA256_SIZE]
 
     def name(self, index: int) -> str:
         return f"{self.path}[{index}] ({self.source_path(index)})"

@@ -408,3 +408,20 @@ def test_sigbus_would_show_as_a_negative_return_code(tmp_path: Path) -> None:
             "prot=mmap.PROT_READ); os.truncate(sys.argv[1], 1); print(m[1 << 15])")
     done = _child(code, str(f))
     assert done.returncode == -signal.SIGBUS
+
+
+def test_convert_verify_names_a_damaged_record(built: Tuple[Path, Path], tmp_path: Path) -> None:
+    # --verify hashes each record once (its fetch's check) and compares checksums for the rest
+    from fastdata.cache.build.verify import verify
+    from fastdata.cache.errors import ConvertError
+
+    _, db = built
+    good = _copy(db, tmp_path / "good")
+    verify(str(good), None, workers=1)  # a clean copy passes
+    bad = _copy(db, tmp_path / "bad")
+    _flip_in_record(bad, 2)
+    with pytest.raises(ConvertError, match=r"verification failed for 1 record\(s\):.*SHA-256"):
+        verify(str(bad), None, workers=1)
+    source = LMDBSource(str(good))
+    assert all(source.stored_sha256(i) == source.sha256(i) or source.restart_indexed[i] or source.reencoded[i]
+               or source.transcoded[i] for i in range(len(source)))

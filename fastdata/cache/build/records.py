@@ -122,8 +122,10 @@ def stored_bytes(data: bytes, max_side: Optional[int], quality: int, keep_progre
     return data, cf.STORED_ORIGINAL
 
 
-# (input position, stored bytes or None, error reason or None, bytes read, sha256, cf.STORED_*)
-Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, int]
+# (input position, stored bytes or None, error reason or None, bytes read, sha256 of the input,
+#  cf.STORED_*, sha256 of the stored bytes): both digests come from the worker processes, so the
+# single writer process hashes nothing.
+Result = Tuple[int, Optional[bytes], Optional[str], int, bytes, int, bytes]
 
 
 def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep_progressive: bool = False) -> Result:
@@ -133,15 +135,16 @@ def process_one(pos: int, path: str, max_side: Optional[int], quality: int, keep
         # DEFAULT_MAX_FILE_BYTES (fastdata.io.engine.read_file)
         data = read_file(path).tobytes()
     except OSError as exc:
-        return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", cf.STORED_ORIGINAL
+        return pos, None, f"cannot read: {exc.strerror or exc}", 0, b"", cf.STORED_ORIGINAL, b""
     except ValueError as exc:  # fastdata.DecodeError from the reader: not a regular file, too large
-        return pos, None, f"cannot read: {getattr(exc, 'reason', exc)}", 0, b"", cf.STORED_ORIGINAL
+        return pos, None, f"cannot read: {getattr(exc, 'reason', exc)}", 0, b"", cf.STORED_ORIGINAL, b""
     digest = hashlib.sha256(data).digest()
     try:
         stored, kind = stored_bytes(data, max_side, quality, keep_progressive)
-        return pos, stored, None, len(data), digest, kind
+        stored_digest = digest if stored is data else hashlib.sha256(stored).digest()
+        return pos, stored, None, len(data), digest, kind, stored_digest
     except Exception as exc:  # any decoder failure is this file's problem, reported by name
-        return pos, None, f"invalid image: {_reason(exc)}", len(data), digest, cf.STORED_ORIGINAL
+        return pos, None, f"invalid image: {_reason(exc)}", len(data), digest, cf.STORED_ORIGINAL, b""
 
 
 def _reason(exc: Exception) -> str:

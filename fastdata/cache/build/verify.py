@@ -1,7 +1,6 @@
 """``fastdata-convert --verify``: re-read every record of a finished cache and check it."""
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import os
 from typing import Any, List, Optional, Tuple
@@ -22,7 +21,7 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
 
     dst, max_side, lo, hi = args
     if _VERIFY_SRC is None or _VERIFY_SRC.path != os.path.abspath(dst):
-        _VERIFY_SRC = LMDBSource(dst)
+        _VERIFY_SRC = LMDBSource(dst, verify="once")  # every record hashed at its one fetch here
     src = _VERIFY_SRC
     problems = []
     for i, data in zip(range(lo, hi), src.fetch(range(lo, hi))):
@@ -39,7 +38,9 @@ def _verify_chunk(args: Tuple[str, Optional[int], int, int]) -> List[str]:
                                     f"has no restart index")
                     continue
             elif not src.reencoded[i]:
-                if hashlib.sha256(data).digest() != src.sha256(i):
+                # fetch checked the bytes against the stored checksum (verify="once" hashes each
+                # record at its first fetch): stored bytes are the source's iff the checksums agree
+                if src.stored_sha256(i) != src.sha256(i):
                     problems.append(f"sample {i} ({src.source_path(i)}): stored bytes differ from the source checksum")
                     continue
             else:

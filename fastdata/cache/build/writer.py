@@ -10,7 +10,6 @@ last, in the final transaction) exists. The format is fastdata.cache.format's.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -193,16 +192,17 @@ def _run(env: Any, plan: Plan, st: State, dst: str, max_side: Optional[int], qua
     run_bytes_in = 0
     pending: List[Result] = []
     pending_bytes = 0
+    pending_skipped = 0  # inputs in ``pending`` that failed (the progress line counts them)
 
     def commit(end: int) -> None:
-        nonlocal pending, pending_bytes
+        nonlocal pending, pending_bytes, pending_skipped
         first_index = len(st.kept)
         kept = [r for r in pending if r[1] is not None]
         transcoded = [r for r in kept if r[5] == cf.STORED_TRANSCODED]
         part = {
             "batch": st.batches, "start": st.next_pos, "end": end, "first_index": first_index,
             "kept": [r[0] for r in kept], "sha256": [r[4].hex() for r in kept],
-            "stored_sha256": [hashlib.sha256(r[1]).hexdigest() for r in kept],
+            "stored_sha256": [r[6].hex() for r in kept],
             "reencoded": [int(r[5]) for r in kept],
             "transcoded_bytes_in": sum(r[3] for r in transcoded),
             "transcoded_bytes_out": sum(len(r[1]) for r in transcoded),
@@ -217,19 +217,20 @@ def _run(env: Any, plan: Plan, st: State, dst: str, max_side: Optional[int], qua
 
         _write(env, fn)
         st.add_part(part)
-        pending, pending_bytes = [], 0
+        pending, pending_bytes, pending_skipped = [], 0, 0
 
     def consume(r: Result) -> None:
-        nonlocal pending_bytes, run_bytes_in
+        nonlocal pending_bytes, pending_skipped, run_bytes_in
         if r[1] is None and on_error == "raise":
             commit(r[0])  # keep the good work before the bad file, so --resume starts at it
             raise ConvertError(f"{plan.abspath(r[0])}: {r[2]} (pass --on-error skip to leave such files out)")
         pending.append(r)
         pending_bytes += len(r[1] or b"")
+        pending_skipped += r[1] is None
         run_bytes_in += r[3]
         if len(pending) >= batch_size or pending_bytes >= DEFAULT_BATCH_BYTES:
             commit(r[0] + 1)
-        prog.update(r[0] + 1, run_bytes_in, len(st.skipped) + sum(1 for p in pending if p[1] is None))
+        prog.update(r[0] + 1, run_bytes_in, len(st.skipped) + pending_skipped)
 
     try:
         for r in processed_in_order(todo, workers, max_side, quality, keep_progressive):
