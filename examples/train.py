@@ -155,7 +155,8 @@ class DataLoaderPipeline:
 
 
 class FastdataPipeline:
-    """fastdata.Loader: native decode + crop into pinned uint8, H2D on a side stream, GPU normalize."""
+    """fastdata.Loader with its default backend ("auto": hybrid CPU + GPU JPEG engines on CUDA with the
+    gpu extra, else native decode + crop into pinned uint8), H2D on a side stream, GPU normalize."""
 
     def __init__(self, source: Any, args: argparse.Namespace, train: bool, device: torch.device, dtype: torch.dtype):
         transform = fastdata.RandomResizedCrop(args.image_size) if train else fastdata.CenterCrop(args.image_size)

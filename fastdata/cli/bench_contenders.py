@@ -89,6 +89,16 @@ def _cuda_reason(job: Job) -> Optional[str]:
     return None
 
 
+def _gpu_files_reason(job: Job, module: str, who: str = "needs") -> Optional[str]:
+    """Why a GPU contender that reads image files with ``module`` cannot run here, or None."""
+    reason = _float_only(job) or _cuda_reason(job) or _missing(module)
+    if reason:
+        return reason
+    if not job.paths:
+        return f"{who} image files (DATA is an LMDB cache)"
+    return None
+
+
 def pillow_flavour() -> str:
     """'Pillow-SIMD x.y' when Pillow-SIMD provides PIL, else 'Pillow x.y'."""
     from importlib import metadata
@@ -404,6 +414,11 @@ class FastdataContender:
             src = _repeat_for(src, job.batch_size)
         cuda = job.device.startswith("cuda")
         threads = job.workers if self.threads is None else self.threads
+        if self.backend == "hybrid" and self.threads is None:
+            from fastdata.loader.pipeline import HYBRID_HOST_CORES
+
+            # As the Loader's default does on a box of job.workers cores: cores for the GPU's feeders.
+            threads = max(1, threads - HYBRID_HOST_CORES)
         kwargs: Dict[str, Any] = dict(
             batch_size=job.batch_size, transform=fastdata.RandomResizedCrop(job.size), shuffle=True,
             seed=0, drop_last=True, threads=threads, prefetch=3, mean=IMAGENET_MEAN, std=IMAGENET_STD,
@@ -674,12 +689,7 @@ class DALIContender:
         self.detail: Dict[str, Any] = {}
 
     def unavailable(self, job: Job) -> Optional[str]:
-        reason = _float_only(job) or _cuda_reason(job) or _missing("nvidia.dali")
-        if reason:
-            return reason
-        if not job.paths:
-            return "DALI's file reader needs image files (DATA is an LMDB cache)"
-        return None
+        return _gpu_files_reason(job, "nvidia.dali", "DALI's file reader needs")
 
     def batches(self, job: Job) -> Iterator[Batch]:
         import torch
@@ -726,12 +736,7 @@ class TorchvisionGPUContender:
         self.detail: Dict[str, Any] = {}
 
     def unavailable(self, job: Job) -> Optional[str]:
-        reason = _float_only(job) or _cuda_reason(job) or _missing("torchvision")
-        if reason:
-            return reason
-        if not job.paths:
-            return "needs image files (DATA is an LMDB cache)"
-        return None
+        return _gpu_files_reason(job, "torchvision")
 
     def batches(self, job: Job) -> Iterator[Batch]:
         import torch
@@ -770,6 +775,54 @@ class TorchvisionGPUContender:
                 yield ((x - mean) / std).to(dtype), labels
 
 
+class EnginesContender:
+    """nvImageCodec on the hardware JPEG engines, decode only: every file parsed into a code
+    stream once, up front, then one ``decode`` call per batch (the ``gpu`` backend's settings:
+    ``HW_GPU_ONLY``, 4 host threads, stored orientation, RGB), waited for on the GPU. No
+    reading, parsing, crop, resize or normalize in the loop: what the engines themselves
+    deliver, the ceiling ``backend="gpu"`` is measured against. Yields a [n] tensor per batch."""
+
+    name = "engines"
+    label = "nvImageCodec engines, decode only"
+
+    def __init__(self) -> None:
+        self.detail: Dict[str, Any] = {}
+
+    def unavailable(self, job: Job) -> Optional[str]:
+        return _gpu_files_reason(job, "nvidia.nvimgcodec")
+
+    def batches(self, job: Job) -> Iterator[Batch]:
+        import torch
+        from nvidia import nvimgcodec
+
+        from fastdata.decoders.nvimgcodec import ENGINE_KINDS
+
+        device = torch.device(job.device)
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        streams = []
+        for path in job.paths:
+            with open(path, "rb") as f:
+                streams.append(nvimgcodec.CodeStream(f.read()))
+        decoder = nvimgcodec.Decoder(device_id=device.index, max_num_cpu_threads=4,
+                                     backends=[nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, k))
+                                               for k in ENGINE_KINDS])
+        params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
+                                         sample_format=nvimgcodec.SampleFormat.I_RGB)
+        stream = torch.cuda.current_stream(device)
+        rng = random.Random(0)
+        order = list(range(len(streams)))
+        refused = 0
+        while True:
+            rng.shuffle(order)
+            for start in range(0, len(order) - job.batch_size + 1, job.batch_size):
+                idx = order[start:start + job.batch_size]
+                images = decoder.decode([streams[i] for i in idx], params=params, cuda_stream=stream.cuda_stream)
+                refused += sum(img is None for img in images)
+                self.detail["refused"] = refused  # counted as decoded: a refusal costs the engines little
+                yield torch.empty(len(idx), device=device), torch.empty(len(idx), device=device)
+
+
 def make_contender(name: str) -> Any:
     """The contender registered under ``name`` (see CONTENDERS)."""
     factories: Dict[str, Callable[[], Any]] = {
@@ -789,6 +842,7 @@ def make_contender(name: str) -> Any:
         "fastdata-hybrid": lambda: FastdataContender("files", backend="hybrid"),
         "dali": DALIContender,
         "nvjpeg": TorchvisionGPUContender,
+        "engines": EnginesContender,
     }
     if name not in factories:
         raise ValueError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
@@ -798,4 +852,4 @@ def make_contender(name: str) -> Any:
 
 
 CONTENDERS = ("dataloader", "simd", "fastdata", "lmdb", "ram", "shards", "shards-cache", "webdataset", "ffcv",
-              "fastdata-dali", "fastdata-nvjpeg", "fastdata-gpu", "fastdata-hybrid", "dali", "nvjpeg")
+              "fastdata-dali", "fastdata-nvjpeg", "fastdata-gpu", "fastdata-hybrid", "dali", "nvjpeg", "engines")

@@ -125,7 +125,8 @@ def table_rows(report: Dict[str, Any]) -> List[List[str]]:
 def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
     """With fastdata (native) and fastdata-gpu measured in the same run: their sum, what the
     box can do when both decode at once (the gpu contender keeps 2 native threads for the
-    rows the engines refuse), and the hybrid's share of it."""
+    rows the engines refuse), and the hybrid's share of it; with the engines contender too,
+    the gpu backend's rate as a share of the engines' decode-only rate."""
     ok = {r["name"]: r for r in report["results"] if r.get("status") == "ok"}
     if "fastdata" not in ok or "fastdata-gpu" not in ok:
         return None
@@ -137,6 +138,10 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
         share = hybrid.get("detail", {}).get("gpu_share")
         if share is not None:
             line += f", GPU share {share:.0%}"
+    if "engines" in ok:  # the gpu backend against what its decoder alone delivers
+        gpu = ok["fastdata-gpu"]
+        line += (f"; gpu {gpu['images_per_s'] / ok['engines']['images_per_s']:.2f}x the engines' decode-only rate"
+                 f" at {gpu['cpu_cores_busy']:.1f} cores")
     return line
 
 

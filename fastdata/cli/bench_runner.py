@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from fastdata.io.host import process_cpu_seconds, usable_cores
+from fastdata.io.host import process_cpu_seconds, thread_cpu_seconds, usable_cores
 
 MAX_WINDOWS = 5
 
@@ -61,6 +61,9 @@ class Usage:
     def cpu_seconds(self) -> float:
         return process_cpu_seconds()
 
+    def thread_seconds(self) -> Dict[str, float]:
+        return thread_cpu_seconds()
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
@@ -74,11 +77,23 @@ def describe(images: Any) -> str:
 
 
 def device_sync(device: str) -> Callable[[], None]:
-    """What makes a batch on ``device`` really arrived: a CUDA synchronize, or nothing."""
+    """What makes a batch on ``device`` really arrived: on CUDA, the work queued so far on the
+    consumer's current stream (where a training step would read the batch) has completed.
+
+    Waited on with a blocking-sync event: the consumer thread sleeps instead of spinning a
+    core (``torch.cuda.synchronize`` spins by default, and waits for every stream, so also
+    for the decode of batches still in flight). Every contender hands its batch to the
+    current stream (Loader's handoff, ``.to(device)``, DALI's copy), so this is the
+    moment its step could start."""
     if device.startswith("cuda"):
         import torch
 
-        return torch.cuda.synchronize
+        def arrived() -> None:
+            done = torch.cuda.Event(blocking=True)
+            done.record()
+            done.synchronize()
+
+        return arrived
     return lambda: None
 
 
@@ -136,6 +151,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
                 break
         t_begin = clock()
         cpu0 = usage.cpu_seconds()
+        threads0 = _thread_seconds(usage)
         times: List[float] = []
         counts: List[int] = []
         waits: List[float] = []
@@ -151,6 +167,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
             if step_seconds:
                 sleep(step_seconds)
         cpu1 = usage.cpu_seconds()
+        threads1 = _thread_seconds(usage)
     except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
         result.update(status="failed", reason=f"{type(e).__name__}: {e}")
         return result
@@ -166,6 +183,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
         warmup_batches=warm, first_batch_seconds=first_batch_s,
         total_seconds=clock() - t0,
         cpu_seconds=cpu1 - cpu0,
+        thread_cpu_seconds={k: v - threads0.get(k, 0.0) for k, v in threads1.items() if v - threads0.get(k, 0.0) > 0},
         peak_rss_mb=usage.peak_rss / 2**20,
         output=output,
         detail=dict(getattr(contender, "detail", {})),
@@ -191,11 +209,27 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         "first_batch_seconds": statistics.median(r["first_batch_seconds"] for r in runs),
         "total_seconds": sum(r["total_seconds"] for r in runs),
         "cpu_seconds": sum(r["cpu_seconds"] for r in runs),
+        "thread_cpu_seconds": _summed([r.get("thread_cpu_seconds", {}) for r in runs]),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "output": first["output"],
         "detail": first["detail"],
     }
     return _with_statistics(pooled, runs, [x for r in runs for x in r["waits"]])
+
+
+def _thread_seconds(usage: Any) -> Dict[str, float]:
+    """CPU seconds by thread kind (``Usage.thread_seconds``), or nothing where the usage
+    sampler does not tell (a test's stand-in)."""
+    read = getattr(usage, "thread_seconds", None)
+    return read() if read is not None else {}
+
+
+def _summed(parts: Sequence[Dict[str, float]]) -> Dict[str, float]:
+    total: Dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            total[k] = total.get(k, 0.0) + v
+    return total
 
 
 def _with_statistics(r: Dict[str, Any], runs: Sequence[Dict[str, Any]], waits: Sequence[float]) -> Dict[str, Any]:

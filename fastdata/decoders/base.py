@@ -97,4 +97,11 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     host allocator, which reuses it only after this copy has finished."""
     if device.type != "cuda":
         return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
+    pinned = torch.empty(host.shape, dtype=host.dtype, pin_memory=True)
+    try:
+        # numpy copies on this thread; torch's copy of a table of a megabyte or so (the GPU
+        # resampler's filters) wakes every intra-op thread, which then spin waiting for work.
+        np.copyto(pinned.numpy(), host.numpy())
+    except TypeError:  # a dtype numpy lacks (bfloat16)
+        pinned.copy_(host)
+    return pinned.to(device, non_blocking=True)

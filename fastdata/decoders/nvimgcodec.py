@@ -1,12 +1,14 @@
 """GPU decoder "gpu": NVIDIA nvImageCodec on the GPU's hardware JPEG engines, then one batched resample.
 
-Per batch, on this decoder's own two worker threads (so the native threads decode their
-share of the same batch meanwhile): stage 1, encoded bytes -> ``nvimgcodec.Decoder.decode``
-(one call for the batch; stored orientation, HWC uint8 RGB on the GPU), whose images stay
-where nvImageCodec put them (``ImageLayout.of_arrays``: their pointers and strides); stage 2,
-``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
-folded into the gather) reads them in place. The stages overlap across batches. Crops come from the native engine's plan, so they equal the native
-path's for the same (seed, epoch, index).
+Per batch, on this decoder's own three worker threads (so the native threads decode their
+share of the same batch meanwhile): stage 1, encoded bytes -> nvImageCodec code streams
+(header parsing); stage 2, ``nvimgcodec.Decoder.decode`` (one call for the batch; stored
+orientation, HWC uint8 RGB on the GPU) and nothing else, so the engines get the next batch
+as soon as they finish one; stage 3 checks the images and ``resample_batch`` (the Triton
+kernels: crop + antialiased resize + flip, EXIF orientation folded into the gather) reads
+them where nvImageCodec put them (``ImageLayout.of_arrays``: their pointers and strides).
+The stages overlap across batches. Crops come from the native engine's plan, so they equal
+the native path's for the same (seed, epoch, index).
 
 Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
 ``gpu_decodable``; gray files go native, see ``accepts``), and not progressive: the hardware engines decode baseline scans only, and
@@ -24,7 +26,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -65,7 +67,7 @@ def nvimgcodec_module() -> Any:
 class NvImageCodecDecoder:
     """Batched JPEG decode on the hardware engines (nvImageCodec), crop/resize/flip batched on the GPU.
 
-    ``start`` queues the batch on a worker thread and returns at once; ``finish`` waits for
+    ``start`` queues the batch on the worker threads and returns at once; ``finish`` waits for
     it and returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, complete (the
     worker waited for its kernels), plus the rows handed back. ``last_seconds`` is the
     worker's wall time for the last batch (the hybrid split's GPU rate).
@@ -119,6 +121,7 @@ class NvImageCodecDecoder:
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
                                                sample_format=nvimgcodec.SampleFormat.I_RGB)
         self._code_stream = nvimgcodec.CodeStream
+        self._parse_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-parse")
         self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
         self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
         self._decode_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -126,9 +129,12 @@ class NvImageCodecDecoder:
         self._lock = threading.Lock()
         self.last_seconds = 0.0
         # Where the workers' time goes, summed over batches (seconds of wall time): code streams
-        # (header parsing), the nvImageCodec call, checking the images and reading their array
-        # interfaces, queueing the resample, and waiting for the stream (the GPU work left).
-        self.stage_seconds = {"parse": 0.0, "decode": 0.0, "assemble": 0.0, "resample": 0.0, "gpu_wait": 0.0}
+        # (header parsing), the nvImageCodec call (and the CPU time of the thread in it: near
+        # its wall time means the call works or spins on the host, near zero that it sleeps
+        # while the engines decode), checking the images and reading their array interfaces,
+        # queueing the resample, and waiting for the stream (the GPU work left).
+        self.stage_seconds = {"parse": 0.0, "decode": 0.0, "decode_cpu": 0.0, "assemble": 0.0, "resample": 0.0,
+                              "gpu_wait": 0.0}
 
     # ---- the Decoder protocol ----
     def accepts(self, batch: PlannedBatch, row: int) -> bool:
@@ -146,7 +152,8 @@ class NvImageCodecDecoder:
             if self._closed:
                 raise RuntimeError("the gpu decoder is closed")
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-            decoded = self._decode_worker.submit(self._decode_stage, batch, list(rows))
+            parsed = self._parse_worker.submit(self._parse_stage, batch, list(rows))
+            decoded = self._decode_worker.submit(self._decode_stage, parsed)
             return self._resample_worker.submit(self._resample_stage, batch, decoded, stream)
 
     def finish(self, handle: "Future[DecodedRows]", host: Optional[np.ndarray]) -> DecodedRows:
@@ -163,49 +170,17 @@ class NvImageCodecDecoder:
             if self._closed:
                 return
             self._closed = True
-        self._decode_worker.shutdown(wait=True)
-        self._resample_worker.shutdown(wait=True)
+        for worker in (self._parse_worker, self._decode_worker, self._resample_worker):
+            worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
         self._decoder = None
 
-    # ---- the two stages ----
-    # Batch N+1 is decoded on the engines (stage 1, its own stream) while batch N is resampled
-    # (stage 2, the pipeline's stream, after an event from stage 1): the engines do not wait
-    # for the resample's host work, nor the resample for the engines.
-    def _decode_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
+    # ---- the three stages ----
+    # Batch N+2 is parsed (stage 1) while batch N+1 is decoded on the engines (stage 2, its own
+    # stream) and batch N is resampled (stage 3, the pipeline's stream, after an event from
+    # stage 2): the engines wait for neither the parsing nor the resample's host work.
+    def _parse_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
         t0 = time.perf_counter()
-        if self._decode_stream is None:
-            decoded = self._decode_rows(batch, rows, 0)
-        else:
-            with torch.cuda.device(self.device), torch.cuda.stream(self._decode_stream):
-                decoded = self._decode_rows(batch, rows, self._decode_stream.cuda_stream)
-                decoded.ready = torch.cuda.Event()
-                decoded.ready.record(self._decode_stream)
-        decoded.seconds = time.perf_counter() - t0
-        return decoded
-
-    def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
-                        stream: Optional[torch.cuda.Stream]) -> DecodedRows:
-        decoded = pending.result()
-        t0 = time.perf_counter()
-        if stream is None:
-            result = self._resample_rows(batch, decoded)
-        else:
-            with torch.cuda.device(self.device), torch.cuda.stream(stream):
-                stream.wait_event(decoded.ready)
-                result = self._resample_rows(batch, decoded)
-                done = torch.cuda.Event()
-                done.record(stream)
-                t1 = time.perf_counter()
-                done.synchronize()  # complete before finish hands the pixels on; the time is the GPU's
-                self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
-        # Pipelined, the slower stage sets the rate: the hybrid split's GPU time for the batch.
-        self.last_seconds = max(decoded.seconds, time.perf_counter() - t0)
-        return result
-
-    def _decode_rows(self, batch: PlannedBatch, rows: List[int], cuda_stream: int) -> _Decoded:
-        datas, plan = batch.datas, batch.plan
-        stage = self.stage_seconds
-        t0 = time.perf_counter()
+        datas = batch.datas
         streams, kept, rejected = [], [], []
         for r in rows:
             try:
@@ -213,13 +188,55 @@ class NvImageCodecDecoder:
                 kept.append(r)
             except Exception:  # a header nvImageCodec cannot parse: the native decoder names the problem
                 rejected.append(r)
-        t1 = time.perf_counter()
-        images = self._decoder.decode(streams, params=self._params, cuda_stream=cuda_stream) if streams else []
-        t2 = time.perf_counter()
-        stage["parse"] += t1 - t0
-        stage["decode"] += t2 - t1
-        # The resample reads the images where nvImageCodec put them (their array interfaces:
-        # pointer, shape, strides): no per-image tensor, no copy into one buffer.
+        seconds = time.perf_counter() - t0
+        self.stage_seconds["parse"] += seconds
+        return _Decoded(kept, streams, rejected, parse_seconds=seconds)
+
+    def _decode_stage(self, pending: "Future[_Decoded]") -> _Decoded:
+        decoded = pending.result()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if self._decode_stream is None:
+            decoded.images = self._decode(decoded.streams, 0)
+        else:
+            with torch.cuda.device(self.device), torch.cuda.stream(self._decode_stream):
+                decoded.images = self._decode(decoded.streams, self._decode_stream.cuda_stream)
+                decoded.ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
+                decoded.ready.record(self._decode_stream)
+        decoded.streams = []
+        decoded.seconds = time.perf_counter() - t0
+        self.stage_seconds["decode"] += decoded.seconds
+        self.stage_seconds["decode_cpu"] += time.thread_time() - c0
+        return decoded
+
+    def _decode(self, streams: List[Any], cuda_stream: int) -> List[Any]:
+        return self._decoder.decode(streams, params=self._params, cuda_stream=cuda_stream) if streams else []
+
+    def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
+                        stream: Optional[torch.cuda.Stream]) -> DecodedRows:
+        decoded = pending.result()
+        t0 = time.perf_counter()
+        if stream is None:
+            result = self._resample_rows(batch, self._assemble(batch, decoded))
+        else:
+            with torch.cuda.device(self.device), torch.cuda.stream(stream):
+                stream.wait_event(decoded.ready)
+                result = self._resample_rows(batch, self._assemble(batch, decoded))
+                done = torch.cuda.Event(blocking=True)  # the worker sleeps on it instead of spinning a core
+                done.record(stream)
+                t1 = time.perf_counter()
+                done.synchronize()  # complete before finish hands the pixels on; the time is the GPU's
+                self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
+        # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch.
+        self.last_seconds = max(decoded.parse_seconds, decoded.seconds, time.perf_counter() - t0)
+        return result
+
+    def _assemble(self, batch: PlannedBatch, decoded: _Decoded) -> _Decoded:
+        """Keep the images the plan expects; hand the rest back. The resample reads them where
+        nvImageCodec put them (their array interfaces: pointer, shape, strides): no per-image
+        tensor, no copy into one buffer."""
+        t0 = time.perf_counter()
+        plan = batch.plan
+        kept, images, rejected = decoded.rows, decoded.images, list(decoded.rejected)
         cuda = self.device.type == "cuda"
         good_rows: List[int] = []
         good: List[Any] = []
@@ -240,13 +257,13 @@ class NvImageCodecDecoder:
             good_rows.append(r)
             good.append(img)
             interfaces.append(iface)
-        origin = layout = None
+        decoded.rows, decoded.images, decoded.rejected = good_rows, good, sorted(rejected)
         if good:  # a one-element tensor at the first image: the kernels' address origin
             first = torch.as_tensor(good[0], device=self.device) if cuda else torch.from_numpy(np.asarray(good[0]))
-            origin = first.as_strided((1,), (1,))
-            layout = ImageLayout.of_arrays(origin.data_ptr(), interfaces)
-        stage["assemble"] += time.perf_counter() - t2
-        return _Decoded(good_rows, origin, layout, good, sorted(rejected))
+            decoded.origin = first.as_strided((1,), (1,))
+            decoded.layout = ImageLayout.of_arrays(decoded.origin.data_ptr(), interfaces)
+        self.stage_seconds["assemble"] += time.perf_counter() - t0
+        return decoded
 
     def _resample_rows(self, batch: PlannedBatch, decoded: _Decoded) -> DecodedRows:
         if decoded.origin is None:
@@ -263,14 +280,18 @@ class NvImageCodecDecoder:
 
 @dataclass
 class _Decoded:
-    """Stage 1's result: the rows decoded (in order), where their pixels are (nvImageCodec's
-    images, HWC uint8, on the decode stream until ``ready``; ``images`` keeps them alive until
-    the resample has read them), and the rows handed back."""
+    """A batch's GPU rows between the stages: the rows (in order) and their code streams
+    (stage 1), nvImageCodec's images (stage 2: HWC uint8, on the decode stream until
+    ``ready``; ``images`` keeps them alive until the resample has read them), then only the
+    rows whose images fit the plan with where their pixels are (stage 3), and the rows
+    handed back."""
 
     rows: List[int]
-    origin: Optional[torch.Tensor]  # one element at the first image: the layout's address origin
-    layout: Optional[ImageLayout]
-    images: List[Any]
+    streams: List[Any]
     rejected: List[int]
+    images: List[Any] = field(default_factory=list)
     ready: Optional[Any] = None  # torch.cuda.Event
-    seconds: float = 0.0
+    parse_seconds: float = 0.0  # stage 1's wall time
+    seconds: float = 0.0  # stage 2's wall time
+    origin: Optional[torch.Tensor] = None  # one element at the first image: the layout's address origin
+    layout: Optional[ImageLayout] = None

@@ -6,10 +6,13 @@ One definition for the library, its tools and the benchmarks, so a thread count,
 from __future__ import annotations
 
 import os
+import re
+import threading
+from typing import Dict
 
 import psutil
 
-__all__ = ["usable_cores", "process_cpu_seconds"]
+__all__ = ["usable_cores", "process_cpu_seconds", "thread_cpu_seconds"]
 
 
 def usable_cores() -> int:
@@ -42,3 +45,29 @@ def process_cpu_seconds() -> float:
             continue
         total += t.user + t.system
     return total
+
+
+def thread_cpu_seconds() -> Dict[str, float]:
+    """User + system CPU seconds of this process's live threads, summed by what they are:
+    a Python thread by its name (suffixes such as a pool's ``_0`` or an object id dropped,
+    so a pool is one entry), a native thread (the decode engine's, CUDA's, a codec library's, torch's
+    intra-op threads) by its OS name. Threads that ended are not counted: take differences
+    over a window in which the loader's threads stay alive. Linux only (empty elsewhere)."""
+    python_names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    totals: Dict[str, float] = {}
+    try:
+        threads = psutil.Process().threads()
+    except (psutil.Error, AttributeError):
+        return totals
+    for t in threads:
+        name = python_names.get(t.id)
+        if name is not None:
+            label = "py:" + re.sub(r"(_\d+|-[0-9a-f]{8,})$", "", name)
+        else:
+            try:
+                with open(f"/proc/self/task/{t.id}/comm") as f:
+                    label = f.read().strip() or "?"
+            except OSError:
+                continue  # ended between listing and reading
+        totals[label] = totals.get(label, 0.0) + t.user_time + t.system_time
+    return totals

@@ -67,7 +67,9 @@ class CudaUploader:
         outputs are ready; ``start``/``done`` time the copy + finish.
         """
         start = torch.cuda.Event(enable_timing=True)
-        done = torch.cuda.Event(enable_timing=True)
+        # The ring waits on ``done`` on the host before rewriting the slot: a blocking-sync
+        # event lets that thread sleep (CUDA's default wait spins a core for its whole length).
+        done = torch.cuda.Event(enable_timing=True, blocking=True)
         with torch.cuda.stream(self.stream), stage("fastdata.h2d"):
             start.record(self.stream)
             gpu_images = None if images is None else images.to(self.device, non_blocking=True)

@@ -30,7 +30,6 @@ from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, native_spec
-from ..io.host import usable_cores
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
@@ -77,7 +76,8 @@ class Loader:
         transform: ``RandomResizedCrop`` (training) or ``CenterCrop`` (evaluation).
         shuffle, seed, drop_last: epoch order; epoch e's order and crops depend only on
             (seed, e). Without ``set_epoch`` each new iteration moves to the next epoch.
-        threads: native decode threads (default: the cores this process may use).
+        threads: native decode threads (default: the cores this process may use; with
+            ``backend="hybrid"`` three fewer, for the threads that feed the GPU).
         prefetch: batches prepared ahead (pinned slots in the ring).
         device: "cuda" (default when available) or "cpu".
         dtype: ``torch.uint8`` gives raw NHWC images; a float dtype gives normalized NCHW
@@ -89,7 +89,8 @@ class Loader:
             max_file_bytes fail unread, 0: no limit). Only regular files are read.
         rank, world_size: shard of this process; default from ``torch.distributed`` when it
             is initialized, else a single process.
-        backend: "native" (libjpeg-turbo threads, the default), "hybrid" (every batch split
+        backend: "auto" (the default: "hybrid" on CUDA when the gpu extra is installed, else
+            "native"), "native" (libjpeg-turbo threads), "hybrid" (every batch split
             between the native threads and the GPU's hardware JPEG engines so that both finish
             together, re-balanced every batch; the gpu extra), "gpu" (nvImageCodec on the engines; the
             native threads take only what the engines cannot), "nvjpeg" (torchvision's GPU
@@ -117,16 +118,18 @@ class Loader:
                  std: Sequence[float] = IMAGENET_STD, on_error: str = "raise", strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  rank: Optional[int] = None,
-                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "native",
+                 world_size: Optional[int] = None, roi: bool = True, backend: Union[str, Decoder] = "auto",
                  backend_options: Optional[Dict[str, Any]] = None, num_workers: Optional[int] = None,
                  pin_memory: bool = True):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
-        if threads is None:
-            threads = num_workers if num_workers else usable_cores()
-        if not isinstance(threads, int) or threads < 1:
+        if threads is None and num_workers:
+            threads = num_workers
+        # None: the pipeline picks (the usable cores; fewer for "hybrid", whose GPU decoder's
+        # threads need cores of their own).
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -173,7 +176,7 @@ class Loader:
         cuda = self.device.type == "cuda"
         if not cuda and backend in ("nvjpeg", "gpu", "hybrid"):
             raise ValueError(f"backend={backend!r} decodes on the GPU: it needs device='cuda'")
-        self._stats = StatsCounter(int(threads), self.prefetch, self.batch_size)
+        self._stats = StatsCounter(0, self.prefetch, self.batch_size)  # threads: the pipeline's, below
         self._outcomes = OutcomeCounter(self._stats)
         # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode
         # until its copy's event, so ``prefetch`` slots keep ``prefetch`` batches in flight.
@@ -183,11 +186,12 @@ class Loader:
         self._pipeline = BatchPipeline(
             self.transform, backend=backend, device=self.device, dtype=None if dtype == torch.uint8 else dtype,
             mean=mean, std=std, channels_last=channels_last, seed=self.order.seed, strict=self.strict,
-            max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes, threads=int(threads), roi=self.roi,
+            max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes, threads=threads, roi=self.roi,
             batch_size=self.batch_size,
             ring_slots=self.prefetch if cuda else self.prefetch + 2, handed_out=not cuda,
             pin=torch.cuda.is_available() and (cuda or bool(pin_memory)), cpu_normalize=True,
             backend_options=backend_options, on_stats=self._outcomes.add)
+        self._stats.set_threads(self._pipeline.threads)
         self._producer = BatchProducer(source, self._labels, self._pipeline, self._stats, on_error, self._outcomes)
         self._next_epoch = 0
         self._resume_batch = 0

@@ -51,6 +51,13 @@ from .balance import SplitBalancer
 from .cuda import CudaUploader, GpuNormalizer
 from .pinned_ring import PinnedRing, Slot
 
+# Cores "hybrid" leaves to the threads that feed the GPU when it picks the native thread count
+# itself: on the H200 box (2026-12-02) the producer thread kept ~0.8 core busy, the gpu
+# decoder's decode, resample and parse threads ~0.8, ~0.5 and ~0.1, nvImageCodec's own ~0.1;
+# with 16 native threads on 16 cores every one of them waited for a core (13 native threads
+# ran hybrid 13,262 img/s where 16 ran 11,769 in the same call).
+HYBRID_HOST_CORES = 3
+
 
 @dataclass
 class PendingBatch:
@@ -122,14 +129,26 @@ class BatchPipeline:
         self.max_file_bytes = int(max_file_bytes)
         self._on_stats = on_stats
         cuda = self.device.type == "cuda"
+        default_threads = threads is None
         threads = usable_cores() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         self.balancer: Optional[SplitBalancer] = None
         if isinstance(backend, str):
-            backend = resolve_backend(backend, self.device)
-            gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
+            asked, backend = backend, resolve_backend(backend, self.device)
+            try:
+                gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
+            except (RuntimeError, ImportError) as e:
+                if asked != "auto":
+                    raise
+                # The default must run everywhere: a GPU without JPEG engines, or a codec library
+                # that fails to load, means the native engine alone, said once.
+                _warn_once("auto", f"fastdata: decoding on the CPU only; the GPU's JPEG engines are not usable "
+                                   f"here ({type(e).__name__}: {e}). backend='native' silences this.")
+                backend, gpu = "native", None
             if backend == "hybrid" and gpu is not None:
                 self.balancer = SplitBalancer()
+                if default_threads:  # the cores the GPU decoder's own threads and the producer keep busy
+                    threads = max(1, threads - HYBRID_HOST_CORES)
         else:
             gpu = backend
         self._closed = False
@@ -155,6 +174,7 @@ class BatchPipeline:
         # batch through on_stats): gpu_rows delivered by the GPU decoder, native_rows decoded on the
         # host (the rows the GPU was not given and those it handed back, gpu_rejected).
         self.stats = {"batches": 0, "gpu_rows": 0, "native_rows": 0, "gpu_rejected": 0}
+        self._left_decode: Optional[float] = None  # when the last decode() returned
 
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
@@ -194,6 +214,10 @@ class BatchPipeline:
         """Decode the native rows into a ring slot while the GPU decoders work, then finish
         those (in submission order) and decode the rows they handed back natively."""
         batch = pending.batch
+        entered = time.perf_counter()
+        # The producer's seconds outside this call since the last one (planning, the upload,
+        # Python): the hybrid split gives the GPU, which works on through them, that much more.
+        overhead = 0.0 if self._left_decode is None else entered - self._left_decode
         slot = self.ring.acquire()
         native_rows = list(pending.native_rows)
         failures: List[Tuple[int, DecodeError]] = []
@@ -223,7 +247,10 @@ class BatchPipeline:
         handed_back.sort()
         self._decode_native(batch, handed_back, slot, len(native_rows), failures)
         if self.balancer is not None:
-            self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds)
+            # A gap longer than this call itself is not the producer's work but a pause (the
+            # consumer's epoch end, a full queue): it must not hand the GPU every row after.
+            overhead = min(overhead, time.perf_counter() - entered)
+            self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds, overhead_seconds=overhead)
         host_rows = native_rows + handed_back
         rows = {"gpu_rows": gpu_rows, "native_rows": len(host_rows), "gpu_rejected": len(handed_back)}
         for key, n in rows.items():
@@ -232,6 +259,7 @@ class BatchPipeline:
         # failures: the batch's rows, whichever decoder failed them (replace() counts its own)
         self._count(**rows, failures=len(failures))
         failures.sort(key=lambda pair: pair[0])
+        self._left_decode = time.perf_counter()
         return DecodedBatch(batch, slot, host_rows, parts, failures)
 
     def _decode_native(self, batch: PlannedBatch, rows: List[int], slot: Slot, at: int,
@@ -353,26 +381,35 @@ class BatchPipeline:
             self._on_stats(**deltas)
 
 
-_warned_no_gpu_extra = False
+_warned: set = set()  # the keys of the warnings given (each once per process)
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """The backend a name means on ``device``: "hybrid" without the gpu extra (nvImageCodec)
-    says so once (a warning) and runs native. Other names are returned as given.
+    """The backend a name means on ``device``.
 
-    Not a default yet: on the H200 box (2026-12-02) hybrid ran 8,793 img/s where native
-    alone ran 10,399 in the same run (docs/results.md), so it stays a choice."""
-    global _warned_no_gpu_extra
+    "auto" (the Loader's default): "hybrid" on a CUDA device with the gpu extra installed,
+    else "native", quietly. On the H200 box (2026-12-02) hybrid ran 1.47x the native engine
+    on ImageNet-like photos and 1.34x on the demo set's mix (docs/results.md).
+    "hybrid" without the gpu extra (nvImageCodec) says so once (a warning) and runs native.
+    Other names are returned as given."""
+    if backend == "auto":
+        from ..decoders.nvimgcodec import gpu_extra_installed
+        usable = device.type == "cuda" and torch.cuda.is_available() and gpu_extra_installed()
+        return "hybrid" if usable else "native"
     if backend != "hybrid":
         return backend
     from ..decoders.nvimgcodec import gpu_extra_installed
     if device.type != "cuda":
         raise ValueError("backend='hybrid' splits batches between the CPU and the GPU: it needs device='cuda'")
     if not gpu_extra_installed():
-        if not _warned_no_gpu_extra:
-            _warned_no_gpu_extra = True
-            warnings.warn("fastdata: the hybrid CPU+GPU decoder needs the gpu extra (pip install fastdata[gpu]: "
-                          "nvidia-nvimgcodec-cu13, nvidia-nvjpeg); decoding on the CPU only", RuntimeWarning, stacklevel=3)
+        _warn_once("gpu extra", "fastdata: the hybrid CPU+GPU decoder needs the gpu extra (pip install fastdata[gpu]: "
+                                "nvidia-nvimgcodec-cu13, nvidia-nvjpeg); decoding on the CPU only")
         return "native"
     return "hybrid"
 

@@ -65,6 +65,10 @@ class StatsCounter:
         self._cpu0 = 0.0
         self._fixed = dict(threads=threads, prefetch=prefetch, batch_size=batch_size)
 
+    def set_threads(self, threads: int) -> None:
+        """The native thread count, once the pipeline has chosen it."""
+        self._fixed["threads"] = int(threads)
+
     def start_clock(self) -> None:
         with self._lock:
             if self._t0 is None:

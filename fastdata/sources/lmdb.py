@@ -309,7 +309,13 @@ class LMDBSource:
 
     def __del__(self) -> None:
         if getattr(self, "_opened", None) is not None:
-            self.close()
+            try:
+                self.close()
+            except (AttributeError, TypeError):
+                # Collected while the interpreter shuts down, when this module's globals (os,
+                # the environment registry) may already be None: the process is ending and the
+                # OS unmaps the environment; printing "Exception ignored" would only alarm.
+                pass
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()

@@ -6,6 +6,7 @@ computed by hand, not read off a wall clock.
 """
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import Iterator, List, Sequence
 
@@ -138,3 +139,51 @@ def test_windows_partition_the_span():
     rates = bench_runner.windows(times, [4] * 11, 0.0)
     assert len(rates) == bench_runner.MAX_WINDOWS
     assert rates[:4] == pytest.approx([40.0] * 4) and rates[4] == pytest.approx(8 / 1.1)
+
+
+def test_thread_cpu_seconds_names_python_and_native_threads():
+    """fastdata-bench's per-thread CPU: a busy Python thread counts under its name (pool
+    suffix dropped), the decode engine's native threads under their OS name."""
+    import threading
+
+    import numpy as np
+
+    import fastdata
+    from fastdata.cli.demo import photo_like_jpeg
+    from fastdata.io.host import thread_cpu_seconds
+    from fastdata.loader.pipeline import make_backend
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    busy = threading.Thread(target=spin, name="busy-worker_3")
+    busy.start()
+    try:
+        time.sleep(0.4)
+        datas = [np.frombuffer(photo_like_jpeg(0, i, 400, 300), np.uint8) for i in range(32)]
+        with make_backend("native", fastdata.RandomResizedCrop(64), device="cpu", dtype=None, threads=2) as p:
+            p.run(datas, np.arange(len(datas)), 0)
+            seconds = thread_cpu_seconds()  # while the engine's threads are alive
+    finally:
+        stop.set()
+        busy.join()
+    assert seconds.get("py:busy-worker", 0.0) > 0.05  # "_3" dropped: one entry per pool
+    assert seconds.get("fastdata-native", 0.0) > 0.0  # the engine's second thread, named by the C++ pool
+
+
+def test_ceiling_line_puts_gpu_against_the_engines():
+    from fastdata.cli import bench_report
+
+    def ok(name, rate, cores=1.0, detail=None):
+        return {"name": name, "status": "ok", "images_per_s": rate, "cpu_cores_busy": cores, "detail": detail or {}}
+
+    report = {"results": [ok("fastdata", 10000.0), ok("fastdata-gpu", 12000.0, 2.25),
+                          ok("fastdata-hybrid", 15400.0, detail={"gpu_share": 0.6}), ok("engines", 15000.0)]}
+    line = bench_report.ceiling_line(report)
+    assert line == ("ceiling (native + gpu, same run): 22,000 img/s; hybrid 70% of it, GPU share 60%; "
+                    "gpu 0.80x the engines' decode-only rate at 2.2 cores")
+    report["results"] = report["results"][:2]
+    assert bench_report.ceiling_line(report) == "ceiling (native + gpu, same run): 22,000 img/s"

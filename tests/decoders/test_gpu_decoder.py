@@ -8,6 +8,9 @@ native backend. tests/gpu runs the same decoder on the engines.
 """
 from __future__ import annotations
 
+import os
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +22,12 @@ from fastdata.loader.pipeline import make_backend, resolve_backend
 from imagegen import hard_case_folder, psnr
 
 pytest.importorskip("nvidia.nvimgcodec")
+
+# The stand-in's images are on the host, so its resample runs the Triton kernels under Triton's
+# interpreter, which tests/conftest.py turns on only where there is no CUDA (a process runs the
+# kernels one way). On a GPU machine tests/gpu/test_gpu_hybrid.py checks the same on the engines.
+needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                       reason="CUDA is present: Triton's interpreter is off (tests/gpu covers this)")
 
 
 class CpuEngines(NvImageCodecDecoder):
@@ -44,6 +53,7 @@ class CpuEngines(NvImageCodecDecoder):
 PLAIN = 6  # hard_case_folder: 6 photo-like baseline JPEGs first
 
 
+@needs_interpreter
 @pytest.mark.parametrize("transform", [fastdata.RandomResizedCrop(64), fastdata.CenterCrop(64)])
 def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, transform):
     paths = hard_case_folder(tmp_path)
@@ -68,6 +78,7 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
             assert psnr(a[row], b[row]) >= 35, (name, psnr(a[row], b[row]))
 
 
+@needs_interpreter
 def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
     paths = hard_case_folder(tmp_path)[:PLAIN]
     transform = fastdata.RandomResizedCrop(48)
@@ -83,6 +94,7 @@ def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
         assert psnr(a[row], b[row]) >= 35
 
 
+@needs_interpreter
 def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path):
     paths = hard_case_folder(tmp_path)[:PLAIN] * 4  # 24 decodable rows
     transform = fastdata.RandomResizedCrop(64)
@@ -119,6 +131,19 @@ def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
         SplitBalancer(smoothing=0)
 
 
+def test_balancer_gives_the_gpu_the_producers_own_time():
+    """The producer spends P seconds per batch outside both decodes; the GPU, a batch ahead,
+    works through them, so at equilibrium its time equals the native rows' time plus P."""
+    bal = SplitBalancer(smoothing=0.5)
+    g_rate, c_rate, overhead = 3000.0, 1000.0, 0.016
+    for _ in range(40):
+        g = bal.gpu_rows(256, 256)
+        bal.observe(g, g / g_rate, 256 - g, (256 - g) / c_rate, overhead_seconds=overhead)
+    g = bal.gpu_rows(256, 256)
+    assert g == round((256 + overhead * c_rate) * g_rate / (g_rate + c_rate))  # 204, not the rates' 192
+    assert abs(g / g_rate - ((256 - g) / c_rate + overhead)) < 1e-3  # both sides busy the whole cycle
+
+
 def test_hybrid_and_gpu_need_cuda_and_native_counts_its_rows(tmp_path):
     paths = hard_case_folder(tmp_path)[:2]
     assert resolve_backend("nvjpeg", torch.device("cpu")) == "nvjpeg"
@@ -137,10 +162,45 @@ def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):
     from fastdata.loader import pipeline
 
     monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
-    monkeypatch.setattr(pipeline, "_warned_no_gpu_extra", False)
+    monkeypatch.setattr(pipeline, "_warned", set())
     with pytest.warns(RuntimeWarning, match=r"pip install fastdata\[gpu\]"):
         assert resolve_backend("hybrid", torch.device("cuda")) == "native"
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once only
         assert resolve_backend("hybrid", torch.device("cuda")) == "native"
+
+
+def test_auto_is_hybrid_only_with_cuda_and_the_extra_and_falls_back_once(monkeypatch, tmp_path):
+    from fastdata.decoders import nvimgcodec
+    from fastdata.loader import pipeline
+
+    monkeypatch.setattr(pipeline, "_warned", set())
+    assert resolve_backend("auto", torch.device("cpu")) == "native"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
+    assert resolve_backend("auto", torch.device("cuda")) == "native"  # no extra: native, no warning
+    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: True)
+    assert resolve_backend("auto", torch.device("cuda")) == "hybrid"
+
+    # The engines cannot be used (here: no CUDA really): "auto" runs native and says why, once;
+    # an explicit "hybrid" raises the decoder's own error instead.
+    paths = hard_case_folder(tmp_path)[:2]
+    transform = fastdata.RandomResizedCrop(32)
+    made = []
+
+    def failing(name, *args, **kwargs):  # as nvImageCodec fails on a GPU without engines
+        made.append(name)
+        raise RuntimeError("Could not create decoder. Code: 7")
+
+    monkeypatch.setattr(pipeline, "make_decoder", failing)
+    monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: "hybrid" if name == "auto" else name)
+    with pytest.warns(RuntimeWarning, match="Code: 7"):
+        with make_backend("auto", transform, device="cpu", dtype=None) as p:
+            images, failures, _ = p.run(paths, np.arange(2), 0)
+    assert made == ["hybrid"] and images.shape[0] == 2 and not failures and len(p.decoders) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once only
+        make_backend("auto", transform, device="cpu", dtype=None).close()
+    with pytest.raises(RuntimeError, match="Code: 7"):
+        make_backend("hybrid", transform, device="cpu", dtype=None)

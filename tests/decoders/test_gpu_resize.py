@@ -262,21 +262,24 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 def test_images_read_in_place_equal_the_packed_buffer():
     """ImageLayout.of_arrays: images in allocations of their own (one with padded rows, the
     origin at the highest address so the other offsets are negative) give the packed buffer's
-    output."""
-    images = [a.copy() for a in photos([(120, 90), (150, 97), (170, 111), (210, 111)])]
-    padded = np.zeros((images[2].shape[0], images[2].shape[1] + 5, 3), np.uint8)
-    padded[:, :images[2].shape[1]] = images[2]
-    images[2] = padded[:, :images[2].shape[1]]  # row stride (W + 5) * 3
+    output. On a GPU the images are CUDA tensors read through ``__cuda_array_interface__``."""
+    arrays = photos([(120, 90), (150, 97), (170, 111), (210, 111)])
     boxes = [[3, 4, 100, 80], [0, 0, 150, 97], [20, 10, 170, 100], [5, 5, 111, 200]]
     flips, orientations = [True, False, True, False], [1, 2, 3, 6]
-    want = run([np.ascontiguousarray(a) for a in images], boxes, flips, orientations, (48, 56))
-    highest = max(images, key=lambda a: a.__array_interface__["data"][0])  # the other offsets are negative
-    origin = torch.from_numpy(np.ascontiguousarray(highest).reshape(-1)[:1]) if highest.flags.c_contiguous \
-        else torch.from_numpy(highest).as_strided((1,), (1,))
-    layout = ImageLayout.of_arrays(origin.data_ptr(), [a.__array_interface__ for a in images])
-    assert layout.external and (layout.base < 0).any() and layout.row_stride[2] == (images[2].shape[1] + 5) * 3
+    want = run([np.ascontiguousarray(a) for a in arrays], boxes, flips, orientations, (48, 56))
+    images = [torch.from_numpy(a.copy()).to(DEVICE) for a in arrays]
+    h, w, _ = arrays[2].shape
+    padded = torch.zeros((h, w + 5, 3), dtype=torch.uint8, device=DEVICE)
+    padded[:, :w] = images[2]
+    images[2] = padded[:, :w]  # row stride (W + 5) * 3
+    cuda = DEVICE.type == "cuda"
+    interfaces = [t.__cuda_array_interface__ if cuda else t.numpy().__array_interface__ for t in images]
+    highest = max(images, key=lambda t: t.data_ptr())  # the other offsets are negative
+    origin = highest.as_strided((1,), (1,))
+    layout = ImageLayout.of_arrays(origin.data_ptr(), interfaces)
+    assert layout.external and (layout.base < 0).any() and layout.row_stride[2] == (w + 5) * 3
     got = resample_batch(origin, layout, np.asarray(boxes, float), np.asarray(flips), np.asarray(orientations),
-                         (48, 56), True).numpy()
+                         (48, 56), True).cpu().numpy()
     assert np.array_equal(got, want)
     with pytest.raises(ValueError, match="HWC uint8"):
-        ImageLayout.of_arrays(origin.data_ptr(), [images[0][:, :, :1].__array_interface__])
+        ImageLayout.of_arrays(origin.data_ptr(), [arrays[0][:, :, :1].__array_interface__])

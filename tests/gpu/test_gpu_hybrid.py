@@ -46,14 +46,15 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
             make_backend("native", transform, device="cpu", dtype=None, seed=5, threads=4) as native:
         decoder = gpu.decoders[0]
         seen = []
-        real = decoder._decode_stage
+        real = decoder._assemble
 
-        def recording(batch, rows):  # the rows the engines got, what they refused, the boxes used
-            out = real(batch, rows)
-            seen.append((rows, out.rejected, batch.plan.boxes[out.rows], batch.plan.flips[out.rows]))
+        def recording(batch, decoded):  # the rows the engines got, what they refused, the boxes used
+            given = sorted(decoded.rows + decoded.rejected)
+            out = real(batch, decoded)
+            seen.append((given, out.rejected, batch.plan.boxes[out.rows], batch.plan.flips[out.rows]))
             return out
 
-        decoder._decode_stage = recording
+        decoder._assemble = recording
         a, fa, _ = gpu.run(paths, indices, 1)
         torch.cuda.current_stream().wait_stream(gpu.stream)
         a = a.cpu()
