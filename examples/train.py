@@ -162,7 +162,7 @@ class FastdataPipeline:
         transform = fastdata.RandomResizedCrop(args.image_size) if train else fastdata.CenterCrop(args.image_size)
         self.loader = fastdata.Loader(
             source, batch_size=args.batch_size, transform=transform, shuffle=train, seed=args.seed,
-            drop_last=train, threads=args.workers or None, prefetch=args.prefetch, device=device.type,
+            drop_last=train, threads=args.loader_threads, prefetch=args.prefetch, device=device.type,
             dtype=dtype, channels_last=args.channels_last,
         )
         self.device = device
@@ -324,8 +324,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    # fastdata picks its own thread count when it has the machine to itself (hybrid keeps cores
+    # for the threads that feed the GPU); with several ranks per node each gets its share.
+    own_threads = args.workers is None and local_world == 1
     if args.workers is None:
         args.workers = max(1, len(os.sched_getaffinity(0)) // local_world)
+    args.loader_threads = None if own_threads else args.workers
     amp_name = args.amp or ("bf16" if device.type == "cuda" else "none")
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}[amp_name]
     in_dtype = amp if (amp is not None and device.type == "cuda") else torch.float32

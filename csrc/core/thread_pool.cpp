@@ -30,7 +30,9 @@ void ThreadPool::drain(const std::function<void(size_t, int)>& fn, size_t n, int
 void ThreadPool::worker_main(int worker) {
   // An OS thread name (top -H, /proc/<pid>/task/*/comm, fastdata-bench's per-thread CPU
   // seconds) that says these are the decode engine's threads; failure only loses the name.
+#ifdef __linux__
   (void)pthread_setname_np(pthread_self(), "fastdata-native");
+#endif
   unsigned long seen = 0;
   for (;;) {
     const std::function<void(size_t, int)>* job;

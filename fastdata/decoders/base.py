@@ -60,11 +60,14 @@ class DecodedRows:
     holding values 0..255, for the rows it was given minus ``rejected``, in order (None when
     k is 0). failures: (row, DecodeError) for rows that could not be decoded (their host rows
     hold zeros). rejected: rows this decoder could not take after all (they go native).
+    seconds: the decoder's own time for these rows where it measures one (the hybrid split's
+    GPU rate), else None.
     """
 
     pixels: Optional[torch.Tensor] = None
     failures: List[Tuple[int, DecodeError]] = field(default_factory=list)
     rejected: List[int] = field(default_factory=list)
+    seconds: Optional[float] = None
 
 
 class Decoder(Protocol):

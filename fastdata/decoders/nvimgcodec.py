@@ -44,6 +44,9 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
 
 # nvImageCodec backend kinds the gpu decoder uses: the hardware engines alone (see above).
 ENGINE_KINDS = ("HW_GPU_ONLY",)
+# Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
+# ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
+MAX_GPU_PIXELS = 4096 * 4096
 
 
 def gpu_extra_installed() -> bool:
@@ -145,6 +148,10 @@ class NvImageCodecDecoder:
         # synthetic gray file matched Pillow; until that is understood, no wrong pixels.
         if batch.plan.components[row] != 3:
             return False
+        # Very large images go native: nvImageCodec's outputs live on the training GPU outside
+        # torch's allocator, whole (not cropped), up to two batches of them.
+        if int(batch.plan.sizes[row, 0]) * int(batch.plan.sizes[row, 1]) > MAX_GPU_PIXELS:
+            return False
         return not (self.hardware_only and bool(batch.plan.progressive[row]))
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> "Future[DecodedRows]":
@@ -175,9 +182,11 @@ class NvImageCodecDecoder:
         self._decoder = None
 
     # ---- the three stages ----
-    # Batch N+2 is parsed (stage 1) while batch N+1 is decoded on the engines (stage 2, its own
-    # stream) and batch N is resampled (stage 3, the pipeline's stream, after an event from
-    # stage 2): the engines wait for neither the parsing nor the resample's host work.
+    # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
+    # is resampled (stage 3, the pipeline's stream, after an event from stage 2), batch N+1 is
+    # parsed (stage 1) and decoded on the engines (stage 2, its own stream): the engines wait
+    # neither for the parsing nor for the resample's host work. (Depth 3, one batch per stage,
+    # ran no faster on the H200: docs/results.md.)
     def _parse_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
         t0 = time.perf_counter()
         datas = batch.datas
@@ -220,14 +229,16 @@ class NvImageCodecDecoder:
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
                 stream.wait_event(decoded.ready)
-                result = self._resample_rows(batch, self._assemble(batch, decoded))
-                done = torch.cuda.Event(blocking=True)  # the worker sleeps on it instead of spinning a core
-                done.record(stream)
-                t1 = time.perf_counter()
-                done.synchronize()  # complete before finish hands the pixels on; the time is the GPU's
-                self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
+                try:
+                    result = self._resample_rows(batch, self._assemble(batch, decoded))
+                finally:  # also when the resample raised after queueing kernels: they read the images
+                    done = torch.cuda.Event(blocking=True)  # the worker sleeps on it instead of spinning a core
+                    done.record(stream)
+                    t1 = time.perf_counter()
+                    done.synchronize()  # complete before the images go and before finish hands the pixels on
+                    self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch.
-        self.last_seconds = max(decoded.parse_seconds, decoded.seconds, time.perf_counter() - t0)
+        result.seconds = self.last_seconds = max(decoded.parse_seconds, decoded.seconds, time.perf_counter() - t0)
         return result
 
     def _assemble(self, batch: PlannedBatch, decoded: _Decoded) -> _Decoded:

@@ -61,7 +61,8 @@ class SplitBalancer:
         and the producer's seconds outside both decodes in its last cycle."""
         self.gpu_rate = self._smooth(self.gpu_rate, gpu_rows, gpu_seconds)
         self.native_rate = self._smooth(self.native_rate, native_rows, native_seconds)
-        self.overhead += self.smoothing * (max(0.0, overhead_seconds) - self.overhead)
+        if gpu_rows + native_rows > 0:
+            self.overhead += self.smoothing * (max(0.0, overhead_seconds) - self.overhead)
 
     def _smooth(self, rate: Optional[float], rows: int, seconds: float) -> Optional[float]:
         if rows <= 0 or seconds <= 0:

@@ -133,8 +133,15 @@ class BatchPipeline:
         threads = usable_cores() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         self.balancer: Optional[SplitBalancer] = None
+        # Under "auto" (the default) a GPU decoder that fails, at start or on a batch, hands its
+        # rows to the native threads (said once) instead of ending the training run.
+        self._gpu_falls_back = backend == "auto"
         if isinstance(backend, str):
             asked, backend = backend, resolve_backend(backend, self.device)
+            if asked == "auto" and backend == "native" and backend_options:
+                _warn_once("auto options", f"fastdata: backend='auto' decodes on the CPU here; backend_options "
+                                           f"{sorted(backend_options)} are for the GPU decoder and are ignored")
+                backend_options = None
             try:
                 gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
             except (RuntimeError, ImportError) as e:
@@ -174,7 +181,7 @@ class BatchPipeline:
         # batch through on_stats): gpu_rows delivered by the GPU decoder, native_rows decoded on the
         # host (the rows the GPU was not given and those it handed back, gpu_rejected).
         self.stats = {"batches": 0, "gpu_rows": 0, "native_rows": 0, "gpu_rejected": 0}
-        self._left_decode: Optional[float] = None  # when the last decode() returned
+        self._producer_seconds = 0.0  # in submit and deliver since the last decode (the hybrid split's P)
 
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
@@ -207,17 +214,15 @@ class BatchPipeline:
             for decoder, rows in zip(self.decoders[:-1], routes[:-1]):
                 if rows:
                     started.append((decoder, rows, decoder.start(batch, rows)))
-        self._count(decode_seconds=time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        self._producer_seconds += seconds
+        self._count(decode_seconds=seconds)
         return PendingBatch(batch, started, routes[-1])
 
     def decode(self, pending: PendingBatch) -> DecodedBatch:
         """Decode the native rows into a ring slot while the GPU decoders work, then finish
         those (in submission order) and decode the rows they handed back natively."""
         batch = pending.batch
-        entered = time.perf_counter()
-        # The producer's seconds outside this call since the last one (planning, the upload,
-        # Python): the hybrid split gives the GPU, which works on through them, that much more.
-        overhead = 0.0 if self._left_decode is None else entered - self._left_decode
         slot = self.ring.acquire()
         native_rows = list(pending.native_rows)
         failures: List[Tuple[int, DecodeError]] = []
@@ -231,7 +236,7 @@ class BatchPipeline:
         with self._on_stream():
             while pending.started:
                 decoder, rows, handle = pending.started.pop(0)
-                done: DecodedRows = decoder.finish(handle, None)
+                done = self._finish_gpu(decoder, rows, handle)
                 failures.extend(done.failures)
                 rejected = set(done.rejected)
                 ok = [r for r in rows if r not in rejected]
@@ -240,16 +245,18 @@ class BatchPipeline:
                         raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(ok)} rows")
                     parts.append((ok, done.pixels))
                 gpu_rows += len(ok)
-                gpu_seconds += getattr(decoder, "last_seconds", 0.0)
+                gpu_seconds += done.seconds if done.seconds is not None else getattr(decoder, "last_seconds", 0.0)
                 handed_back.extend(done.rejected)
         if len(self.decoders) > 1:
             self._count(decode_seconds=time.perf_counter() - t0)
         handed_back.sort()
         self._decode_native(batch, handed_back, slot, len(native_rows), failures)
         if self.balancer is not None:
-            # A gap longer than this call itself is not the producer's work but a pause (the
-            # consumer's epoch end, a full queue): it must not hand the GPU every row after.
-            overhead = min(overhead, time.perf_counter() - entered)
+            # The producer's own seconds since the last batch (planning in submit, the upload in
+            # deliver): the native threads idle through them while the GPU works on, so the split
+            # gives the GPU that much more. Time blocked on a full output queue (a training step
+            # slower than the loader) is not in it: that would push every row to the GPU.
+            overhead, self._producer_seconds = self._producer_seconds, 0.0
             self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds, overhead_seconds=overhead)
         host_rows = native_rows + handed_back
         rows = {"gpu_rows": gpu_rows, "native_rows": len(host_rows), "gpu_rejected": len(handed_back)}
@@ -259,8 +266,18 @@ class BatchPipeline:
         # failures: the batch's rows, whichever decoder failed them (replace() counts its own)
         self._count(**rows, failures=len(failures))
         failures.sort(key=lambda pair: pair[0])
-        self._left_decode = time.perf_counter()
         return DecodedBatch(batch, slot, host_rows, parts, failures)
+
+    def _finish_gpu(self, decoder: Decoder, rows: List[int], handle: Any) -> DecodedRows:
+        """``decoder.finish``; under "auto" an error hands every row back (decoded natively)."""
+        if not self._gpu_falls_back:
+            return decoder.finish(handle, None)
+        try:
+            return decoder.finish(handle, None)
+        except Exception as e:  # a GPU or codec error (out of memory, a driver fault), not a bad file
+            _warn_once("auto finish", f"fastdata: the GPU decoder failed on a batch ({type(e).__name__}: {e}); "
+                                      "its rows were decoded on the CPU. backend='native' avoids the GPU decoder.")
+            return DecodedRows(rejected=list(rows))
 
     def _decode_native(self, batch: PlannedBatch, rows: List[int], slot: Slot, at: int,
                        failures: List[Tuple[int, DecodeError]]) -> None:
@@ -286,6 +303,13 @@ class BatchPipeline:
         when dtype is None, on the device; labels: the slot's labels (int64 [N], written by the
         caller) on the device when ``labels``. On CUDA they belong to ``stream`` until ``done``.
         """
+        t0 = time.perf_counter()
+        try:
+            return self._deliver(decoded, labels)
+        finally:
+            self._producer_seconds += time.perf_counter() - t0
+
+    def _deliver(self, decoded: DecodedBatch, labels: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor], Any, Any]:
         n, slot, k = len(decoded), decoded.slot, len(decoded.host_rows)
         host_labels = slot.labels[:n] if labels else None
         if self._uploader is None:

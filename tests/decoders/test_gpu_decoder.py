@@ -204,3 +204,45 @@ def test_auto_is_hybrid_only_with_cuda_and_the_extra_and_falls_back_once(monkeyp
         make_backend("auto", transform, device="cpu", dtype=None).close()
     with pytest.raises(RuntimeError, match="Code: 7"):
         make_backend("hybrid", transform, device="cpu", dtype=None)
+
+
+def test_auto_hands_a_failed_gpu_batch_to_the_native_threads_and_drops_gpu_options(tmp_path, monkeypatch):
+    """Under "auto" a GPU decoder that fails on a batch (an out-of-memory, a driver fault) costs
+    that batch's speed, not the run: its rows are decoded natively, counted, said once. An
+    explicit backend raises. Options meant for the GPU decoder are dropped where "auto" is native."""
+    from fastdata.loader import pipeline
+
+    monkeypatch.setattr(pipeline, "_warned", set())
+    paths = hard_case_folder(tmp_path)[:PLAIN]
+    transform = fastdata.RandomResizedCrop(48)
+    with pytest.warns(RuntimeWarning, match="backend_options"):
+        with make_backend("auto", transform, device="cpu", dtype=None, cpu_threads=2) as p:
+            assert len(p.decoders) == 1  # native: no CUDA here
+
+    class Failing(CpuEngines):
+        def finish(self, handle, host):
+            super().finish(handle, host)
+            raise RuntimeError("CUDA error: out of memory")
+
+    made = []
+
+    def make(name, *args, **kwargs):
+        if name == "native":
+            return None
+        made.append(Failing(transform))
+        return made[-1]
+
+    monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: "gpu" if name == "auto" else name)
+    monkeypatch.setattr(pipeline, "make_decoder", make)
+    with make_backend("native", transform, device="cpu", dtype=None) as native:
+        want, _, _ = native.run(paths, np.arange(len(paths)), 0)
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        with make_backend("auto", transform, device="cpu", dtype=None) as p:
+            got, failures, _ = p.run(paths, np.arange(len(paths)), 0)
+            stats = dict(p.stats)
+    assert not failures and made[0].given == [PLAIN]  # the GPU was given every row, then failed
+    assert stats["gpu_rows"] == 0 and stats["gpu_rejected"] == PLAIN and stats["native_rows"] == PLAIN
+    assert torch.equal(got, want)  # decoded natively, the same crops
+    with pytest.raises(RuntimeError, match="out of memory"):
+        with make_backend("gpu", transform, device="cpu", dtype=None) as p:
+            p.run(paths, np.arange(len(paths)), 0)

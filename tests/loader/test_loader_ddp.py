@@ -42,7 +42,7 @@ CHILD = textwrap.dedent(r'''
     result = {"rank": rank, "world": dist.get_world_size()}
     for drop_last in (False, True):
         loader = fastdata.Loader(source, batch_size=int(os.environ["BATCH"]), transform=fastdata.CenterCrop(16),
-                                 shuffle=True, seed=1, drop_last=drop_last, threads=1, device=device,
+                                 shuffle=True, seed=1, drop_last=drop_last, threads=1, device=device, backend="native",
                                  dtype=torch.float16 if device == "cuda" else torch.uint8)
         labels, batches = [], 0
         comm_device = "cuda" if backend == "nccl" else "cpu"
