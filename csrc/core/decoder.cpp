@@ -175,19 +175,19 @@ JpegInfo JpegDecoder::read_header(const uint8_t* data, size_t size, bool strict)
   info.subsampling = subsampling_name(cinfo_);
   info.progressive = jpeg_has_multiple_scans(&cinfo_) != 0;
   info.adobe_inverted = cinfo_.saw_Adobe_marker != 0;
-  index_interval_ = 0;
+  index_.interval = 0;
   bool exif_seen = false;
   for (jpeg_saved_marker_ptr m = cinfo_.marker_list; m != nullptr; m = m->next) {
     if (m->marker == JPEG_APP0 + 1 && !exif_seen) {
       exif_seen = true;
       const int o = parse_exif_orientation(m->data, m->data_length);
       if (o != 1 || info.orientation == 1) info.orientation = o;
-    } else if (m->marker == kRestartIndexMarker && index_interval_ == 0) {
+    } else if (m->marker == kRestartIndexMarker && index_.interval == 0) {
       // A malformed segment leaves the file on the plain path (libjpeg reads it as ever).
-      if (!parse_restart_index(m->data, m->data_length, &index_interval_, &index_offsets_)) index_interval_ = 0;
+      if (!parse_restart_index(m->data, m->data_length, &index_)) index_.interval = 0;
     }
   }
-  info.restart_indexed = index_interval_ != 0;
+  info.restart_indexed = index_.interval != 0;
   info_ = info;
   input_size_ = size;
   return info;
@@ -250,9 +250,8 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
       throw DecodeError("internal: crop alignment exceeded its bound");
     }
   }
-  if (index_interval_ != 0 && installed && (y0 > 0 || y1 < sh || crop_columns)) {
-    const char* problem = huffman_.use_restart_index(&cinfo_, index_interval_, index_offsets_.data(),
-                                                     static_cast<long>(index_offsets_.size()) - 1, y0, y1);
+  if (index_.interval != 0 && installed && (y0 > 0 || y1 < sh || crop_columns)) {
+    const char* problem = huffman_.use_restart_index(&cinfo_, index_, y0, y1);
     if (problem != nullptr) {
       jpeg_abort_decompress(&cinfo_);
       throw DecodeError(problem);

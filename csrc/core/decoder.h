@@ -12,6 +12,7 @@
 #include <jpeglib.h>
 
 #include "core/huffman.h"
+#include "core/restart_index.h"
 
 namespace fastdata {
 
@@ -126,9 +127,8 @@ class JpegDecoder {
   std::vector<JSAMPROW> rows_;
   FastHuffman huffman_;
   bool fast_huffman_ = true;
-  // The file's restart index (read_header), used by crop decodes through FastHuffman.
-  int index_interval_ = 0;
-  std::vector<uint32_t> index_offsets_;
+  // The file's restart index (read_header; interval 0: none), used by crop decodes through FastHuffman.
+  RestartIndex index_;
 };
 
 // Points `err->pub` at libjpeg's message table with fastdata's handlers (errors longjmp to

@@ -114,19 +114,32 @@ __attribute__((noinline)) void refill_slow(FastHuffman& s, Bits* r, j_decompress
   while (r->nbits <= 56) append_byte(s, r, cinfo);
 }
 
-// Tops the bit buffer up to at least 57 bits: 8 bytes at once where none is 0xFF.
+// Tops the bit buffer up to at least 32 bits (what decode_blocks needs): 8 bytes at once
+// where none is 0xFF, else the bytes before the first 0xFF if they are enough.
 FASTDATA_HOT inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo) {
   if (!s.at_marker && s.end - r.p >= 8) {
     uint64_t w;
     std::memcpy(&w, r.p, 8);
     const uint64_t x = ~w;  // a zero byte here is an 0xFF byte in w
-    if (((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) == 0) {
+    const uint64_t ff = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
+    const int k = (64 - r.nbits) >> 3;
+    if (ff == 0) {
       // Take the whole bytes that fit. The bits of the partial next byte land below
       // nbits and are the same bits the next refill will OR in again.
-      const int k = (64 - r.nbits) >> 3;
       r.acc |= __builtin_bswap64(w) >> r.nbits;
       r.p += k;
       r.nbits += 8 * k;
+      return;
+    }
+    // Take the bytes before the first 0xFF (the lowest flagged byte is exact) when they are
+    // enough for a coefficient: near a marker (every MCU in restart-indexed records) or a
+    // stuffed byte, the byte-by-byte path then reads only from the 0xFF on. Bytes from the
+    // 0xFF on are masked off: the slow path may read them as other bits (zeros at a marker).
+    const int before = std::min(k, __builtin_ctzll(ff) >> 3);
+    if (r.nbits + 8 * before >= 32) {
+      r.acc |= (__builtin_bswap64(w) & ~(~0ULL >> (8 * before))) >> r.nbits;
+      r.p += before;
+      r.nbits += 8 * before;
       return;
     }
   }
@@ -266,6 +279,22 @@ void return_read_ahead(FastHuffman& s, j_decompress_ptr cinfo) {
 // read the RSTn marker or resynchronise, then start afresh after it with the DC
 // predictions reset. Decoding resumes only if the marker was found.
 void process_restart(FastHuffman& s, j_decompress_ptr cinfo) {
+  auto* marker = reinterpret_cast<MarkerReaderHead*>(cinfo->marker);
+  if (s.at_marker && s.marker_at != nullptr && s.bits.nbits - s.bits.pad_bits < 8 &&
+      cinfo->unread_marker == JPEG_RST0 + marker->next_restart_num) {
+    // The expected RSTn right after the interval's data, no byte in between: what libjpeg's
+    // read_restart_marker does then (accept it, expect the next number), without handing the
+    // data back and forth. With a marker every MCU (restart-indexed records) this is every
+    // MCU; anything else (extraneous bytes, another marker, the end) takes libjpeg's path.
+    marker->next_restart_num = (marker->next_restart_num + 1) & 7;
+    cinfo->unread_marker = 0;
+    cinfo->src->next_input_byte = s.bits.p;  // just after the marker (append_byte)
+    cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
+    s.start_interval(cinfo);
+    s.at_marker = false;
+    s.insufficient = false;
+    return;
+  }
   return_read_ahead(s, cinfo);
   cinfo->src->next_input_byte = s.bits.p;
   cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - s.bits.p);
@@ -283,7 +312,12 @@ void process_restart(FastHuffman& s, j_decompress_ptr cinfo) {
 void enter_interval(FastHuffman& s, j_decompress_ptr cinfo) {
   const long i = s.next_interval++;
   s.restarts_to_go = cinfo->restart_interval;
-  if (!s.interval_needed(i, static_cast<long>(cinfo->MCUs_per_row))) {
+  // One MCU an interval (what fastdata-convert writes): the MCU's own row and column decide,
+  // without interval_needed's divisions (this runs for every MCU, skipped rows included).
+  const bool needed = s.interval_mcus == 1
+                          ? i >= s.need_mcu0 && i < s.need_mcu1 && s.mcu_col >= s.first_col && s.mcu_col <= s.last_col
+                          : s.interval_needed(i, static_cast<long>(cinfo->MCUs_per_row));
+  if (!needed) {
     s.skipping = true;
     return;
   }
@@ -293,7 +327,16 @@ void enter_interval(FastHuffman& s, j_decompress_ptr cinfo) {
     return;
   }
   g_index_jumps.fetch_add(1, std::memory_order_relaxed);
-  const uint8_t* at = s.scan_begin + s.offsets[i];
+  while (s.next_jump < s.jumps.size() && s.jumps[s.next_jump].interval < i) ++s.next_jump;
+  if (s.next_jump == s.jumps.size() || s.jumps[s.next_jump].interval != i) {
+    // use_restart_index resolved every interval a jump lands on (the first needed one of
+    // each needed MCU row); should one be missing, decode no more, as past the end of data.
+    s.skipping = false;
+    s.insufficient = true;
+    warn(cinfo, JWRN_HIT_MARKER);
+    return;
+  }
+  const uint8_t* at = s.scan_begin + s.jumps[s.next_jump].offset;
   cinfo->src->bytes_in_buffer = static_cast<size_t>(s.end - at);
   cinfo->src->next_input_byte = at;
   cinfo->unread_marker = 0;
@@ -308,7 +351,7 @@ void enter_interval(FastHuffman& s, j_decompress_ptr cinfo) {
 // scan (EOI), where libjpeg's jpeg_finish_decompress reads on.
 void end_skipped_scan(FastHuffman& s, j_decompress_ptr cinfo) {
   s.bits = Bits();
-  s.bits.p = s.scan_begin + s.offsets[s.interval_count];
+  s.bits.p = s.scan_begin + s.scan_bytes;
   s.at_marker = false;
   s.eof_unreported = false;
   cinfo->unread_marker = 0;
@@ -511,30 +554,58 @@ bool FastHuffman::interval_needed(long i, long mcus_per_row) const {
   return false;
 }
 
-const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, int interval, const uint32_t* offs, long count,
-                                           int y0, int y1) {
+namespace {
+
+// The start of interval `target`, reading the RSTn markers of the scan from `from`, the
+// start of interval `first` (< target): each must have its number and end at or before
+// `limit`. Returns UINT32_MAX if the data does not have them.
+uint32_t find_interval_start(const uint8_t* scan, uint32_t from, long first, long target, uint32_t limit) {
+  uint32_t p = from;
+  for (long j = first; j < target;) {
+    // A marker takes two bytes, both before `limit`.
+    const void* hit = p + 1 < limit ? std::memchr(scan + p, 0xFF, limit - 1 - p) : nullptr;
+    if (hit == nullptr) return UINT32_MAX;
+    const uint32_t q = static_cast<uint32_t>(static_cast<const uint8_t*>(hit) - scan);
+    const uint8_t c = scan[q + 1];
+    if (c == 0x00 || c == 0xFF) {  // a stuffed data byte, or a fill byte before a marker
+      p = q + (c == 0x00 ? 2 : 1);
+      continue;
+    }
+    if (c != 0xD0 + (j & 7)) return UINT32_MAX;  // another marker, or a RSTn out of sequence
+    p = q + 2;
+    ++j;
+  }
+  return p;
+}
+
+}  // namespace
+
+const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, const RestartIndex& index, int y0, int y1) {
+  const long interval = index.interval, stride = index.stride, count = static_cast<long>(index.count);
+  const uint32_t* offs = index.offsets.data();
+  const long entries = static_cast<long>(index.offsets.size()) - 1;  // the last is scan_bytes
   if (cinfo->client_data != this || static_cast<long>(cinfo->restart_interval) != interval || interval <= 0) {
     return "restart index does not match the file's restart interval";
   }
-  if (count != (total_mcus + interval - 1) / interval) {
+  if (count != (total_mcus + interval - 1) / interval || stride <= 0 || entries != (count - 1) / stride + 1) {
     return "restart index does not match the number of restart intervals";
   }
-  // Every offset against the data: a jump lands right after the RSTn that ends the interval
-  // before it, and the scan ends with a marker where the index says. A damaged index or
-  // record fails here, before any jump; it can point only inside this record's bytes.
+  // The index against the data: the scan ends with a marker where the index says, and (below)
+  // each jump lands right after the RSTn that ends the interval before it. A damaged index
+  // or record fails here, before any jump; it can point only inside this record's bytes.
   const size_t avail = static_cast<size_t>(end - scan_begin);
-  const uint32_t scan_bytes = offs[count];
-  if (static_cast<size_t>(scan_bytes) + 2 > avail || scan_begin[scan_bytes] != 0xFF ||
-      scan_begin[scan_bytes + 1] != 0xD9) {
+  const uint32_t scan_size = offs[entries];
+  if (static_cast<size_t>(scan_size) + 2 > avail || scan_begin[scan_size] != 0xFF ||
+      scan_begin[scan_size + 1] != 0xD9) {
     return "restart index: the scan does not end where the index says (truncated or damaged record)";
   }
-  for (long i = 1; i < count; ++i) {
-    const uint32_t o = offs[i];
-    if (o < offs[i - 1] + 2 || o > scan_bytes || scan_begin[o - 2] != 0xFF ||
-        scan_begin[o - 1] != 0xD0 + ((i - 1) & 7)) {
-      return "restart index: an interval does not start after its restart marker (damaged record)";
-    }
-  }
+  // Indexed starts are checked where a jump uses them (below): parse_restart_index already
+  // bounded them (increasing, within the scan), and the others are never read.
+  auto indexed_start_ok = [&](long k) {
+    const uint32_t o = offs[k];
+    return k == 0 || (o >= 2 && o <= scan_size && scan_begin[o - 2] == 0xFF &&
+                      scan_begin[o - 1] == 0xD0 + ((k * stride - 1) & 7));
+  };
 #if JPEG_LIB_VERSION >= 70
   const long scaled = cinfo->min_DCT_v_scaled_size;
 #else
@@ -548,9 +619,39 @@ const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, int interval,
   const long margin = cinfo->max_v_samp_factor;
   need_row0 = std::max(0L, static_cast<long>(y0) - margin) / rows_per_mcu_row;
   need_row1 = (std::max(static_cast<long>(y1), 1L) - 1 + margin) / rows_per_mcu_row;
-  offsets = offs;
   interval_count = count;
   interval_mcus = interval;
+  scan_bytes = scan_size;
+  need_mcu0 = need_row0 * static_cast<long>(cinfo->MCUs_per_row);
+  need_mcu1 = (need_row1 + 1) * static_cast<long>(cinfo->MCUs_per_row);
+  // The jumps: a run of needed intervals starts with the one holding a needed row's first
+  // cropped MCU (an interval before it in that row would hold only columns left of the
+  // crop, or be needed itself), so one candidate per needed MCU row covers them all.
+  jumps.clear();
+  next_jump = 0;
+  const long mcus_per_row = static_cast<long>(cinfo->MCUs_per_row);
+  const long last_row = std::min(need_row1, static_cast<long>(cinfo->MCU_rows_in_scan) - 1);
+  long previous = 0;  // interval 0 is never a jump (the reader starts there)
+  for (long r = need_row0; r <= last_row; ++r) {
+    const long i = (r * mcus_per_row + std::min(first_col, mcus_per_row - 1)) / interval;
+    if (i <= previous) continue;
+    previous = i;
+    if (!interval_needed(i, mcus_per_row) || interval_needed(i - 1, mcus_per_row)) continue;
+    const long k = i / stride;
+    uint32_t at = offs[k];
+    if (!indexed_start_ok(k)) return "restart index: an interval does not start after its restart marker (damaged record)";
+    if (i != k * stride) {
+      // Between two indexed starts: read the markers from the indexed one. The last of them
+      // ends where the next indexed interval starts (or at the scan's closing marker).
+      const uint32_t limit = k + 1 < entries ? std::min(offs[k + 1], scan_size) - 2 : scan_size;
+      at = find_interval_start(scan_begin, offs[k], k * stride, i, limit);
+      if (at == UINT32_MAX) {
+        return "restart index: the restart markers between two indexed intervals do not match it (damaged "
+               "record)";
+      }
+    }
+    jumps.push_back(Jump{i, at});
+  }
   indexed = true;
   skipping = false;
   next_interval = 0;

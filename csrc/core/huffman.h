@@ -23,7 +23,11 @@
 #include <cstdint>
 #include <cstdio>
 
+#include <vector>
+
 #include <jpeglib.h>
+
+#include "core/restart_index.h"
 
 namespace fastdata {
 
@@ -81,13 +85,15 @@ class FastHuffman {
   // After install, set_cropped_columns and before any row is read: entropy-decode only the
   // restart intervals that output rows [y0, y1) (of the possibly DCT-scaled image) and the
   // cropped columns need, jumping over the others with the restart index (restart_index.h;
-  // `offsets` holds count + 1 entries, relative to the scan's first byte). MCUs of skipped
-  // intervals come back as zero blocks; the rows that fancy upsampling reads above and below
-  // the region are decoded too, so the region's pixels are exact. Checks every offset against the data
-  // first (each must follow its RSTn marker, the scan must end where the index says) and
-  // returns a message for DecodeError if the index does not match; nullptr when in use.
-  const char* use_restart_index(j_decompress_ptr cinfo, int interval, const uint32_t* offsets, long count, int y0,
-                                int y1);
+  // offsets relative to the scan's first byte). MCUs of skipped intervals come back as zero
+  // blocks; the rows that fancy upsampling reads above and below the region are decoded
+  // too, so the region's pixels are exact. Checks the index against the data first (the
+  // scan must end where the index says) and finds where each interval a jump lands on
+  // starts: the indexed offset (which must follow its RSTn marker), or the RSTn markers read
+  // from the indexed interval before it, each of the right number and before the next
+  // indexed one. Returns a message for DecodeError if the data does not match; nullptr when
+  // in use.
+  const char* use_restart_index(j_decompress_ptr cinfo, const RestartIndex& index, int y0, int y1);
 
   // Reads from cinfo->src afresh, as at the scan's start and after each restart marker:
   // an empty bit buffer, DC predictions 0, a full restart interval ahead.
@@ -112,7 +118,16 @@ class FastHuffman {
   long next_interval = 0;          // number of the interval that the next boundary starts
   long total_mcus = 0;
   long need_row0 = 0, need_row1 = 0;  // MCU rows to decode
-  const uint32_t* offsets = nullptr;  // count + 1 entries
+  long need_mcu0 = 0, need_mcu1 = 0;  // their MCUs: [need_mcu0, need_mcu1)
+  // Where the decode jumps: the first interval of each run of needed ones (after a skipped
+  // one), in scan order, with its start (use_restart_index).
+  struct Jump {
+    long interval;
+    uint32_t offset;
+  };
+  std::vector<Jump> jumps;
+  size_t next_jump = 0;
+  uint32_t scan_bytes = 0;  // where the scan's closing marker is
   long interval_count = 0;
   long interval_mcus = 0;
   const uint8_t* scan_begin = nullptr;

@@ -81,23 +81,33 @@ ScanLayout find_scan(const std::vector<uint8_t>& j) {
 
 }  // namespace
 
-bool parse_restart_index(const uint8_t* d, size_t size, int* interval, std::vector<uint32_t>* offsets) {
+bool parse_restart_index(const uint8_t* d, size_t size, RestartIndex* index) {
   if (size < kFixedSize || std::memcmp(d, kIdentifier, kIdentifierSize) != 0) return false;
   const uint8_t* p = d + kIdentifierSize;
   const uint8_t* end = d + size;
-  if (*p++ != kRestartIndexVersion) return false;
-  *interval = p[0] | (p[1] << 8);
+  const uint8_t version = *p++;
+  if (version != 1 && version != kRestartIndexVersion) return false;
+  const int interval = p[0] | (p[1] << 8);
   p += 2;
   const uint32_t count = read_u32(p);
   const uint32_t scan_bytes = read_u32(p + 4);
   p += 8;
-  // Each delta takes at least one byte: a count beyond what the segment holds is damage.
-  if (*interval == 0 || count == 0 || count - 1 > static_cast<size_t>(end - p)) return false;
-  offsets->resize(static_cast<size_t>(count) + 1);
+  int stride = 1;
+  if (version == 2) {
+    if (end - p < 2) return false;
+    stride = p[0] | (p[1] << 8);
+    p += 2;
+  }
+  if (interval == 0 || count == 0 || stride == 0) return false;
+  const uint32_t entries = (count - 1) / static_cast<uint32_t>(stride) + 1;
+  // Each delta takes at least one byte: more entries than the segment holds is damage.
+  if (entries - 1 > static_cast<size_t>(end - p)) return false;
+  std::vector<uint32_t>* offsets = &index->offsets;
+  offsets->resize(static_cast<size_t>(entries) + 1);
   uint32_t* o = offsets->data();
   o[0] = 0;
   uint64_t at = 0;
-  for (uint32_t i = 1; i < count; ++i) {
+  for (uint32_t k = 1; k < entries; ++k) {
     uint64_t delta = 0;
     int shift = 0;
     while (true) {
@@ -108,17 +118,22 @@ bool parse_restart_index(const uint8_t* d, size_t size, int* interval, std::vect
       if (!(b & 0x80)) break;
     }
     at += delta;
-    // Each interval holds its RSTn at least: starts grow by 2 or more, within the scan.
-    if (delta < 2 || at > scan_bytes) return false;
-    o[i] = static_cast<uint32_t>(at);
+    // Each of the `stride` intervals in between holds its RSTn at least: starts grow by
+    // 2 * stride or more, within the scan.
+    if (delta < 2 * static_cast<uint64_t>(stride) || at > scan_bytes) return false;
+    o[k] = static_cast<uint32_t>(at);
   }
   if (p != end) return false;
-  o[count] = scan_bytes;
+  o[entries] = scan_bytes;
+  index->interval = interval;
+  index->stride = stride;
+  index->count = count;
   return true;
 }
 
-std::vector<uint8_t> add_restart_index(const std::vector<uint8_t>& jpeg, int interval) {
+std::vector<uint8_t> add_restart_index(const std::vector<uint8_t>& jpeg, int interval, int stride) {
   if (interval < 1 || interval > 65535) throw std::invalid_argument("add_restart_index: interval out of range");
+  if (stride < 1 || stride > 65535) throw std::invalid_argument("add_restart_index: stride out of range");
   const ScanLayout s = find_scan(jpeg);
   std::vector<uint8_t> seg;
   seg.insert(seg.end(), kIdentifier, kIdentifier + kIdentifierSize);
@@ -127,8 +142,11 @@ std::vector<uint8_t> add_restart_index(const std::vector<uint8_t>& jpeg, int int
   seg.push_back(static_cast<uint8_t>(interval >> 8));
   put_u32(&seg, static_cast<uint32_t>(s.starts.size()));
   put_u32(&seg, static_cast<uint32_t>(s.data_end - s.data));
-  for (size_t i = 1; i < s.starts.size(); ++i) {
-    uint32_t delta = s.starts[i] - s.starts[i - 1];
+  seg.push_back(static_cast<uint8_t>(stride & 0xFF));
+  seg.push_back(static_cast<uint8_t>(stride >> 8));
+  const size_t step = static_cast<size_t>(stride);
+  for (size_t i = step; i < s.starts.size(); i += step) {
+    uint32_t delta = s.starts[i] - s.starts[i - step];
     do {
       const uint8_t b = delta & 0x7F;
       delta >>= 7;

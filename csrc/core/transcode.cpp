@@ -123,7 +123,9 @@ class Transcoder {
   // No C++ object is constructed between setjmp and the libjpeg calls below, so a
   // longjmp skips no destructor.
   // restart_mcus: < 0 no restart markers; 0 one per MCU row; else every restart_mcus MCUs.
-  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels, int restart_mcus) {
+  // index_stride: intervals per restart index entry (restart_mcus >= 0).
+  std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels, int restart_mcus,
+                                   int index_stride) {
     if (size == 0) throw DecodeError("empty input (0 bytes)");
     if (!looks_like_jpeg(data, size)) throw DecodeError("not a JPEG file (no SOI marker)");
     // The output is about as large as the input (same coefficients, other Huffman codes).
@@ -184,7 +186,7 @@ class Transcoder {
       throw DecodeError("libjpeg did not finish reading the input");
     }
     if (err_.warnings != 0) throw DecodeError(err_.first_warning);  // unreachable while strict
-    if (restart_mcus >= 0) return add_restart_index(out_, static_cast<int>(dst_.restart_interval));
+    if (restart_mcus >= 0) return add_restart_index(out_, static_cast<int>(dst_.restart_interval), index_stride);
     return std::move(out_);
   }
 
@@ -214,16 +216,19 @@ std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size, int
   // Creating the two libjpeg objects costs microseconds next to the milliseconds of a
   // transcode; a fresh pair per call keeps this free of shared state.
   Transcoder t;
-  return t.to_baseline(data, size, max_pixels, -1);
+  return t.to_baseline(data, size, max_pixels, -1, 1);
 }
 
 std::vector<uint8_t> transcode_restart_indexed(const uint8_t* data, size_t size, int64_t max_pixels,
-                                               int interval_mcus) {
+                                               int interval_mcus, int index_stride) {
   if (interval_mcus < 0 || interval_mcus > 65535) {
     throw std::invalid_argument("transcode_restart_indexed: interval_mcus must be in 0..65535");
   }
+  if (index_stride < 1 || index_stride > 65535) {
+    throw std::invalid_argument("transcode_restart_indexed: index_stride must be in 1..65535");
+  }
   Transcoder t;
-  return t.to_baseline(data, size, max_pixels, interval_mcus);
+  return t.to_baseline(data, size, max_pixels, interval_mcus, index_stride);
 }
 
 }  // namespace fastdata

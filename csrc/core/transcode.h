@@ -25,13 +25,13 @@ namespace fastdata {
 std::vector<uint8_t> transcode_to_baseline(const uint8_t* data, size_t size, int64_t max_pixels);
 
 // The same rewrite with a restart marker every `interval_mcus` MCUs (0: one per MCU row)
-// and the restart index segment (restart_index.h), so that a crop decode can start its
+// and the restart index segment (restart_index.h; an entry every `index_stride` intervals), so that a crop decode can start its
 // entropy decoding at the interval where the crop starts. Still lossless: only the
 // entropy coding changes. A baseline input coded with libjpeg's standard Huffman tables keeps
 // them (records that share tables decode faster); others get optimized tables. Same errors
 // as transcode_to_baseline; std::invalid_argument for
-// an interval outside 0..65535 or an index too large for one segment.
+// an interval outside 0..65535, a stride outside 1..65535 or an index too large for one segment.
 std::vector<uint8_t> transcode_restart_indexed(const uint8_t* data, size_t size, int64_t max_pixels,
-                                               int interval_mcus);
+                                               int interval_mcus, int index_stride);
 
 }  // namespace fastdata

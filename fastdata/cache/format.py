@@ -20,7 +20,7 @@ Layout (one LMDB environment, a directory holding ``data.mdb``, main database on
   ``STORED_RESTART_INDEXED`` (3, format version 2).
 * Format version 2: every stored JPEG that fastdata can rewrite losslessly carries restart
   markers every ``RESTART_INTERVAL_MCUS`` MCUs and, inside it, an APP15 segment indexing
-  where each restart interval starts (csrc/core/restart_index.h), so crop decodes skip the
+  where every 8th restart interval starts (csrc/core/restart_index.h), so crop decodes skip the
   entropy decoding outside the crop. Version 1 caches (no index) read as before.
 * ``fastdata:part:<8 hex digits>``: writer progress, one JSON record per committed batch;
   present only while a conversion is running or was interrupted.
@@ -47,8 +47,9 @@ _TRANSCODE_FIELDS = ("transcoded", "transcoded_bytes_in", "transcoded_bytes_out"
 
 # MCUs per restart interval in the JPEGs fastdata-convert writes. Chosen by measurement
 # (docs/design.md): a crop skips whole intervals left and right of it as well as above,
-# while each interval costs its marker, byte padding, a DC reset and its index entry.
-RESTART_INTERVAL_MCUS = 4
+# while each interval costs its marker, byte padding and a DC reset (the index has an entry
+# for every 8th interval only). One MCU: a crop decodes no MCU outside it.
+RESTART_INTERVAL_MCUS = 1
 
 META_KEY = b"fastdata:meta"
 LABELS_KEY = b"fastdata:labels"

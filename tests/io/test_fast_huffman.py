@@ -194,6 +194,20 @@ def test_bytes_before_restart_marker_always_warn(huffman_switch):
         _C.decode_full(data, True, 0)
 
 
+@pytest.mark.parametrize("fill", [1, 3])
+def test_fill_bytes_before_restart_marker_are_not_data(huffman_switch, fill):
+    """0xFF fill bytes may precede any marker (JPEG B.1.1.2): libjpeg's marker reader skips
+    them without a warning. FastHuffman takes the expected RSTn itself when nothing but the
+    marker follows an interval's data; fill bytes must not change that, nor the pixels."""
+    rst, third = _restart_file()
+    data = rst[:third] + b"\xff" * fill + rst[third:]
+    fast, ref, used = huffman_switch(lambda: _C.decode_full(data, True, 0))
+    assert used == 1
+    np.testing.assert_array_equal(fast[0], ref[0])
+    np.testing.assert_array_equal(fast[0], _C.decode_full(rst, True, 0)[0])
+    assert fast[1] == ref[1] == 0
+
+
 @pytest.mark.parametrize("restart_rows", [0, 1])
 def test_missing_eoi_fails_a_strict_crop_only_if_libjpeg_does(huffman_switch, restart_rows):
     """A file cut right before EOI: this reader looks further ahead than libjpeg's, but the

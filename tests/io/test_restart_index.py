@@ -126,6 +126,46 @@ def test_fused_crops_match_for_every_orientation(orientation):
                 assert used > 0
 
 
+def _as_version_1(data: bytes) -> bytes:
+    """A stride-1 index rewritten in version 1's layout (no stride field), as caches written
+    before version 2 hold it."""
+    pos, length = index_segment(data)
+    body = data[pos + 4:pos + 2 + length]
+    assert body[13] == 2 and struct.unpack("<H", body[24:26])[0] == 1
+    v1 = body[:13] + b"\x01" + body[14:24] + body[26:]
+    return data[:pos] + b"\xff\xef" + struct.pack(">H", len(v1) + 2) + v1 + data[pos + 2 + length:]
+
+
+@pytest.mark.parametrize("interval", [1, 2, 3])
+@pytest.mark.parametrize("stride", [1, 3, 8, 1000, "version-1"])
+def test_every_index_stride_gives_the_sequential_pixels(interval, stride):
+    """The index gives every stride-th interval's start; a jump to one in between reads the
+    restart markers from the indexed start before it. Version 1's dense layout still reads."""
+    rng = np.random.default_rng(interval)
+    src = source("4:2:0", 129, 211)
+    indexed = _C.transcode_restart_indexed(src, 0, interval, 1 if stride == "version-1" else stride)
+    if stride == "version-1":
+        indexed = _as_version_1(indexed)
+    assert fastdata.probe(indexed).restart_indexed
+    plain = strip_index(indexed)
+    jumps = _C._restart_index_jumps()
+    for x0, y0, x1, y1 in _regions(129, 211, rng):
+        got, warnings = _C._decode_region(indexed, 1, x0, y0, x1, y1, True)
+        assert warnings == 0
+        np.testing.assert_array_equal(got, _C._decode_region(plain, 1, x0, y0, x1, y1, True)[0],
+                                      err_msg=f"stride {stride} region {(x0, y0, x1, y1)}")
+    assert _C._restart_index_jumps() > jumps
+
+
+def test_sparse_index_is_smaller():
+    src = source("4:2:0", 129, 211)
+    sizes = {stride: index_segment(_C.transcode_restart_indexed(src, 0, 1, stride))[1] for stride in (1, 8)}
+    # 126 intervals: 125 varints densely, 15 with an entry every 8; 26 bytes of fixed fields.
+    assert sizes[8] - 26 < (sizes[1] - 26) / 3, sizes
+    with pytest.raises(ValueError, match="index_stride"):
+        _C.transcode_restart_indexed(src, 0, 1, 0)
+
+
 def test_full_decode_reads_every_interval():
     src = source("4:2:0", 129, 211)
     indexed = _C.transcode_restart_indexed(src, 0, 1)
@@ -158,7 +198,7 @@ def _crop_bottom(data: bytes):
 def _damaged_records():
     indexed, scan, rst = _indexed_with_offsets()
     pos, length = index_segment(indexed)
-    deltas = pos + 4 + 13 + 1 + 2 + 4 + 4  # first varint delta
+    deltas = pos + 4 + 13 + 1 + 2 + 4 + 4 + 2  # first varint delta (version 2: after the stride)
     # A wrong offset: the first delta one byte longer (the others shift with it).
     b = bytearray(indexed)
     b[deltas] = (b[deltas] & 0x80) | ((b[deltas] & 0x7F) + 1) % 128
@@ -169,8 +209,16 @@ def _damaged_records():
     # A missing restart marker.
     at = rst[len(rst) // 2]
     yield "missing-marker", indexed[:at] + indexed[at + 2:]
-    # A wrong marker number.
-    yield "wrong-marker-number", indexed[:at + 1] + bytes([0xD0 + (indexed[at + 1] - 0xD0 + 3) % 8]) + indexed[at + 2:]
+
+    # A wrong marker number (rst[j] ends interval j). The index gives every 8th interval's
+    # start; _crop_bottom jumps to the first cropped MCU of MCU rows 6..8 (column 150 // 16,
+    # 14 MCUs a row, one MCU an interval), reading the markers from the indexed start before.
+    def renumbered(j):
+        return indexed[:rst[j] + 1] + bytes([0xD0 + (indexed[rst[j] + 1] - 0xD0 + 3) % 8]) + indexed[rst[j] + 2:]
+    assert len(rst) + 1 == 14 * 9
+    yield "wrong-marker-number", renumbered(8 * 13 - 1)  # before an indexed start: the index check sees it
+    yield "wrong-marker-on-jump-path", renumbered(6 * 14 + 9 - 2)  # read on the way to the row-6 jump
+    yield "wrong-marker-unread", renumbered(20)  # in row 1, which the crop never reads
     # The record cut short: the scan ends before the index says.
     yield "cut-short", indexed[:rst[-5] + 5]
     # The index's count or scan size wrong.
@@ -185,7 +233,10 @@ def _damaged_records():
 DAMAGED = list(_damaged_records())
 # Damage the index check sees: the crop fails. The others make the segment unreadable, so
 # the file decodes as a plain restart-marked one (libjpeg's path).
-MUST_FAIL = {"wrong-offset", "truncated-interval", "missing-marker", "wrong-marker-number", "cut-short"}
+MUST_FAIL = {"wrong-offset", "truncated-interval", "missing-marker", "wrong-marker-number",
+             "wrong-marker-on-jump-path", "cut-short"}
+# Damage in bytes the crop never reads: the crop is the undamaged record's.
+UNREAD = {"wrong-marker-unread"}
 
 
 @pytest.mark.parametrize("name,data", DAMAGED, ids=[d[0] for d in DAMAGED])
@@ -195,14 +246,17 @@ def test_damaged_index_or_record_fails_cleanly(name, data):
     except _C.NativeDecodeError as e:
         assert "restart index" in str(e)
         pixels = None
+    good, _, _ = _indexed_with_offsets()
     if name in MUST_FAIL:
         assert pixels is None, f"{name}: a damaged indexed record must fail its crop decode"
+    elif name in UNREAD:
+        assert fastdata.probe(data).restart_indexed
+        np.testing.assert_array_equal(pixels, _crop_bottom(strip_index(good))[0])
     elif pixels is not None:
         assert not fastdata.probe(data).restart_indexed
         np.testing.assert_array_equal(pixels, _crop_bottom(strip_index(data) if fastdata.probe(data).restart_indexed
                                                            else data)[0])
     # The next record on the same thread decodes exactly: nothing carries over.
-    good, _, _ = _indexed_with_offsets()
     np.testing.assert_array_equal(_crop_bottom(good)[0], _crop_bottom(strip_index(good))[0])
     # A full decode never uses the index: libjpeg's own behaviour on the damaged data.
     try:
