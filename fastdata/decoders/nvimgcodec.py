@@ -72,8 +72,8 @@ class NvImageCodecDecoder:
 
     ``start`` queues the batch on the worker threads and returns at once; ``finish`` waits for
     it and returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, complete (the
-    worker waited for its kernels), plus the rows handed back. ``last_seconds`` is the
-    worker's wall time for the last batch (the hybrid split's GPU rate).
+    worker waited for its kernels), plus the rows handed back, and ``seconds``: its slowest
+    stage's wall time for the batch (the hybrid split's GPU rate).
 
     cpu_threads: nvImageCodec's host threads (parsing, engine submission).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
@@ -130,7 +130,6 @@ class NvImageCodecDecoder:
         self._decode_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._closed = False
         self._lock = threading.Lock()
-        self.last_seconds = 0.0
         # Where the workers' time goes, summed over batches (seconds of wall time): code streams
         # (header parsing), the nvImageCodec call (and the CPU time of the thread in it: near
         # its wall time means the call works or spins on the host, near zero that it sleeps
@@ -238,7 +237,7 @@ class NvImageCodecDecoder:
                     done.synchronize()  # complete before the images go and before finish hands the pixels on
                     self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch.
-        result.seconds = self.last_seconds = max(decoded.parse_seconds, decoded.seconds, time.perf_counter() - t0)
+        result.seconds = max(decoded.parse_seconds, decoded.seconds, time.perf_counter() - t0)
         return result
 
     def _assemble(self, batch: PlannedBatch, decoded: _Decoded) -> _Decoded:

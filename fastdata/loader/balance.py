@@ -15,8 +15,9 @@ batch, the upload, Python), during which the native threads idle but the GPU dec
 batch ahead on its own threads, keeps working. So the GPU's fair share is larger than the
 rates alone say: with the producer's own seconds P per batch, both sides are busy for the
 whole cycle when the GPU takes ``(n + P * c) * g / (g + c)`` rows (its time then equals the
-native rows' time plus P). On the H200 box this and the three-stage gpu decoder took hybrid
-from below the native engine to 1.47x it (docs/results.md).
+native rows' time plus P). Measured together with the three-stage gpu decoder and the
+native thread default on the H200 box: hybrid went from 1.18x to 1.47x the native engine
+(docs/results.md, "second pass"; not measured apart).
 
 Each side keeps at least ``probe`` of the batch so that its rate stays measured.
 """

@@ -245,7 +245,7 @@ class BatchPipeline:
                         raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(ok)} rows")
                     parts.append((ok, done.pixels))
                 gpu_rows += len(ok)
-                gpu_seconds += done.seconds if done.seconds is not None else getattr(decoder, "last_seconds", 0.0)
+                gpu_seconds += done.seconds or 0.0  # a decoder that does not time itself teaches the split nothing
                 handed_back.extend(done.rejected)
         if len(self.decoders) > 1:
             self._count(decode_seconds=time.perf_counter() - t0)
