@@ -47,6 +47,12 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
+# nvImageCodec decoder instances per gpu decoder, each called from its own thread (see
+# NvImageCodecDecoder's decode_threads), by backend. Measured on the H200 box (docs/results.md,
+# third pass): decode only, two instances ran 24,045 img/s against one's 17,181 (three: 21,026);
+# but in "hybrid" the second caller competes with the native threads for cores and the GIL
+# (nvImageCodec's call takes the GIL back for every image), and one caller ran faster there.
+DECODE_THREADS = {"gpu": 2, "hybrid": 1}
 
 
 def gpu_extra_installed() -> bool:
@@ -75,7 +81,13 @@ class NvImageCodecDecoder:
     worker waited for its kernels), plus the rows handed back, and ``seconds``: its slowest
     stage's wall time for the batch (the hybrid split's GPU rate).
 
-    cpu_threads: nvImageCodec's host threads (parsing, engine submission).
+    cpu_threads: nvImageCodec's host threads (parsing, engine submission), per decoder instance.
+    decode_threads: nvImageCodec decoder instances, each called from a thread of its own on its
+    own CUDA stream with a slice of the batch: the call is host-bound (its calling thread is
+    busy 83-99% of the call), so one caller caps the engines at one thread's rate.
+    Each instance gets the images (device buffers) of a batch whose resample has finished back
+    to decode into (``reuse_images``): without that, nvImageCodec allocates and wraps a new
+    buffer per image per batch (decode only: 22,377 img/s with reuse, 17,181 without).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
     engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
     machine without a GPU (``_allow_cpu``).
@@ -85,9 +97,11 @@ class NvImageCodecDecoder:
     # Two batches in flight: the worker decodes batch N+1 while the producer finishes batch N
     # (its native rows, the upload), so the engines do not idle while the next batch is planned.
     depth = 2
+    reuse_images = True
     _allow_cpu = False
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
+                 decode_threads: Optional[int] = None,
                  backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
         nvimgcodec = nvimgcodec_module()
         if nvimgcodec is None:
@@ -103,6 +117,9 @@ class NvImageCodecDecoder:
                 device = torch.device("cuda", torch.cuda.current_device())
         if cpu_threads < 1:
             raise ValueError("cpu_threads must be at least 1")
+        decode_threads = DECODE_THREADS["gpu"] if decode_threads is None else int(decode_threads)
+        if decode_threads < 1:
+            raise ValueError("decode_threads must be at least 1")
         self.transform = transform
         self.out_hw = transform.output_size
         self.device = device
@@ -115,8 +132,8 @@ class NvImageCodecDecoder:
             kinds.append(nvimgcodec.Backend(value))
         device_id = device.index if device.type == "cuda" else nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY
         try:
-            self._decoder = nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=int(cpu_threads),
-                                               backends=kinds)
+            self._decoders = [nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=int(cpu_threads),
+                                                 backends=kinds) for _ in range(decode_threads)]
         except Exception as e:  # nvImageCodec raises its own exception types
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
@@ -126,10 +143,17 @@ class NvImageCodecDecoder:
         self._code_stream = nvimgcodec.CodeStream
         self._parse_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-parse")
         self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
+        # The other instances' callers: the decode stage calls instance 0 itself.
+        self._decode_helpers = (ThreadPoolExecutor(decode_threads - 1, thread_name_prefix="fastdata-gpu-decode")
+                                if decode_threads > 1 else None)
         self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
-        self._decode_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._decode_streams = ([torch.cuda.Stream(device) for _ in range(decode_threads)]
+                                if device.type == "cuda" else [None] * decode_threads)
         self._closed = False
         self._lock = threading.Lock()
+        # Per decoder instance, the images of batches whose resample has finished (GPU work
+        # included): the next decode calls fill them again. At most depth + 1 sets each.
+        self._spare_images: List[List[List[Any]]] = [[] for _ in range(decode_threads)]
         # Where the workers' time goes, summed over batches (seconds of wall time): code streams
         # (header parsing), the nvImageCodec call (and the CPU time of the thread in it: near
         # its wall time means the call works or spins on the host, near zero that it sleeps
@@ -176,9 +200,10 @@ class NvImageCodecDecoder:
             if self._closed:
                 return
             self._closed = True
-        for worker in (self._parse_worker, self._decode_worker, self._resample_worker):
-            worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
-        self._decoder = None
+        for worker in (self._parse_worker, self._decode_worker, self._decode_helpers, self._resample_worker):
+            if worker is not None:
+                worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
+        self._decoders = []
 
     # ---- the three stages ----
     # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
@@ -201,23 +226,77 @@ class NvImageCodecDecoder:
         return _Decoded(kept, streams, rejected, parse_seconds=seconds)
 
     def _decode_stage(self, pending: "Future[_Decoded]") -> _Decoded:
+        """Stage 2: the batch's code streams in contiguous slices, one per decoder instance; this
+        thread calls instance 0 while the helpers call the others."""
         decoded = pending.result()
-        t0, c0 = time.perf_counter(), time.thread_time()
-        if self._decode_stream is None:
-            decoded.images = self._decode(decoded.streams, 0)
-        else:
-            with torch.cuda.device(self.device), torch.cuda.stream(self._decode_stream):
-                decoded.images = self._decode(decoded.streams, self._decode_stream.cuda_stream)
-                decoded.ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
-                decoded.ready.record(self._decode_stream)
+        t0 = time.perf_counter()
+        slices = decode_slices(len(decoded.streams), len(self._decoders))
+        calls = [self._decode_helpers.submit(self._decode_slice, k, decoded.streams[lo:hi])
+                 for k, (lo, hi) in enumerate(slices) if k > 0]
+        results, error = [], None
+        if slices:
+            try:
+                results.append(self._decode_slice(0, decoded.streams[slices[0][0]:slices[0][1]]))
+            except Exception as e:
+                error = e
+        for call in calls:  # every helper is waited for, also after a failure: they use the streams
+            try:
+                results.append(call.result())
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
+        decoded.images = [img for images, _, _ in results for img in images]  # slice order = row order
+        decoded.ready = [ready for _, ready, _ in results if ready is not None]
+        decoded.by_instance = [images for images, _, _ in results]
         decoded.streams = []
         decoded.seconds = time.perf_counter() - t0
         self.stage_seconds["decode"] += decoded.seconds
-        self.stage_seconds["decode_cpu"] += time.thread_time() - c0
+        self.stage_seconds["decode_cpu"] += sum(cpu for _, _, cpu in results)
         return decoded
 
-    def _decode(self, streams: List[Any], cuda_stream: int) -> List[Any]:
-        return self._decoder.decode(streams, params=self._params, cuda_stream=cuda_stream) if streams else []
+    def _decode_slice(self, k: int, streams: List[Any]) -> Tuple[List[Any], Optional[Any], float]:
+        """Decoder instance ``k`` on its own stream: the images, an event the resample's stream
+        waits on (None without CUDA), and the CPU seconds of the calling thread."""
+        c0 = time.thread_time()
+        stream = self._decode_streams[k]
+        if stream is None:
+            return self._decode(k, streams, 0), None, time.thread_time() - c0
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            images = self._decode(k, streams, stream.cuda_stream)
+            ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
+            ready.record(stream)
+        return images, ready, time.thread_time() - c0
+
+    def _decode(self, k: int, streams: List[Any], cuda_stream: int) -> List[Any]:
+        if not streams:
+            return []
+        spare = self._take_spare(k, len(streams))
+        if spare is None:
+            return self._decoders[k].decode(streams, params=self._params, cuda_stream=cuda_stream)
+        return self._decoders[k].decode(streams, images=spare, params=self._params, cuda_stream=cuda_stream)
+
+    def _take_spare(self, k: int, n: int) -> Optional[List[Any]]:
+        """``n`` images of instance ``k`` to decode into (None where a new one is needed:
+        nvImageCodec allocates it), or None when it has none spare. An image is grown by
+        nvImageCodec when the new one is larger."""
+        if not self.reuse_images:
+            return None
+        with self._lock:
+            if not self._spare_images[k]:
+                return None
+            spare = self._spare_images[k].pop()
+        return spare[:n] + [None] * (n - len(spare))
+
+    def _give_back(self, decoded: _Decoded) -> None:
+        """After the batch's resample has finished on the GPU: its images may be decoded into again
+        (by the instance that made them, on the stream they were made on)."""
+        with self._lock:
+            for k, images in enumerate(decoded.by_instance):
+                kept = [img for img in images if img is not None]
+                if kept and len(self._spare_images[k]) <= self.depth:
+                    self._spare_images[k].append(kept)
+        decoded.by_instance = []
 
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
                         stream: Optional[torch.cuda.Stream]) -> DecodedRows:
@@ -227,7 +306,8 @@ class NvImageCodecDecoder:
             result = self._resample_rows(batch, self._assemble(batch, decoded))
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
-                stream.wait_event(decoded.ready)
+                for ready in decoded.ready:
+                    stream.wait_event(ready)
                 try:
                     result = self._resample_rows(batch, self._assemble(batch, decoded))
                 finally:  # also when the resample raised after queueing kernels: they read the images
@@ -236,6 +316,7 @@ class NvImageCodecDecoder:
                     t1 = time.perf_counter()
                     done.synchronize()  # complete before the images go and before finish hands the pixels on
                     self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
+        self._give_back(decoded)  # the resample's kernels are done with the images (synchronized above)
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch.
         result.seconds = max(decoded.parse_seconds, decoded.seconds, time.perf_counter() - t0)
         return result
@@ -288,6 +369,13 @@ class NvImageCodecDecoder:
         return DecodedRows(pixels=pixels, rejected=decoded.rejected)
 
 
+def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
+    """``n`` rows in at most ``parts`` contiguous, near-equal, non-empty slices (start, end)."""
+    parts = max(1, min(parts, n))
+    bounds = [n * k // parts for k in range(parts + 1)]
+    return [(bounds[k], bounds[k + 1]) for k in range(parts)] if n else []
+
+
 @dataclass
 class _Decoded:
     """A batch's GPU rows between the stages: the rows (in order) and their code streams
@@ -300,7 +388,8 @@ class _Decoded:
     streams: List[Any]
     rejected: List[int]
     images: List[Any] = field(default_factory=list)
-    ready: Optional[Any] = None  # torch.cuda.Event
+    ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
+    by_instance: List[List[Any]] = field(default_factory=list)  # stage 2's images per instance, None for refused
     parse_seconds: float = 0.0  # stage 1's wall time
     seconds: float = 0.0  # stage 2's wall time
     origin: Optional[torch.Tensor] = None  # one element at the first image: the layout's address origin

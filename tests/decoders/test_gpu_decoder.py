@@ -9,6 +9,7 @@ native backend. tests/gpu runs the same decoder on the engines.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -35,19 +36,24 @@ class CpuEngines(NvImageCodecDecoder):
 
     _allow_cpu = True
 
-    def __init__(self, transform, refuse=()):
-        super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",))
+    def __init__(self, transform, refuse=(), decode_threads=1):
+        super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",),
+                         decode_threads=decode_threads)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
         refuse = set(refuse)
-        decode = self._decoder.decode
+        lock = threading.Lock()
 
-        def counting(streams, **kw):  # records what reached nvImageCodec; refuses some rows as the engines may
-            out = decode(streams, **kw)
-            self.given.append(len(streams))
-            return [None if (sum(self.given) - len(streams) + i) in refuse else img for i, img in enumerate(out)]
+        def counting(decode):  # records what reached nvImageCodec; refuses some rows as the engines may
+            def call(streams, **kw):
+                out = decode(streams, **kw)
+                with lock:  # with one instance, "first" is the row's place in everything given so far
+                    first = sum(self.given)
+                    self.given.append(len(streams))
+                return [None if first + i in refuse else img for i, img in enumerate(out)]
+            return type("Counting", (), {"decode": staticmethod(call)})()
 
-        self._decoder = type("Counting", (), {"decode": staticmethod(counting)})()
+        self._decoders = [counting(d.decode) for d in self._decoders]
 
 
 PLAIN = 6  # hard_case_folder: 6 photo-like baseline JPEGs first
@@ -111,6 +117,45 @@ def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path):
             assert psnr(a[row], b[row]) >= 35
         hybrid.run(paths, np.arange(len(paths)), 1)
         assert decoder.given[-1] == hybrid.stats["gpu_rows"] - 6  # the second split follows the rates
+
+
+@needs_interpreter
+def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
+    # Three nvImageCodec instances, each on its own thread with a slice of the batch, give the
+    # bytes one instance gives (a slice out of order would put another image's pixels on a
+    # row), and each instance took a share.
+    plain = hard_case_folder(tmp_path)[:PLAIN]
+    paths = plain * 2 + plain[::-1]
+    transform = fastdata.RandomResizedCrop(48)
+    cfg = dict(device="cpu", dtype=None, seed=3, threads=2)
+    three, one = CpuEngines(transform, decode_threads=3), CpuEngines(transform, decode_threads=1)
+    with make_backend(three, transform, **cfg) as gpu3, make_backend(one, transform, **cfg) as gpu1:
+        a, fa, _ = gpu3.run(paths, np.arange(len(paths)), 0)
+        b, _, _ = gpu1.run(paths, np.arange(len(paths)), 0)
+        stats = dict(gpu3.stats)
+        # Again, another epoch: each instance now decodes into the images of the first batch
+        # (other sizes at the same places: reversed order), and the bytes are a new decoder's.
+        spare = [len(sets) for sets in three._spare_images]
+        c, _, _ = gpu3.run(paths[::-1], np.arange(len(paths)), 1)
+        d, _, _ = gpu1.run(paths[::-1], np.arange(len(paths)), 1)
+    with make_backend(CpuEngines(transform, decode_threads=3), transform, **cfg) as fresh:
+        e, _, _ = fresh.run(paths[::-1], np.arange(len(paths)), 1)
+    assert not fa and stats["gpu_rows"] == len(paths)
+    assert sorted(three.given) == [6, 6, 6, 6, 6, 6] and one.given == [18, 18]
+    assert spare == [1, 1, 1]  # the first batch's images were handed back for reuse
+    assert torch.equal(a, b) and torch.equal(c, d) and torch.equal(c, e)
+    assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
+
+
+def test_decode_slices_cover_the_rows_in_order():
+    from fastdata.decoders.nvimgcodec import decode_slices
+    for n in range(0, 20):
+        for parts in range(1, 5):
+            slices = decode_slices(n, parts)
+            assert [i for lo, hi in slices for i in range(lo, hi)] == list(range(n))
+            assert all(hi > lo for lo, hi in slices) and len(slices) == min(parts, n)
+            sizes = [hi - lo for lo, hi in slices]
+            assert not sizes or max(sizes) - min(sizes) <= 1
 
 
 def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
@@ -219,9 +264,9 @@ def test_auto_hands_a_failed_gpu_batch_to_the_native_threads_and_drops_gpu_optio
         with make_backend("auto", transform, device="cpu", dtype=None, cpu_threads=2) as p:
             assert len(p.decoders) == 1  # native: no CUDA here
 
-    class Failing(CpuEngines):
+    class Failing(CpuEngines):  # the engines took the rows, then the batch failed
         def finish(self, handle, host):
-            super().finish(handle, host)
+            self.discard(handle)  # waits for the stages (no resample result needed: no interpreter)
             raise RuntimeError("CUDA error: out of memory")
 
     made = []
