@@ -49,9 +49,11 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 MAX_GPU_PIXELS = 4096 * 4096
 # nvImageCodec decoder instances per gpu decoder, each called from its own thread (see
 # NvImageCodecDecoder's decode_threads), by backend. Measured on the H200 box (docs/results.md,
-# third pass): decode only, two instances ran 24,045 img/s against one's 17,181 (three: 21,026);
-# but in "hybrid" the second caller competes with the native threads for cores and the GIL
-# (nvImageCodec's call takes the GIL back for every image), and one caller ran faster there.
+# third pass): decode only, two instances ran 24,045 img/s against one's 17,181 (three:
+# 21,026), and gpu-only gained from the second (13,922 vs 11,214). In "hybrid" the second
+# caller shares the host with the native threads (and the GIL, which nvImageCodec's call takes
+# back for every image); two short runs disagreed (12,739 vs 15,360, then 16,309 vs 14,721),
+# so hybrid keeps the one caller, the fewer threads, until a longer A/B decides.
 DECODE_THREADS = {"gpu": 2, "hybrid": 1}
 
 
