@@ -154,8 +154,9 @@ class NvImageCodecDecoder:
         self._closed = False
         self._lock = threading.Lock()
         # Per decoder instance, the images of batches whose resample has finished (GPU work
-        # included): the next decode calls fill them again. At most depth + 1 sets each.
-        self._spare_images: List[List[List[Any]]] = [[] for _ in range(decode_threads)]
+        # included), with the bytes each buffer holds: the next decode calls fill them again.
+        # At most depth + 1 sets each (see ``reusable`` for what a set keeps).
+        self._spare_images: List[List[List[Tuple[Any, int]]]] = [[] for _ in range(decode_threads)]
         # Where the workers' time goes, summed over batches (seconds of wall time): code streams
         # (header parsing), the nvImageCodec call (and the CPU time of the thread in it: near
         # its wall time means the call works or spins on the host, near zero that it sleeps
@@ -248,54 +249,61 @@ class NvImageCodecDecoder:
                 error = error or e
         if error is not None:
             raise error
-        decoded.images = [img for images, _, _ in results for img in images]  # slice order = row order
-        decoded.ready = [ready for _, ready, _ in results if ready is not None]
-        decoded.by_instance = [images for images, _, _ in results]
+        decoded.images = [img for part in results for img in part.images]  # slice order = row order
+        decoded.ready = [part.ready for part in results if part.ready is not None]
+        decoded.by_instance = results
         decoded.streams = []
         decoded.seconds = time.perf_counter() - t0
         self.stage_seconds["decode"] += decoded.seconds
-        self.stage_seconds["decode_cpu"] += sum(cpu for _, _, cpu in results)
+        self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
         return decoded
 
-    def _decode_slice(self, k: int, streams: List[Any]) -> Tuple[List[Any], Optional[Any], float]:
-        """Decoder instance ``k`` on its own stream: the images, an event the resample's stream
-        waits on (None without CUDA), and the CPU seconds of the calling thread."""
+    def _decode_slice(self, k: int, streams: List[Any]) -> _Slice:
+        """Decoder instance ``k`` on its own stream."""
         c0 = time.thread_time()
         stream = self._decode_streams[k]
         if stream is None:
-            return self._decode(k, streams, 0), None, time.thread_time() - c0
-        with torch.cuda.device(self.device), torch.cuda.stream(stream):
-            images = self._decode(k, streams, stream.cuda_stream)
-            ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
-            ready.record(stream)
-        return images, ready, time.thread_time() - c0
+            part = self._decode(k, streams, 0)
+        else:
+            with torch.cuda.device(self.device), torch.cuda.stream(stream):
+                part = self._decode(k, streams, stream.cuda_stream)
+                part.ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
+                part.ready.record(stream)
+        part.cpu_seconds = time.thread_time() - c0
+        return part
 
-    def _decode(self, k: int, streams: List[Any], cuda_stream: int) -> List[Any]:
+    def _decode(self, k: int, streams: List[Any], cuda_stream: int) -> _Slice:
         if not streams:
-            return []
+            return _Slice([], [], [])
         spare = self._take_spare(k, len(streams))
         if spare is None:
-            return self._decoders[k].decode(streams, params=self._params, cuda_stream=cuda_stream)
-        return self._decoders[k].decode(streams, images=spare, params=self._params, cuda_stream=cuda_stream)
+            images = self._decoders[k].decode(streams, params=self._params, cuda_stream=cuda_stream)
+            held = [0] * len(images)
+        else:
+            images = self._decoders[k].decode(streams, images=[img for img, _ in spare], params=self._params,
+                                              cuda_stream=cuda_stream)
+            held = [nbytes for _, nbytes in spare]
+        sizes = [image_bytes(img) for img in images]
+        # A reused image keeps its buffer when the new one fits, so it holds the largest it has had.
+        return _Slice(images, sizes, [max(h, n) for h, n in zip(held, sizes)])
 
-    def _take_spare(self, k: int, n: int) -> Optional[List[Any]]:
-        """``n`` images of instance ``k`` to decode into (None where a new one is needed:
-        nvImageCodec allocates it), or None when it has none spare. An image is grown by
-        nvImageCodec when the new one is larger."""
+    def _take_spare(self, k: int, n: int) -> Optional[List[Tuple[Optional[Any], int]]]:
+        """``n`` (image, bytes its buffer holds) of instance ``k`` to decode into ((None, 0)
+        where a new one is needed: nvImageCodec allocates it), or None when it has none spare."""
         if not self.reuse_images:
             return None
         with self._lock:
             if not self._spare_images[k]:
                 return None
             spare = self._spare_images[k].pop()
-        return spare[:n] + [None] * (n - len(spare))
+        return spare[:n] + [(None, 0)] * (n - len(spare))
 
     def _give_back(self, decoded: _Decoded) -> None:
         """After the batch's resample has finished on the GPU: its images may be decoded into again
         (by the instance that made them, on the stream they were made on)."""
         with self._lock:
-            for k, images in enumerate(decoded.by_instance):
-                kept = [img for img in images if img is not None]
+            for k, part in enumerate(decoded.by_instance):
+                kept = reusable(part.images, part.sizes, part.held)
                 if kept and len(self._spare_images[k]) <= self.depth:
                     self._spare_images[k].append(kept)
         decoded.by_instance = []
@@ -378,6 +386,45 @@ def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
     return [(bounds[k], bounds[k + 1]) for k in range(parts)] if n else []
 
 
+# A reused image's buffer keeps the largest image it has held (nvImageCodec grows it, never
+# shrinks it), so a set handed back keeps only buffers at most this many times its batch's
+# median image: without that bound every slot would end up holding the largest image of the
+# dataset (up to MAX_GPU_PIXELS, 48 MB), 256 of them per set.
+REUSE_SLACK = 2
+
+
+def image_bytes(image: Optional[Any]) -> int:
+    """Bytes of a decoded HWC uint8 image (0 for None)."""
+    if image is None:
+        return 0
+    h, w, c = image.shape
+    return int(h) * int(w) * int(c)
+
+
+def reusable(images: List[Optional[Any]], sizes: List[int], held: List[int]) -> List[Tuple[Any, int]]:
+    """The (image, bytes its buffer holds) of a decoded slice worth decoding into again: every
+    image whose buffer is at most ``REUSE_SLACK`` x the slice's median image (refused rows,
+    None, are dropped)."""
+    present = [n for img, n in zip(images, sizes) if img is not None]
+    if not present:
+        return []
+    limit = REUSE_SLACK * float(np.median(present))
+    return [(img, h) for img, h in zip(images, held) if img is not None and h <= limit]
+
+
+@dataclass
+class _Slice:
+    """One decoder instance's part of a batch: its images (None where refused), their sizes and
+    the sizes of their buffers (bytes), the event its stream records after the decode, and the
+    CPU seconds of the calling thread."""
+
+    images: List[Optional[Any]]
+    sizes: List[int]
+    held: List[int]
+    ready: Optional[Any] = None  # torch.cuda.Event
+    cpu_seconds: float = 0.0
+
+
 @dataclass
 class _Decoded:
     """A batch's GPU rows between the stages: the rows (in order) and their code streams
@@ -391,7 +438,7 @@ class _Decoded:
     rejected: List[int]
     images: List[Any] = field(default_factory=list)
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
-    by_instance: List[List[Any]] = field(default_factory=list)  # stage 2's images per instance, None for refused
+    by_instance: List["_Slice"] = field(default_factory=list)  # stage 2's result per decoder instance
     parse_seconds: float = 0.0  # stage 1's wall time
     seconds: float = 0.0  # stage 2's wall time
     origin: Optional[torch.Tensor] = None  # one element at the first image: the layout's address origin

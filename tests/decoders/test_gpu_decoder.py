@@ -147,6 +147,26 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
     assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
 
 
+def test_reused_buffers_stay_near_the_batch_median():
+    # nvImageCodec grows a reused buffer and never shrinks it: a slot that once held a large
+    # image is not kept, so no set ratchets up to the dataset's largest image.
+    from fastdata.decoders.nvimgcodec import REUSE_SLACK, image_bytes, reusable
+
+    class Img:
+        def __init__(self, h, w):
+            self.shape = (h, w, 3)
+
+    images = [Img(375, 500), Img(375, 500), None, Img(400, 500), Img(375, 500)]
+    sizes = [image_bytes(i) for i in images]
+    assert sizes[2] == 0 and sizes[0] == 375 * 500 * 3
+    median = 375 * 500 * 3
+    held = [sizes[0], 4096 * 4096 * 3, 0, sizes[3], int(REUSE_SLACK * median)]
+    kept = reusable(images, sizes, held)
+    assert [img for img, _ in kept] == [images[0], images[3], images[4]]  # slot 1 holds 48 MB: freed
+    assert [h for _, h in kept] == [held[0], held[3], held[4]]
+    assert reusable([None, None], [0, 0], [0, 0]) == []
+
+
 def test_decode_slices_cover_the_rows_in_order():
     from fastdata.decoders.nvimgcodec import decode_slices
     for n in range(0, 20):
