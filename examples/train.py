@@ -324,12 +324,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    # fastdata picks its own thread count when it has the machine to itself (hybrid keeps cores
-    # for the threads that feed the GPU); with several ranks per node each gets its share.
-    own_threads = args.workers is None and local_world == 1
+    # fastdata picks its own thread count (its share of the node's cores; hybrid keeps cores for
+    # the threads that feed the GPU); the DataLoader gets the same share of worker processes.
+    args.loader_threads = args.workers
     if args.workers is None:
         args.workers = max(1, len(os.sched_getaffinity(0)) // local_world)
-    args.loader_threads = None if own_threads else args.workers
     amp_name = args.amp or ("bf16" if device.type == "cuda" else "none")
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}[amp_name]
     in_dtype = amp if (amp is not None and device.type == "cuda") else torch.float32

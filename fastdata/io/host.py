@@ -12,7 +12,7 @@ from typing import Dict
 
 import psutil
 
-__all__ = ["usable_cores", "process_cpu_seconds", "thread_cpu_seconds"]
+__all__ = ["usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds"]
 
 
 def usable_cores() -> int:
@@ -22,6 +22,21 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def cores_per_local_rank() -> int:
+    """This process's share of ``usable_cores()`` when several ranks of a job run on the node:
+    split evenly among them (``LOCAL_WORLD_SIZE``, which torchrun sets; 1 when unset), at
+    least 1. Without the split every rank's Loader would start a thread per core, N ranks x
+    all cores. (A launcher that pins each rank to its own cores without torchrun sets no
+    LOCAL_WORLD_SIZE: the affinity mask is then that rank's share already.)"""
+    cores = usable_cores()
+    raw = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    try:
+        ranks = int(raw)
+    except ValueError:
+        raise ValueError(f"LOCAL_WORLD_SIZE must be an integer, got {raw!r}") from None
+    return max(1, cores // max(1, ranks))
 
 
 def process_cpu_seconds() -> float:

@@ -76,8 +76,9 @@ class Loader:
         transform: ``RandomResizedCrop`` (training) or ``CenterCrop`` (evaluation).
         shuffle, seed, drop_last: epoch order; epoch e's order and crops depend only on
             (seed, e). Without ``set_epoch`` each new iteration moves to the next epoch.
-        threads: native decode threads (default: the cores this process may use; with
-            ``backend="hybrid"`` three fewer, for the threads that feed the GPU).
+        threads: native decode threads (default: the cores this process may use, split among
+            the node's ranks under torchrun (``LOCAL_WORLD_SIZE``); with ``backend="hybrid"``
+            three fewer, for the threads that feed the GPU).
         prefetch: batches prepared ahead (pinned slots in the ring).
         device: "cuda" (default when available) or "cpu".
         dtype: ``torch.uint8`` gives raw NHWC images; a float dtype gives normalized NCHW

@@ -44,7 +44,7 @@ from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, route
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec
-from ..io.host import usable_cores
+from ..io.host import cores_per_local_rank
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
 from ..io.transforms import Transform
 from .balance import SplitBalancer
@@ -130,7 +130,7 @@ class BatchPipeline:
         self._on_stats = on_stats
         cuda = self.device.type == "cuda"
         default_threads = threads is None
-        threads = usable_cores() if threads is None else threads
+        threads = cores_per_local_rank() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         self.balancer: Optional[SplitBalancer] = None
         # Under "auto" (the default) a GPU decoder that fails, at start or on a batch, hands its

@@ -487,3 +487,26 @@ def test_stats_account_for_every_batch_and_prefetch_hides_the_pipeline(folder) -
     assert stats.threads == 2 and stats.prefetch == 2 and stats.batch_size == 4
     assert stats.wall_seconds >= 6 * 0.03
     assert 0 <= stats.wait_share <= 1
+
+
+def test_default_threads_are_this_ranks_share_of_the_node(folder, monkeypatch) -> None:
+    # Under torchrun every rank of a node builds its own Loader: each takes its share of the
+    # cores, not all of them (N ranks x all cores would oversubscribe the node N times).
+    from fastdata.io import host
+
+    monkeypatch.setattr(host, "usable_cores", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert host.cores_per_local_rank() == 16
+    for ranks, share in [("1", 16), ("4", 4), ("3", 5), ("32", 1)]:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks)
+        assert host.cores_per_local_rank() == share
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
+        host.cores_per_local_rank()
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    with loader_for(fastdata.ImageFolder(folder[0]), threads=None) as loader:
+        assert loader.stats().threads == 2
+        assert sum(x.shape[0] for x, _ in loader) == 21  # and it runs
+    with loader_for(fastdata.ImageFolder(folder[0]), threads=3) as loader:
+        assert loader.stats().threads == 3  # an explicit count is kept
