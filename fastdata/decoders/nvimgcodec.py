@@ -2,9 +2,10 @@
 
 Per batch, on this decoder's own three worker threads (so the native threads decode their
 share of the same batch meanwhile): stage 1, encoded bytes -> nvImageCodec code streams
-(header parsing); stage 2, ``nvimgcodec.Decoder.decode`` (one call for the batch; stored
-orientation, HWC uint8 RGB on the GPU) and nothing else, so the engines get the next batch
-as soon as they finish one; stage 3 checks the images and ``resample_batch`` (the Triton
+(header parsing); stage 2, ``nvimgcodec.Decoder.decode`` (stored orientation, HWC uint8 RGB
+on the GPU) and nothing else, so the engines get the next batch as soon as they finish one:
+one call per decoder instance, each on its own thread and stream with a slice of the batch
+(the call is host-bound), each filling the images of a batch already resampled; stage 3 checks the images and ``resample_batch`` (the Triton
 kernels: crop + antialiased resize + flip, EXIF orientation folded into the gather) reads
 them where nvImageCodec put them (``ImageLayout.of_arrays``: their pointers and strides).
 The stages overlap across batches. Crops come from the native engine's plan, so they equal
