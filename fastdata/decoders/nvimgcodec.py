@@ -208,6 +208,7 @@ class NvImageCodecDecoder:
             if worker is not None:
                 worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
         self._decoders = []
+        self._spare_images = []  # their device buffers go now, not when this object does
 
     # ---- the three stages ----
     # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
