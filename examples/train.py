@@ -257,6 +257,8 @@ def _combine(windows: List[StallReport], world: int) -> Dict[str, Any]:
     frac = sum(w.data_wait_fraction * w.wall_seconds for w in windows) / wall if wall > 0 else float("nan")
     gpu = [w.gpu_util_percent for w in windows if w.gpu_util_percent is not None]
     cpu = [w.cpu_cores_used for w in windows if w.cpu_cores_used is not None]
+    gil_p50 = [w.gil_wait_ms_p50 for w in windows if w.gil_wait_ms_p50 is not None]
+    gil_late = [w.gil_late_fraction for w in windows if w.gil_late_fraction is not None]
     return {
         "steps_measured": steps,
         "images_per_s": world * samples / wall if wall > 0 else float("nan"),
@@ -266,6 +268,8 @@ def _combine(windows: List[StallReport], world: int) -> Dict[str, Any]:
         "timing": windows[-1].timing if windows else "",
         "gpu_util_percent": float(np.mean(gpu)) if gpu else None,
         "cpu_cores_used": float(np.mean(cpu)) if cpu else None,
+        "gil_wait_ms_p50": float(np.mean(gil_p50)) if gil_p50 else None,
+        "gil_late_fraction": float(np.mean(gil_late)) if gil_late else None,
     }
 
 
@@ -389,7 +393,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         f"{total_steps} steps | device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
 
     # ---- train ----
-    meter = StallMeter(batch_size=args.batch_size, warmup=min(args.warmup_steps, max(0, total_steps - 1)))
+    # The GIL probe: a slower step with no data wait can be the training thread waiting for
+    # the GIL held by the input pipeline's Python threads (the summary's gil_* fields).
+    meter = StallMeter(batch_size=args.batch_size, warmup=min(args.warmup_steps, max(0, total_steps - 1)),
+                       gil_probe=True)
     windows: List[StallReport] = []
     loss_sum = torch.zeros((), device=device)
     loss_n = 0

@@ -28,7 +28,11 @@ call every few hundred steps.
 
 Thread model: ``wrap``/``report`` belong to the training thread. GPU utilization comes
 from a daemon sampler thread (NVML, every 0.2 s) that exists only in GPU mode while a
-wrapped iteration is running.
+wrapped iteration is running. With ``gil_probe=True`` a second daemon thread sleeps 1 ms
+over and over and records how late it wakes: a Python thread that waits for the GIL (the
+training loop's, after any call that released it) waits about that long, so a GIL held
+by other Python threads (a loader's, the training loop's own helpers) shows here even when
+the data wait is zero and the step is simply slower than it should be.
 """
 from __future__ import annotations
 
@@ -56,6 +60,12 @@ INPUT_BOUND_ABOVE = 0.15
 # cores it may run on.
 _CPU_SATURATED = 0.85
 _GPU_SAMPLE_PERIOD_S = 0.2
+# The GIL probe's sleep, and the lateness that counts a wakeup as held up: an idle Linux box
+# wakes a sleeping thread ~0.05-0.1 ms late; a GIL held by a busy Python thread makes it wait
+# up to the switch interval (5 ms by default).
+_GIL_PROBE_SLEEP_S = 0.001
+_GIL_LATE_S = 0.001
+_GIL_PROBE_KEEP = 120_000  # the last ~2 minutes of wakeups between two reports
 _RESOLVE_EVERY = 256  # steps between opportunistic CUDA event resolutions (bounds memory)
 
 
@@ -87,6 +97,11 @@ class StallReport:
     loader_stages: Optional[Dict[str, float]]  # deltas of loader.stats() over the window
     verdict: str  # "input-bound" | "compute-bound" | "balanced" | "no data"
     next_action: str
+    # The GIL probe (``StallMeter(gil_probe=True)``; None without it): how late a Python thread
+    # sleeping 1 ms woke, median and 99th percentile, and the share of wakeups over 1 ms late.
+    gil_wait_ms_p50: Optional[float] = None
+    gil_wait_ms_p99: Optional[float] = None
+    gil_late_fraction: Optional[float] = None
 
     @property
     def cpu_util_fraction(self) -> Optional[float]:
@@ -127,6 +142,11 @@ class StallReport:
             )
         if util:
             lines.append("  " + "  ".join(util))
+        if self.gil_late_fraction is not None:
+            lines.append(
+                f"  GIL: a Python thread waking from a 1 ms sleep waited p50 {self.gil_wait_ms_p50:.2f} ms,"
+                f" p99 {self.gil_wait_ms_p99:.2f} ms; {100 * self.gil_late_fraction:.0f}% of wakeups over 1 ms late"
+            )
         if self.loader_stages:
             lines.append("  loader: " + "  ".join(f"{k} {v:,.3g}" for k, v in self.loader_stages.items()))
         lines.append(f"  verdict: {self.verdict} -> {self.next_action}")
@@ -182,28 +202,32 @@ def _is_rate(key: str) -> bool:
     return key.endswith(("_per_s", "_fraction", "_percent", "_ratio")) or key in ("threads", "prefetch", "batch_size")
 
 
-class _GpuUtilSampler:
-    """Samples GPU utilization (%) of one device every 0.2 s on a daemon thread."""
+class _Sampler:
+    """Calls ``read`` on a daemon thread, ``period`` seconds apart, from ``start`` to ``stop``,
+    and keeps the values (the last ``keep`` of them) for ``take``. A ``read`` that raises
+    ends the sampling quietly."""
 
-    def __init__(self, read: Callable[[], float], source: str):
+    def __init__(self, read: Callable[[], float], source: str, *, period: float, name: str,
+                 keep: Optional[int] = None):
         self.source = source
         self._read = read
-        self._samples: List[float] = []
+        self._period = period
+        self._name = name
+        self._samples: Deque[float] = deque(maxlen=keep)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.start()
 
     def start(self) -> None:
         """(Re)start sampling; a no-op while the thread runs."""
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(self._stop,), name="fastdata-gpu-util", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(self._stop,), name=self._name, daemon=True)
         self._thread.start()
 
     def _run(self, stop: threading.Event) -> None:
-        while not stop.wait(_GPU_SAMPLE_PERIOD_S):
+        while not stop.wait(self._period):
             try:
                 value = float(self._read())
             except Exception:  # NVML can fail transiently (driver reset, MIG); stop sampling quietly
@@ -211,17 +235,33 @@ class _GpuUtilSampler:
             with self._lock:
                 self._samples.append(value)
 
-    def take(self) -> Optional[float]:
-        """Mean of the samples since the last take, or None when there are none."""
+    def take(self) -> List[float]:
+        """The samples since the last take."""
         with self._lock:
-            samples, self._samples = self._samples, []
-        return statistics.fmean(samples) if samples else None
+            samples = list(self._samples)
+            self._samples.clear()
+        return samples
 
     def stop(self) -> None:
         """Stop sampling; samples taken so far stay available to ``take``."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+
+
+def _gil_wakeup_lateness() -> float:
+    """Seconds past a 1 ms sleep until this thread runs Python again (GIL + OS wake-up)."""
+    t0 = time.perf_counter()
+    time.sleep(_GIL_PROBE_SLEEP_S)
+    return time.perf_counter() - t0 - _GIL_PROBE_SLEEP_S
+
+
+def _gil_summary(lateness: List[float]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
+    """(p50 ms, p99 ms, share over 1 ms late) of the probe's wakeups; Nones without any."""
+    if not lateness:
+        return None, None, None
+    late = sum(1 for x in lateness if x > _GIL_LATE_S) / len(lateness)
+    return 1e3 * _quantile(lateness, 0.5), 1e3 * _quantile(lateness, 0.99), late
 
 
 def _gpu_util_reader() -> Optional[Tuple[Callable[[], float], str]]:
@@ -259,6 +299,9 @@ class StallMeter:
             initialized at the first step; ``"events"``, ``"sync"`` (``torch.cuda.synchronize``
             at each step end) or ``"off"`` (host clocks only) force a mode.
         gpu_util: sample GPU utilization through NVML when on a GPU.
+        gil_probe: measure how long a Python thread waits for the GIL while the loop runs
+            (a daemon thread waking every 1 ms; see the module docstring). Costs the
+            training thread a GIL hand-off every few ms.
         window: per-step durations kept for percentiles (sums cover every step).
     """
 
@@ -269,6 +312,7 @@ class StallMeter:
         warmup: int = 1,
         cuda_timing: str = "auto",
         gpu_util: bool = True,
+        gil_probe: bool = False,
         window: int = 4096,
     ) -> None:
         if cuda_timing not in ("auto", "events", "sync", "off"):
@@ -286,7 +330,10 @@ class StallMeter:
         self._mode: Optional[str] = None  # decided at the first step: host | cuda-events | cuda-sync
         self._seen = 0  # steps seen over the meter's life, warmup included
         self._stats_source: Optional[Any] = None
-        self._sampler: Optional[_GpuUtilSampler] = None
+        self._sampler: Optional[_Sampler] = None
+        self._gil: Optional[_Sampler] = (
+            _Sampler(_gil_wakeup_lateness, "sleep", period=0.0, name="fastdata-gil-probe", keep=_GIL_PROBE_KEEP)
+            if gil_probe else None)  # runs only while a wrapped iteration runs
         self._active = 0  # wrap() generators currently running
         self._event_pool: List[Any] = []
         self._reset_window()
@@ -312,6 +359,8 @@ class StallMeter:
         self._stats0 = self._read_stats()
         if self._sampler is not None:
             self._sampler.take()
+        if self._gil is not None:
+            self._gil.take()
 
     def _read_stats(self) -> Optional[Dict[str, float]]:
         if self._stats_source is None:
@@ -338,8 +387,9 @@ class StallMeter:
     def _wrap(self, it: Iterator[T]) -> Iterator[T]:
         perf = time.perf_counter
         self._active += 1
-        if self._sampler is not None:
-            self._sampler.start()
+        for sampler in (self._sampler, self._gil):
+            if sampler is not None:
+                sampler.start()
         step_start: Optional[float] = None  # host time the current batch was handed over
         try:
             while True:
@@ -377,8 +427,9 @@ class StallMeter:
             self._active -= 1
             # No sampler thread outlives the loop (a loop abandoned with `break` ends here
             # when its generator is closed); samples stay for report().
-            if self._active == 0 and self._sampler is not None:
-                self._sampler.stop()
+            for sampler in (self._sampler, self._gil):
+                if self._active == 0 and sampler is not None:
+                    sampler.stop()
 
     def _end_step(self, t_req: float, step_start: float) -> float:
         if self._mode == "cuda-sync":
@@ -409,7 +460,8 @@ class StallMeter:
         if self.gpu_util and self._sampler is None:
             reader = _gpu_util_reader()
             if reader is not None:
-                self._sampler = _GpuUtilSampler(*reader)
+                self._sampler = _Sampler(*reader, period=_GPU_SAMPLE_PERIOD_S, name="fastdata-gpu-util")
+                self._sampler.start()
 
     # ---- CUDA events -------------------------------------------------------------------
     def _record_event(self, start: bool) -> None:
@@ -463,7 +515,9 @@ class StallMeter:
         cores_used = None
         if wall > 0:
             cores_used = (cpu_now - self._t_cpu0) / wall
-        gpu_util = self._sampler.take() if self._sampler is not None else None
+        gpu_samples = self._sampler.take() if self._sampler is not None else []
+        gpu_util = statistics.fmean(gpu_samples) if gpu_samples else None
+        gil_p50, gil_p99, gil_late = _gil_summary(self._gil.take() if self._gil is not None else [])
         stages = self._stage_deltas()
         samples_ok = self._samples_known and self._samples > 0 and host_total > 0
         waits = list(self._waits)
@@ -489,6 +543,9 @@ class StallMeter:
             loader_stages=stages,
             verdict=verdict,
             next_action="",
+            gil_wait_ms_p50=gil_p50,
+            gil_wait_ms_p99=gil_p99,
+            gil_late_fraction=gil_late,
         )
         rep = dataclasses.replace(rep, next_action=next_action(rep, is_fastdata=self._is_fastdata()))
         if reset:
@@ -514,9 +571,10 @@ class StallMeter:
         return False
 
     def close(self) -> None:
-        """Stop the GPU-utilization sampler thread (if any). The meter can still report."""
-        if self._sampler is not None:
-            self._sampler.stop()
+        """Stop the sampler threads (GPU utilization, GIL probe). The meter can still report."""
+        for sampler in (self._sampler, self._gil):
+            if sampler is not None:
+                sampler.stop()
 
 
 def _from_fastdata(obj: Any) -> bool:

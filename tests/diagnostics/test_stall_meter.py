@@ -6,6 +6,7 @@ truth does not come from the meter's clocks.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import types
 from typing import Iterator, List, Tuple
@@ -358,3 +359,40 @@ def test_cuda_event_timing_sees_through_asynchronous_steps(monkeypatch, loader_m
     # 23 steps in the window but 22 gaps (the first step has no previous end): 330/445 ms.
     assert abs(rep.data_wait_fraction - truth) < 0.01, rep.data_wait_fraction
     assert rep.verdict == verdict
+
+
+def _loop_with_gil_hog(meter: StallMeter, hog: bool) -> StallReport:
+    """40 steps that each release the GIL for 5 ms (as a CUDA sync or a blocking copy does),
+    beside a pure-Python thread that holds the GIL between switch intervals, or alone."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    hog_thread = threading.Thread(target=spin, daemon=True)
+    if hog:
+        hog_thread.start()
+    try:
+        for _ in meter.wrap(range(40)):
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        if hog:
+            hog_thread.join()
+    return meter.report()
+
+
+def test_gil_probe_sees_a_python_thread_holding_the_gil() -> None:
+    quiet = _loop_with_gil_hog(StallMeter(warmup=0, gpu_util=False, gil_probe=True), hog=False)
+    busy = _loop_with_gil_hog(StallMeter(warmup=0, gpu_util=False, gil_probe=True), hog=True)
+    # Beside the spinning thread the probe waits for a switch interval (5 ms) at most wakeups;
+    # alone it wakes within the OS's latency.
+    assert busy.gil_late_fraction > 0.5 and busy.gil_wait_ms_p50 >= 1.0, busy
+    assert quiet.gil_wait_ms_p50 < busy.gil_wait_ms_p50 / 2, (quiet, busy)
+    assert quiet.gil_late_fraction < busy.gil_late_fraction
+    assert "GIL: a Python thread waking" in str(busy)
+    off = _loop_with_gil_hog(StallMeter(warmup=0, gpu_util=False), hog=False)
+    assert off.gil_wait_ms_p50 is None and off.gil_late_fraction is None and "GIL" not in str(off)
+    assert not any(t.name == "fastdata-gil-probe" for t in threading.enumerate())  # stopped with the loop

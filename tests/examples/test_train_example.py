@@ -48,6 +48,7 @@ def _check_run(summary: dict, loader: str) -> None:
     assert 0.0 <= summary["data_wait_fraction"] <= 1.0
     assert summary["verdict"] in ("input-bound", "compute-bound", "balanced")
     assert summary["timing"] == "host"
+    assert summary["gil_wait_ms_p50"] >= 0 and 0.0 <= summary["gil_late_fraction"] <= 1.0  # the GIL probe ran
     assert summary["steps_measured"] >= 12 - 2 - 3  # warm-up and the last step of each log window
 
 
