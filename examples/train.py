@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # small_resnet b
 
 import fastdata  # noqa: E402
 from fastdata.diagnostics.stall import StallMeter, StallReport  # noqa: E402
+from fastdata.io.host import cores_per_local_rank  # noqa: E402
 
 IMAGENET_MEAN, IMAGENET_STD = fastdata.IMAGENET_MEAN, fastdata.IMAGENET_STD
 
@@ -327,12 +328,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         torch.backends.cudnn.benchmark = True
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     # fastdata picks its own thread count (its share of the node's cores; hybrid keeps cores for
     # the threads that feed the GPU); the DataLoader gets the same share of worker processes.
     args.loader_threads = args.workers
     if args.workers is None:
-        args.workers = max(1, len(os.sched_getaffinity(0)) // local_world)
+        args.workers = cores_per_local_rank()
     amp_name = args.amp or ("bf16" if device.type == "cuda" else "none")
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}[amp_name]
     in_dtype = amp if (amp is not None and device.type == "cuda") else torch.float32
@@ -393,8 +393,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         f"{total_steps} steps | device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
 
     # ---- train ----
-    # The GIL probe: a slower step with no data wait can be the training thread waiting for
-    # the GIL held by the input pipeline's Python threads (the summary's gil_* fields).
+    # The GIL probe (the summary's gil_* fields): how busy the GIL is, by any thread. Against the
+    # same run with --synthetic, the difference is the input pipeline's Python threads, which
+    # can slow a step while the data wait stays zero.
     meter = StallMeter(batch_size=args.batch_size, warmup=min(args.warmup_steps, max(0, total_steps - 1)),
                        gil_probe=True)
     windows: List[StallReport] = []

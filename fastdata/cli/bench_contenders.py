@@ -802,7 +802,7 @@ class EnginesContender:
         import torch
         from nvidia import nvimgcodec
 
-        from fastdata.decoders.nvimgcodec import DECODE_THREADS, ENGINE_KINDS, decode_slices
+        from fastdata.decoders.nvimgcodec import DECODE_THREADS, ENGINE_KINDS, decode_slices, reusable
 
         device = torch.device(job.device)
         if device.index is None:
@@ -823,14 +823,15 @@ class EnginesContender:
         cuda_streams = [torch.cuda.Stream(device) for _ in decoders]
         consumer = torch.cuda.current_stream(device)
 
-        spare: List[List[Any]] = [[] for _ in decoders]  # each instance decodes into its last images, as the gpu backend does
+        # Each instance decodes into its last images, kept as the gpu backend keeps them (``reusable``).
+        spare: List[List[Any]] = [[] for _ in decoders]
 
         def decode(k: int, part: List[Any]) -> int:
             reuse = spare[k][:len(part)] + [None] * (len(part) - len(spare[k]))
             with torch.cuda.device(device):
                 images = decoders[k].decode(part, images=reuse, params=params, cuda_stream=cuda_streams[k].cuda_stream)
-            spare[k] = [img for img in images if img is not None]
-            return len(spare[k])
+            spare[k] = reusable(images)
+            return sum(img is not None for img in images)
 
         rng = random.Random(0)
         order = list(range(len(streams)))

@@ -120,9 +120,9 @@ class NvImageCodecDecoder:
                 device = torch.device("cuda", torch.cuda.current_device())
         if cpu_threads < 1:
             raise ValueError("cpu_threads must be at least 1")
-        decode_threads = DECODE_THREADS["gpu"] if decode_threads is None else int(decode_threads)
-        if decode_threads < 1:
-            raise ValueError("decode_threads must be at least 1")
+        decode_threads = DECODE_THREADS["gpu"] if decode_threads is None else decode_threads
+        if isinstance(decode_threads, bool) or not isinstance(decode_threads, int) or decode_threads < 1:
+            raise ValueError(f"decode_threads must be an int of at least 1, got {decode_threads!r}")
         self.transform = transform
         self.out_hw = transform.output_size
         self.device = device
@@ -155,12 +155,14 @@ class NvImageCodecDecoder:
         self._closed = False
         self._lock = threading.Lock()
         # Per decoder instance, the images of batches whose resample has finished (GPU work
-        # included), with the bytes each buffer holds: the next decode calls fill them again.
-        # At most depth + 1 sets each (see ``reusable`` for what a set keeps).
-        self._spare_images: List[List[List[Tuple[Any, int]]]] = [[] for _ in range(decode_threads)]
+        # included): the next decode calls fill them again. At most depth + 1 sets and
+        # SPARE_BYTES each (see ``reusable`` for what a set keeps); they stay allocated while
+        # the decoder lives (also between epochs), outside torch's allocator.
+        self._spare_images: List[List[List[Any]]] = [[] for _ in range(decode_threads)]
         # Where the workers' time goes, summed over batches (seconds of wall time): code streams
-        # (header parsing), the nvImageCodec call (and the CPU time of the thread in it: near
-        # its wall time means the call works or spins on the host, near zero that it sleeps
+        # (header parsing), the nvImageCodec calls (wall time of the stage, and decode_cpu: the
+        # CPU time of every calling thread, summed over the instances: near decode_threads x
+        # the wall time means the calls work or spin on the host, near zero that they sleep
         # while the engines decode), checking the images and reading their array interfaces,
         # queueing the resample, and waiting for the stream (the GPU work left).
         self.stage_seconds = {"parse": 0.0, "decode": 0.0, "decode_cpu": 0.0, "assemble": 0.0, "resample": 0.0,
@@ -176,7 +178,7 @@ class NvImageCodecDecoder:
         if batch.plan.components[row] != 3:
             return False
         # Very large images go native: nvImageCodec's outputs live on the training GPU outside
-        # torch's allocator, whole (not cropped), up to two batches of them.
+        # torch's allocator, whole (not cropped): the batches in flight, plus the spare sets.
         if int(batch.plan.sizes[row, 0]) * int(batch.plan.sizes[row, 1]) > MAX_GPU_PIXELS:
             return False
         return not (self.hardware_only and bool(batch.plan.progressive[row]))
@@ -276,38 +278,33 @@ class NvImageCodecDecoder:
 
     def _decode(self, k: int, streams: List[Any], cuda_stream: int) -> _Slice:
         if not streams:
-            return _Slice([], [], [])
+            return _Slice([])
         spare = self._take_spare(k, len(streams))
         if spare is None:
-            images = self._decoders[k].decode(streams, params=self._params, cuda_stream=cuda_stream)
-            held = [0] * len(images)
-        else:
-            images = self._decoders[k].decode(streams, images=[img for img, _ in spare], params=self._params,
-                                              cuda_stream=cuda_stream)
-            held = [nbytes for _, nbytes in spare]
-        sizes = [image_bytes(img) for img in images]
-        # A reused image keeps its buffer when the new one fits, so it holds the largest it has had.
-        return _Slice(images, sizes, [max(h, n) for h, n in zip(held, sizes)])
+            return _Slice(self._decoders[k].decode(streams, params=self._params, cuda_stream=cuda_stream))
+        return _Slice(self._decoders[k].decode(streams, images=spare, params=self._params, cuda_stream=cuda_stream))
 
-    def _take_spare(self, k: int, n: int) -> Optional[List[Tuple[Optional[Any], int]]]:
-        """``n`` (image, bytes its buffer holds) of instance ``k`` to decode into ((None, 0)
-        where a new one is needed: nvImageCodec allocates it), or None when it has none spare."""
+    def _take_spare(self, k: int, n: int) -> Optional[List[Optional[Any]]]:
+        """``n`` images of instance ``k`` to decode into (None where a new one is needed:
+        nvImageCodec allocates it), or None when it has none spare."""
         if not self.reuse_images:
             return None
         with self._lock:
             if not self._spare_images[k]:
                 return None
             spare = self._spare_images[k].pop()
-        return spare[:n] + [(None, 0)] * (n - len(spare))
+        return spare[:n] + [None] * (n - len(spare))
 
     def _give_back(self, decoded: _Decoded) -> None:
         """After the batch's resample has finished on the GPU: its images may be decoded into again
         (by the instance that made them, on the stream they were made on)."""
         with self._lock:
             for k, part in enumerate(decoded.by_instance):
-                kept = reusable(part.images, part.sizes, part.held)
-                if kept and len(self._spare_images[k]) <= self.depth:
-                    self._spare_images[k].append(kept)
+                kept = reusable(part.images)
+                pool = self._spare_images[k]
+                held = sum(img.capacity for spare in pool for img in spare) + sum(img.capacity for img in kept)
+                if kept and len(pool) <= self.depth and held <= SPARE_BYTES:
+                    pool.append(kept)
         decoded.by_instance = []
 
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
@@ -389,40 +386,38 @@ def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
 
 
 # A reused image's buffer keeps the largest image it has held (nvImageCodec grows it, never
-# shrinks it), so a set handed back keeps only buffers at most this many times its batch's
-# median image: without that bound every slot would end up holding the largest image of the
-# dataset (up to MAX_GPU_PIXELS, 48 MB), 256 of them per set.
+# shrinks it; ``Image.capacity`` says how large it is), so a set handed back keeps only
+# buffers at most this many times its batch's median image: without that bound every slot
+# would end up holding the largest image of the dataset (up to MAX_GPU_PIXELS, 48 MB).
 REUSE_SLACK = 2
+# And the spare sets of one decoder instance hold at most this many bytes together: a set that
+# would go over is not kept (its images are freed; the next batch allocates). 512 MB holds
+# three sets of 128 photo-like 500x375 images (72 MB each) with room to spare.
+SPARE_BYTES = 512 * 2**20
 
 
-def image_bytes(image: Optional[Any]) -> int:
-    """Bytes of a decoded HWC uint8 image (0 for None)."""
-    if image is None:
-        return 0
+def image_bytes(image: Any) -> int:
+    """Bytes of a decoded HWC uint8 image."""
     h, w, c = image.shape
     return int(h) * int(w) * int(c)
 
 
-def reusable(images: List[Optional[Any]], sizes: List[int], held: List[int]) -> List[Tuple[Any, int]]:
-    """The (image, bytes its buffer holds) of a decoded slice worth decoding into again: every
-    image whose buffer is at most ``REUSE_SLACK`` x the slice's median image (refused rows,
-    None, are dropped)."""
-    present = [n for img, n in zip(images, sizes) if img is not None]
+def reusable(images: List[Optional[Any]]) -> List[Any]:
+    """The images of a decoded slice worth decoding into again: those whose buffer (capacity)
+    is at most ``REUSE_SLACK`` x the slice's median image (refused rows, None, are dropped)."""
+    present = [img for img in images if img is not None]
     if not present:
         return []
-    limit = REUSE_SLACK * float(np.median(present))
-    return [(img, h) for img, h in zip(images, held) if img is not None and h <= limit]
+    limit = REUSE_SLACK * float(np.median([image_bytes(img) for img in present]))
+    return [img for img in present if img.capacity <= limit]
 
 
 @dataclass
 class _Slice:
-    """One decoder instance's part of a batch: its images (None where refused), their sizes and
-    the sizes of their buffers (bytes), the event its stream records after the decode, and the
-    CPU seconds of the calling thread."""
+    """One decoder instance's part of a batch: its images (None where refused), the event its
+    stream records after the decode, and the CPU seconds of the calling thread."""
 
     images: List[Optional[Any]]
-    sizes: List[int]
-    held: List[int]
     ready: Optional[Any] = None  # torch.cuda.Event
     cpu_seconds: float = 0.0
 

@@ -30,9 +30,11 @@ Thread model: ``wrap``/``report`` belong to the training thread. GPU utilization
 from a daemon sampler thread (NVML, every 0.2 s) that exists only in GPU mode while a
 wrapped iteration is running. With ``gil_probe=True`` a second daemon thread sleeps 1 ms
 over and over and records how late it wakes: a Python thread that waits for the GIL (the
-training loop's, after any call that released it) waits about that long, so a GIL held
-by other Python threads (a loader's, the training loop's own helpers) shows here even when
-the data wait is zero and the step is simply slower than it should be.
+training loop's, after any call that released it) waits about that long. It measures how
+busy the GIL is, held by any thread — the training loop's own Python (eager PyTorch holds
+it while it dispatches) as much as an input pipeline's threads — so compare it with the
+same loop on synthetic data: what the input pipeline adds is the difference, and it can
+slow a step while the data wait stays zero.
 """
 from __future__ import annotations
 
@@ -98,7 +100,8 @@ class StallReport:
     verdict: str  # "input-bound" | "compute-bound" | "balanced" | "no data"
     next_action: str
     # The GIL probe (``StallMeter(gil_probe=True)``; None without it): how late a Python thread
-    # sleeping 1 ms woke, median and 99th percentile, and the share of wakeups over 1 ms late.
+    # sleeping 1 ms woke, median and 99th percentile, and the share of wakeups over 1 ms late:
+    # the GIL held by any thread, the training loop's own included.
     gil_wait_ms_p50: Optional[float] = None
     gil_wait_ms_p99: Optional[float] = None
     gil_late_fraction: Optional[float] = None
@@ -144,8 +147,9 @@ class StallReport:
             lines.append("  " + "  ".join(util))
         if self.gil_late_fraction is not None:
             lines.append(
-                f"  GIL: a Python thread waking from a 1 ms sleep waited p50 {self.gil_wait_ms_p50:.2f} ms,"
-                f" p99 {self.gil_wait_ms_p99:.2f} ms; {100 * self.gil_late_fraction:.0f}% of wakeups over 1 ms late"
+                f"  GIL (held by any thread): a Python thread waking from a 1 ms sleep waited p50"
+                f" {self.gil_wait_ms_p50:.2f} ms, p99 {self.gil_wait_ms_p99:.2f} ms;"
+                f" {100 * self.gil_late_fraction:.0f}% of wakeups over 1 ms late"
             )
         if self.loader_stages:
             lines.append("  loader: " + "  ".join(f"{k} {v:,.3g}" for k, v in self.loader_stages.items()))
@@ -299,9 +303,9 @@ class StallMeter:
             initialized at the first step; ``"events"``, ``"sync"`` (``torch.cuda.synchronize``
             at each step end) or ``"off"`` (host clocks only) force a mode.
         gpu_util: sample GPU utilization through NVML when on a GPU.
-        gil_probe: measure how long a Python thread waits for the GIL while the loop runs
-            (a daemon thread waking every 1 ms; see the module docstring). Costs the
-            training thread a GIL hand-off every few ms.
+        gil_probe: measure how busy the GIL is while the loop runs, held by any thread (a
+            daemon thread waking every 1 ms; see the module docstring). Costs the training
+            thread a GIL hand-off every few ms.
         window: per-step durations kept for percentiles (sums cover every step).
     """
 

@@ -28,15 +28,22 @@ def cores_per_local_rank() -> int:
     """This process's share of ``usable_cores()`` when several ranks of a job run on the node:
     split evenly among them (``LOCAL_WORLD_SIZE``, which torchrun sets; 1 when unset), at
     least 1. Without the split every rank's Loader would start a thread per core, N ranks x
-    all cores. (A launcher that pins each rank to its own cores without torchrun sets no
-    LOCAL_WORLD_SIZE: the affinity mask is then that rank's share already.)"""
+    all cores.
+
+    The affinity mask is taken as shared by the node's ranks (torchrun's default, and a
+    container's or job step's cpuset). A launcher that pins each rank to cores of its own
+    *and* sets LOCAL_WORLD_SIZE (torchrun's NUMA binding, numactl wrappers) makes the mask
+    the rank's share already, and this splits it again: pass ``threads=`` there. Without
+    LOCAL_WORLD_SIZE (srun per rank) the mask is used whole."""
     cores = usable_cores()
     raw = os.environ.get("LOCAL_WORLD_SIZE", "1")
     try:
         ranks = int(raw)
     except ValueError:
-        raise ValueError(f"LOCAL_WORLD_SIZE must be an integer, got {raw!r}") from None
-    return max(1, cores // max(1, ranks))
+        raise ValueError(f"LOCAL_WORLD_SIZE must be a positive integer, got {raw!r}") from None
+    if ranks < 1:
+        raise ValueError(f"LOCAL_WORLD_SIZE must be a positive integer, got {raw!r}")
+    return max(1, cores // ranks)
 
 
 def process_cpu_seconds() -> float:

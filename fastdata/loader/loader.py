@@ -96,8 +96,11 @@ class Loader:
             together, re-balanced every batch; the gpu extra), "gpu" (nvImageCodec on the engines; the
             native threads take only what the engines cannot), "nvjpeg" (torchvision's GPU
             decoder) or "dali" (NVIDIA DALI, optional extra); same order, crops, labels and
-            outputs. ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``,
-            the gpu decoder's ``cpu_threads``). A GPU backend decodes the rows it can take;
+            outputs. ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``;
+            the gpu decoder's ``decode_threads``, nvImageCodec instances called at once, default
+            2 for "gpu" and 1 for "hybrid", and ``cpu_threads``, nvImageCodec's host threads per
+            instance; the hybrid default of native threads keeps three cores for them whatever
+            their number). A GPU backend decodes the rows it can take;
             the native threads decode the rest. A ``fastdata.decoders.Decoder`` object plugs
             in a decoder of your own the same way.
         num_workers, pin_memory: accepted for DataLoader compatibility (num_workers is an

@@ -41,15 +41,18 @@ class CpuEngines(NvImageCodecDecoder):
                          decode_threads=decode_threads)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
+        self.reused = 0  # images nvImageCodec filled again (handed in through images=, returned as they were)
         refuse = set(refuse)
         lock = threading.Lock()
 
         def counting(decode):  # records what reached nvImageCodec; refuses some rows as the engines may
             def call(streams, **kw):
                 out = decode(streams, **kw)
+                spare = kw.get("images") or []
                 with lock:  # with one instance, "first" is the row's place in everything given so far
                     first = sum(self.given)
                     self.given.append(len(streams))
+                    self.reused += sum(1 for a, b in zip(spare, out) if a is not None and b is a)
                 return [None if first + i in refuse else img for i, img in enumerate(out)]
             return type("Counting", (), {"decode": staticmethod(call)})()
 
@@ -136,7 +139,9 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
         # Again, another epoch: each instance now decodes into the images of the first batch
         # (other sizes at the same places: reversed order), and the bytes are a new decoder's.
         spare = [len(sets) for sets in three._spare_images]
+        assert three.reused == 0
         c, _, _ = gpu3.run(paths[::-1], np.arange(len(paths)), 1)
+        assert three.reused >= 6  # most of the first batch's images were filled again
         d, _, _ = gpu1.run(paths[::-1], np.arange(len(paths)), 1)
     with make_backend(CpuEngines(transform, decode_threads=3), transform, **cfg) as fresh:
         e, _, _ = fresh.run(paths[::-1], np.arange(len(paths)), 1)
@@ -150,21 +155,39 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
 def test_reused_buffers_stay_near_the_batch_median():
     # nvImageCodec grows a reused buffer and never shrinks it: a slot that once held a large
     # image is not kept, so no set ratchets up to the dataset's largest image.
-    from fastdata.decoders.nvimgcodec import REUSE_SLACK, image_bytes, reusable
+    from fastdata.decoders.nvimgcodec import REUSE_SLACK, reusable
 
     class Img:
-        def __init__(self, h, w):
+        def __init__(self, h, w, capacity=None):
             self.shape = (h, w, 3)
+            self.capacity = h * w * 3 if capacity is None else capacity
 
-    images = [Img(375, 500), Img(375, 500), None, Img(400, 500), Img(375, 500)]
-    sizes = [image_bytes(i) for i in images]
-    assert sizes[2] == 0 and sizes[0] == 375 * 500 * 3
     median = 375 * 500 * 3
-    held = [sizes[0], 4096 * 4096 * 3, 0, sizes[3], int(REUSE_SLACK * median)]
-    kept = reusable(images, sizes, held)
-    assert [img for img, _ in kept] == [images[0], images[3], images[4]]  # slot 1 holds 48 MB: freed
-    assert [h for _, h in kept] == [held[0], held[3], held[4]]
-    assert reusable([None, None], [0, 0], [0, 0]) == []
+    images = [Img(375, 500), Img(375, 500, 4096 * 4096 * 3), None, Img(400, 500),
+              Img(375, 500, int(REUSE_SLACK * median)), Img(375, 500, int(REUSE_SLACK * median) + 1)]
+    assert reusable(images) == [images[0], images[3], images[4]]  # slots 1 and 5 hold too much: freed
+    assert reusable([None, None]) == [] and reusable([]) == []
+
+
+@needs_interpreter
+def test_spare_sets_stay_within_their_byte_budget(tmp_path, monkeypatch):
+    # However large the images, one instance's spare sets hold at most SPARE_BYTES: a set that
+    # would go over is freed, not kept.
+    from fastdata.decoders import nvimgcodec
+
+    plain = hard_case_folder(tmp_path)[:PLAIN]
+    transform = fastdata.RandomResizedCrop(32)
+    cfg = dict(device="cpu", dtype=None, seed=2, threads=2)
+    one_set = None
+    for budget, sets in [(10 * 2**20, 1), (1, 0)]:
+        monkeypatch.setattr(nvimgcodec, "SPARE_BYTES", budget)
+        decoder = CpuEngines(transform, decode_threads=1)
+        with make_backend(decoder, transform, **cfg) as gpu:
+            gpu.run(plain, np.arange(PLAIN), 0)
+            assert len(decoder._spare_images[0]) == sets
+            if sets:
+                one_set = sum(img.capacity for img in decoder._spare_images[0][0])
+    assert 0 < one_set <= 10 * 2**20
 
 
 def test_decode_slices_cover_the_rows_in_order():

@@ -500,9 +500,10 @@ def test_default_threads_are_this_ranks_share_of_the_node(folder, monkeypatch) -
     for ranks, share in [("1", 16), ("4", 4), ("3", 5), ("32", 1)]:
         monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks)
         assert host.cores_per_local_rank() == share
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
-    with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
-        host.cores_per_local_rank()
+    for bad in ("two", "0", "-2"):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", bad)
+        with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
+            host.cores_per_local_rank()
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     with loader_for(fastdata.ImageFolder(folder[0]), threads=None) as loader:
