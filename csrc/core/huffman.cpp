@@ -114,10 +114,38 @@ __attribute__((noinline)) void refill_slow(FastHuffman& s, Bits* r, j_decompress
   while (r->nbits <= 56) append_byte(s, r, cinfo);
 }
 
+// Past a marker (or the end of the data) the reader reads zeros: append them until more
+// than 56 bits are buffered, counted in pad_bits, as append_byte does one byte at a time.
+FASTDATA_HOT inline void pad_past_marker(Bits& r) {
+  const int zeros = (56 - r.nbits) / 8 + 1;  // refill runs below 32 bits
+  r.nbits += 8 * zeros;
+  r.pad_bits += 8 * zeros;
+}
+
+// What refill_slow does, byte by byte, when a marker follows `n` data bytes (no 0xFF among
+// them) that leave room in the buffer: append them, note the marker as append_byte does,
+// then zeros. In one step because restart-indexed records have a marker after every MCU.
+// `word` holds the next 8 bytes, first byte highest; `code` is the marker's second byte.
+FASTDATA_HOT inline void take_until_marker(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, uint64_t word, int n,
+                                           uint8_t code) {
+  r.acc |= (word & ~(~0ULL >> (8 * n))) >> r.nbits;
+  r.nbits += 8 * n;  // <= 56: the caller checked that n bytes leave room
+  cinfo->unread_marker = code;
+  s.marker_at = r.p + n;
+  s.at_marker = true;
+  r.p += n + 2;
+  pad_past_marker(r);
+}
+
 // Tops the bit buffer up to at least 32 bits (what decode_blocks needs): 8 bytes at once
-// where none is 0xFF, else the bytes before the first 0xFF if they are enough.
+// where none is 0xFF, else up to and past a marker, else the bytes before the first 0xFF if
+// they are enough; byte by byte only around stuffed and fill bytes and near the end.
 FASTDATA_HOT inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo) {
-  if (!s.at_marker && s.end - r.p >= 8) {
+  if (s.at_marker) {
+    pad_past_marker(r);
+    return;
+  }
+  if (s.end - r.p >= 8) {
     uint64_t w;
     std::memcpy(&w, r.p, 8);
     const uint64_t x = ~w;  // a zero byte here is an 0xFF byte in w
@@ -131,11 +159,22 @@ FASTDATA_HOT inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo)
       r.nbits += 8 * k;
       return;
     }
-    // Take the bytes before the first 0xFF (the lowest flagged byte is exact) when they are
-    // enough for a coefficient: near a marker (every MCU in restart-indexed records) or a
-    // stuffed byte, the byte-by-byte path then reads only from the 0xFF on. Bytes from the
-    // 0xFF on are masked off: the slow path may read them as other bits (zeros at a marker).
-    const int before = std::min(k, __builtin_ctzll(ff) >> 3);
+    // A marker in these bytes (every MCU in restart-indexed records): read up to it and
+    // past it at once, as refill_slow would byte by byte, even where the bytes before it
+    // would do for now (the next refill would stop at the same marker again).
+    const int first_ff = __builtin_ctzll(ff) >> 3;  // the lowest flagged byte is exact
+    if (first_ff < k && first_ff < 7) {
+      const uint8_t code = r.p[first_ff + 1];
+      if (code != 0x00 && code != 0xFF) {
+        take_until_marker(s, r, cinfo, __builtin_bswap64(w), first_ff, code);
+        return;
+      }
+    }
+    // A stuffed byte (0xFF 0x00) or fill bytes: take the bytes before the first 0xFF when
+    // they are enough for a coefficient, so that the byte-by-byte path reads only from the
+    // 0xFF on. Bytes from the 0xFF on are masked off: the slow path may read them as other
+    // bits (zeros at a marker).
+    const int before = std::min(k, first_ff);
     if (r.nbits + 8 * before >= 32) {
       r.acc |= (__builtin_bswap64(w) & ~(~0ULL >> (8 * before))) >> r.nbits;
       r.p += before;
