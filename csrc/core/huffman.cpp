@@ -114,10 +114,38 @@ __attribute__((noinline)) void refill_slow(FastHuffman& s, Bits* r, j_decompress
   while (r->nbits <= 56) append_byte(s, r, cinfo);
 }
 
+// Past a marker (or the end of the data) the reader reads zeros: append them until more
+// than 56 bits are buffered, counted in pad_bits, as append_byte does one byte at a time.
+FASTDATA_HOT inline void pad_past_marker(Bits& r) {
+  const int zeros = (56 - r.nbits) / 8 + 1;  // refill runs below 32 bits
+  r.nbits += 8 * zeros;
+  r.pad_bits += 8 * zeros;
+}
+
+// What refill_slow does, byte by byte, when a marker follows `n` data bytes (no 0xFF among
+// them) that leave room in the buffer: append them, note the marker as append_byte does,
+// then zeros. In one step because restart-indexed records have a marker after every MCU.
+// `word` holds the next 8 bytes, first byte highest; `code` is the marker's second byte.
+FASTDATA_HOT inline void take_until_marker(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, uint64_t word, int n,
+                                           uint8_t code) {
+  r.acc |= (word & ~(~0ULL >> (8 * n))) >> r.nbits;
+  r.nbits += 8 * n;  // <= 56: the caller checked that n bytes leave room
+  cinfo->unread_marker = code;
+  s.marker_at = r.p + n;
+  s.at_marker = true;
+  r.p += n + 2;
+  pad_past_marker(r);
+}
+
 // Tops the bit buffer up to at least 32 bits (what decode_blocks needs): 8 bytes at once
-// where none is 0xFF, else the bytes before the first 0xFF if they are enough.
+// where none is 0xFF, else up to and past a marker, else the bytes before the first 0xFF if
+// they are enough; byte by byte only around stuffed and fill bytes and near the end.
 FASTDATA_HOT inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo) {
-  if (!s.at_marker && s.end - r.p >= 8) {
+  if (s.at_marker) {
+    pad_past_marker(r);
+    return;
+  }
+  if (s.end - r.p >= 8) {
     uint64_t w;
     std::memcpy(&w, r.p, 8);
     const uint64_t x = ~w;  // a zero byte here is an 0xFF byte in w
@@ -131,11 +159,22 @@ FASTDATA_HOT inline void refill(FastHuffman& s, Bits& r, j_decompress_ptr cinfo)
       r.nbits += 8 * k;
       return;
     }
-    // Take the bytes before the first 0xFF (the lowest flagged byte is exact) when they are
-    // enough for a coefficient: near a marker (every MCU in restart-indexed records) or a
-    // stuffed byte, the byte-by-byte path then reads only from the 0xFF on. Bytes from the
-    // 0xFF on are masked off: the slow path may read them as other bits (zeros at a marker).
-    const int before = std::min(k, __builtin_ctzll(ff) >> 3);
+    // A marker in these bytes (every MCU in restart-indexed records): read up to it and
+    // past it at once, as refill_slow would byte by byte, even where the bytes before it
+    // would do for now (the next refill would stop at the same marker again).
+    const int first_ff = __builtin_ctzll(ff) >> 3;  // the lowest flagged byte is exact
+    if (first_ff < k && first_ff < 7) {
+      const uint8_t code = r.p[first_ff + 1];
+      if (code != 0x00 && code != 0xFF) {
+        take_until_marker(s, r, cinfo, __builtin_bswap64(w), first_ff, code);
+        return;
+      }
+    }
+    // A stuffed byte (0xFF 0x00) or fill bytes: take the bytes before the first 0xFF when
+    // they are enough for a coefficient, so that the byte-by-byte path reads only from the
+    // 0xFF on. Bytes from the 0xFF on are masked off: the slow path may read them as other
+    // bits (zeros at a marker).
+    const int before = std::min(k, first_ff);
     if (r.nbits + 8 * before >= 32) {
       r.acc |= (__builtin_bswap64(w) & ~(~0ULL >> (8 * before))) >> r.nbits;
       r.p += before;
@@ -578,6 +617,25 @@ uint32_t find_interval_start(const uint8_t* scan, uint32_t from, long first, lon
   return p;
 }
 
+// Asks for the bytes that use_restart_index and the decode will read in each needed MCU row
+// (from the indexed interval before its first cropped MCU, whose markers lead to it, to the
+// indexed one after its last) all at once, so that their cache misses overlap: read one
+// after another they stalled on memory at every needed row, where a sequential decode
+// streams (perf: most of use_restart_index's own time was its first load of each row).
+// Only addresses inside the record's bytes are touched.
+void prefetch_needed_rows(const RestartIndex& index, const uint8_t* scan, size_t avail, long row0, long row1,
+                          long mcus_per_row, long first_col, long last_col) {
+  const long entries = static_cast<long>(index.offsets.size()) - 1;  // the last is the scan's end
+  const long per_entry = index.interval * index.stride;               // MCUs
+  for (long r = row0; r <= row1; ++r) {
+    const long m0 = r * mcus_per_row + std::min(first_col, mcus_per_row - 1);
+    const long m1 = r * mcus_per_row + std::min(last_col, mcus_per_row - 1);
+    const size_t from = index.offsets[std::min(m0 / per_entry, entries)];
+    const size_t to = std::min<size_t>(avail, index.offsets[std::min(m1 / per_entry + 1, entries)] + 2);
+    for (size_t o = from >= 2 ? from - 2 : 0; o < to; o += 64) __builtin_prefetch(scan + o);
+  }
+}
+
 }  // namespace
 
 const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, const RestartIndex& index, int y0, int y1) {
@@ -590,22 +648,6 @@ const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, const Restart
   if (count != (total_mcus + interval - 1) / interval || stride <= 0 || entries != (count - 1) / stride + 1) {
     return "restart index does not match the number of restart intervals";
   }
-  // The index against the data: the scan ends with a marker where the index says, and (below)
-  // each jump lands right after the RSTn that ends the interval before it. A damaged index
-  // or record fails here, before any jump; it can point only inside this record's bytes.
-  const size_t avail = static_cast<size_t>(end - scan_begin);
-  const uint32_t scan_size = offs[entries];
-  if (static_cast<size_t>(scan_size) + 2 > avail || scan_begin[scan_size] != 0xFF ||
-      scan_begin[scan_size + 1] != 0xD9) {
-    return "restart index: the scan does not end where the index says (truncated or damaged record)";
-  }
-  // Indexed starts are checked where a jump uses them (below): parse_restart_index already
-  // bounded them (increasing, within the scan), and the others are never read.
-  auto indexed_start_ok = [&](long k) {
-    const uint32_t o = offs[k];
-    return k == 0 || (o >= 2 && o <= scan_size && scan_begin[o - 2] == 0xFF &&
-                      scan_begin[o - 1] == 0xD0 + ((k * stride - 1) & 7));
-  };
 #if JPEG_LIB_VERSION >= 70
   const long scaled = cinfo->min_DCT_v_scaled_size;
 #else
@@ -621,16 +663,34 @@ const char* FastHuffman::use_restart_index(j_decompress_ptr cinfo, const Restart
   need_row1 = (std::max(static_cast<long>(y1), 1L) - 1 + margin) / rows_per_mcu_row;
   interval_count = count;
   interval_mcus = interval;
-  scan_bytes = scan_size;
   need_mcu0 = need_row0 * static_cast<long>(cinfo->MCUs_per_row);
   need_mcu1 = (need_row1 + 1) * static_cast<long>(cinfo->MCUs_per_row);
+  const long mcus_per_row = static_cast<long>(cinfo->MCUs_per_row);
+  const long last_row = std::min(need_row1, static_cast<long>(cinfo->MCU_rows_in_scan) - 1);
+  const uint32_t scan_size = offs[entries];
+  scan_bytes = scan_size;
+  prefetch_needed_rows(index, scan_begin, static_cast<size_t>(end - scan_begin), need_row0, last_row, mcus_per_row,
+                       first_col, last_col);
+  // The index against the data: the scan ends with a marker where the index says, and (below)
+  // each jump lands right after the RSTn that ends the interval before it. A damaged index
+  // or record fails here, before any jump; it can point only inside this record's bytes.
+  const size_t avail = static_cast<size_t>(end - scan_begin);
+  if (static_cast<size_t>(scan_size) + 2 > avail || scan_begin[scan_size] != 0xFF ||
+      scan_begin[scan_size + 1] != 0xD9) {
+    return "restart index: the scan does not end where the index says (truncated or damaged record)";
+  }
+  // Indexed starts are checked where a jump uses them (below): parse_restart_index already
+  // bounded them (increasing, within the scan), and the others are never read.
+  auto indexed_start_ok = [&](long k) {
+    const uint32_t o = offs[k];
+    return k == 0 || (o >= 2 && o <= scan_size && scan_begin[o - 2] == 0xFF &&
+                      scan_begin[o - 1] == 0xD0 + ((k * stride - 1) & 7));
+  };
   // The jumps: a run of needed intervals starts with the one holding a needed row's first
   // cropped MCU (an interval before it in that row would hold only columns left of the
   // crop, or be needed itself), so one candidate per needed MCU row covers them all.
   jumps.clear();
   next_jump = 0;
-  const long mcus_per_row = static_cast<long>(cinfo->MCUs_per_row);
-  const long last_row = std::min(need_row1, static_cast<long>(cinfo->MCU_rows_in_scan) - 1);
   long previous = 0;  // interval 0 is never a jump (the reader starts there)
   for (long r = need_row0; r <= last_row; ++r) {
     const long i = (r * mcus_per_row + std::min(first_col, mcus_per_row - 1)) / interval;

@@ -228,3 +228,64 @@ def test_missing_eoi_fails_a_strict_crop_only_if_libjpeg_does(huffman_switch, re
     assert fast <= ref
     lenient = huffman_switch(lambda: fastdata.decode_batch([data] * 8, rrc, seed=3, strict=False, threads=1))
     np.testing.assert_array_equal(lenient[0], lenient[1])
+
+
+def _marker_every_mcu():
+    """A JPEG with a restart marker after every MCU (as fastdata-convert writes them), the
+    offsets of its markers, and of one in the middle."""
+    rst = ig.encode_jpeg(ig.photo_like(64, 96, index=6), quality=92, restart_blocks=1, subsampling="4:2:0")
+    at = [i for i in range(ig.sos_offset(rst), len(rst) - 1) if rst[i] == 0xFF and 0xD0 <= rst[i + 1] <= 0xD7]
+    return rst, at, at[len(at) // 2]
+
+
+def _damaged_near_markers():
+    """Damage where the reader meets a marker, at every byte of its 8-byte read-ahead window:
+    the refill that takes the data, the marker and the zeros after it in one step must do
+    what the byte-by-byte reader (and libjpeg) does."""
+    rst, at, mid = _marker_every_mcu()
+    start = at[at.index(mid) - 1] + 2  # the interval that mid ends
+    for back in range(0, min(20, mid - start)):  # a stray marker 0..19 bytes before the real one
+        yield f"stray-marker-{back}", rst[:mid - back] + b"\xff\xd5" + rst[mid - back:]
+    for cut in range(1, min(10, mid - start)):  # the interval cut short by 1..9 bytes
+        yield f"interval-cut-{cut}", rst[:mid - cut] + rst[mid:]
+    for back in (0, 1, 3, 6, 7):  # a stuffed 0xFF (data) or a fill byte close before the marker
+        yield f"stuffed-{back}", rst[:mid - back] + b"\xff\x00" + rst[mid - back:]
+        yield f"fill-{back}", rst[:mid - back] + b"\xff" + rst[mid - back:]
+    yield "marker-lost", rst[:mid] + rst[mid + 2:]
+    yield "marker-renumbered", rst[:mid + 1] + bytes([0xD0 + (rst[mid + 1] - 0xD0 + 5) % 8]) + rst[mid + 2:]
+    yield "eoi-early", rst[:mid] + b"\xff\xd9"
+
+
+NEAR_MARKERS = list(_damaged_near_markers())
+
+
+@pytest.mark.parametrize("name,data", NEAR_MARKERS, ids=[c[0] for c in NEAR_MARKERS])
+def test_damage_near_a_marker_every_mcu_decodes_like_libjpeg(huffman_switch, name, data):
+    """Whole decodes and fused crops: libjpeg's pixels and warnings, or both fail; strict
+    decodes fail where libjpeg's do (the message may name another count of extraneous bytes:
+    fastdata counts every byte it read ahead and did not use, see the module docstring)."""
+    def run():
+        try:
+            pixels, warnings = _C.decode_full(data, False, 0)
+            lenient = (pixels, warnings > 0)
+        except _C.NativeDecodeError as e:
+            lenient = (None, str(e))
+        try:
+            _C.decode_full(data, True, 0)
+            strict = "ok"
+        except _C.NativeDecodeError:
+            strict = "error"
+        crops, failed = fastdata.decode_batch([data] * 6, fastdata.RandomResizedCrop(24), seed=1, strict=False,
+                                              on_error="skip", threads=1)
+        return lenient, strict, crops, list(failed)
+
+    fast, ref, used = huffman_switch(run)
+    assert used > 0
+    if ref[0][0] is None:
+        assert fast[0] == ref[0]
+    else:
+        np.testing.assert_array_equal(fast[0][0], ref[0][0])
+        assert fast[0][1] == ref[0][1]
+    assert fast[1] == ref[1]
+    np.testing.assert_array_equal(fast[2], ref[2])
+    assert fast[3] == ref[3]
