@@ -89,6 +89,17 @@ def _cuda_reason(job: Job) -> Optional[str]:
     return None
 
 
+def _shuffled_batches(n: int, batch_size: int) -> Iterator[List[int]]:
+    """Index batches of ``range(n)`` forever, reshuffled every epoch (a fixed seed), dropping
+    each epoch's last partial batch: the loop of the contenders that index files themselves."""
+    rng = random.Random(0)
+    order = list(range(n))
+    while True:
+        rng.shuffle(order)
+        for start in range(0, n - batch_size + 1, batch_size):
+            yield order[start:start + batch_size]
+
+
 def _gpu_files_reason(job: Job, module: str, who: str = "needs") -> Optional[str]:
     """Why a GPU contender that reads image files with ``module`` cannot run here, or None."""
     reason = _float_only(job) or _cuda_reason(job) or _missing(module)
@@ -748,31 +759,26 @@ class TorchvisionGPUContender:
         std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
         rrc = v2.RandomResizedCrop(job.size, antialias=True)
         flip = v2.RandomHorizontalFlip()
-        rng = random.Random(0)
-        order = list(range(len(job.paths)))
         fallbacks = 0
         self.detail = {"cpu_fallbacks": 0}
-        while True:
-            rng.shuffle(order)
-            for start in range(0, len(order) - job.batch_size + 1, job.batch_size):
-                idx = order[start:start + job.batch_size]
-                datas = [read_file(job.paths[i]) for i in idx]
-                try:
-                    decoded = decode_jpeg(datas, mode=ImageReadMode.RGB, device=device)
-                except RuntimeError:
-                    # One bad/unsupported image fails the batch call: redo it per image,
-                    # falling back to the CPU decoder for those nvJPEG rejects.
-                    decoded = []
-                    for d in datas:
-                        try:
-                            decoded.append(decode_jpeg(d, mode=ImageReadMode.RGB, device=device))
-                        except RuntimeError:
-                            fallbacks += 1
-                            decoded.append(decode_image(d, mode=ImageReadMode.RGB).to(device))
-                    self.detail["cpu_fallbacks"] = fallbacks
-                x = torch.stack([flip(rrc(img)) for img in decoded]).float()
-                labels = torch.tensor([job.labels[i] for i in idx], device=device)
-                yield ((x - mean) / std).to(dtype), labels
+        for idx in _shuffled_batches(len(job.paths), job.batch_size):
+            datas = [read_file(job.paths[i]) for i in idx]
+            try:
+                decoded = decode_jpeg(datas, mode=ImageReadMode.RGB, device=device)
+            except RuntimeError:
+                # One bad/unsupported image fails the batch call: redo it per image,
+                # falling back to the CPU decoder for those nvJPEG rejects.
+                decoded = []
+                for d in datas:
+                    try:
+                        decoded.append(decode_jpeg(d, mode=ImageReadMode.RGB, device=device))
+                    except RuntimeError:
+                        fallbacks += 1
+                        decoded.append(decode_image(d, mode=ImageReadMode.RGB).to(device))
+                self.detail["cpu_fallbacks"] = fallbacks
+            x = torch.stack([flip(rrc(img)) for img in decoded]).float()
+            labels = torch.tensor([job.labels[i] for i in idx], device=device)
+            yield ((x - mean) / std).to(dtype), labels
 
 
 class EnginesContender:
@@ -833,22 +839,18 @@ class EnginesContender:
             spare[k] = reusable(images)
             return sum(img is not None for img in images)
 
-        rng = random.Random(0)
-        order = list(range(len(streams)))
         refused = 0
         with ThreadPoolExecutor(len(decoders), thread_name_prefix="fastdata-gpu-decode") as pool:
-            while True:
-                rng.shuffle(order)
-                for start in range(0, len(order) - job.batch_size + 1, job.batch_size):
-                    batch = [streams[i] for i in order[start:start + job.batch_size]]
-                    calls = [pool.submit(decode, k, batch[lo:hi]) for k, (lo, hi) in
-                             enumerate(decode_slices(len(batch), len(decoders)))]
-                    decoded = sum(call.result() for call in calls)
-                    for stream in cuda_streams:  # the consumer's stream sees the images complete
-                        consumer.wait_stream(stream)
-                    refused += len(batch) - decoded
-                    self.detail["refused"] = refused
-                    yield torch.empty(decoded, device=device), torch.empty(decoded, device=device)
+            for idx in _shuffled_batches(len(streams), job.batch_size):
+                batch = [streams[i] for i in idx]
+                calls = [pool.submit(decode, k, batch[lo:hi]) for k, (lo, hi) in
+                         enumerate(decode_slices(len(batch), len(decoders)))]
+                decoded = sum(call.result() for call in calls)
+                for stream in cuda_streams:  # the consumer's stream sees the images complete
+                    consumer.wait_stream(stream)
+                refused += len(batch) - decoded
+                self.detail["refused"] = refused
+                yield torch.empty(decoded, device=device), torch.empty(decoded, device=device)
 
 
 def make_contender(name: str) -> Any:

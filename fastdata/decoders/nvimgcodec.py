@@ -159,6 +159,7 @@ class NvImageCodecDecoder:
         # SPARE_BYTES each (see ``reusable`` for what a set keeps); they stay allocated while
         # the decoder lives (also between epochs), outside torch's allocator.
         self._spare_images: List[List[List[Any]]] = [[] for _ in range(decode_threads)]
+        self._spare_bytes: List[List[int]] = [[] for _ in range(decode_threads)]  # each set's capacity, summed once
         # Where the workers' time goes, summed over batches (seconds of wall time): code streams
         # (header parsing), the nvImageCodec calls (wall time of the stage, and decode_cpu: the
         # CPU time of every calling thread, summed over the instances: near decode_threads x
@@ -210,7 +211,7 @@ class NvImageCodecDecoder:
             if worker is not None:
                 worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
         self._decoders = []
-        self._spare_images = []  # their device buffers go now, not when this object does
+        self._spare_images, self._spare_bytes = [], []  # their device buffers go now, not when this object does
 
     # ---- the three stages ----
     # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
@@ -293,6 +294,7 @@ class NvImageCodecDecoder:
             if not self._spare_images[k]:
                 return None
             spare = self._spare_images[k].pop()
+            self._spare_bytes[k].pop()
         return spare[:n] + [None] * (n - len(spare))
 
     def _give_back(self, decoded: _Decoded) -> None:
@@ -301,10 +303,10 @@ class NvImageCodecDecoder:
         with self._lock:
             for k, part in enumerate(decoded.by_instance):
                 kept = reusable(part.images)
-                pool = self._spare_images[k]
-                held = sum(img.capacity for spare in pool for img in spare) + sum(img.capacity for img in kept)
-                if kept and len(pool) <= self.depth and held <= SPARE_BYTES:
-                    pool.append(kept)
+                nbytes = sum(img.capacity for img in kept)
+                if kept and len(self._spare_images[k]) <= self.depth and sum(self._spare_bytes[k]) + nbytes <= SPARE_BYTES:
+                    self._spare_images[k].append(kept)
+                    self._spare_bytes[k].append(nbytes)
         decoded.by_instance = []
 
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",

@@ -187,3 +187,16 @@ def test_ceiling_line_puts_gpu_against_the_engines():
                     "gpu 0.80x the engines' decode-only rate at 2.2 cores")
     report["results"] = report["results"][:2]
     assert bench_report.ceiling_line(report) == "ceiling (native + gpu, same run): 22,000 img/s"
+
+
+def test_shuffled_batches_cover_each_epoch_once_and_reshuffle() -> None:
+    from itertools import islice
+
+    from fastdata.cli.bench_contenders import _shuffled_batches
+
+    batches = list(islice(_shuffled_batches(10, 3), 6))  # two epochs of 3 batches (1 index dropped each)
+    assert all(len(b) == 3 for b in batches)
+    for epoch in (batches[:3], batches[3:]):
+        seen = [i for b in epoch for i in b]
+        assert len(set(seen)) == 9 and set(seen) <= set(range(10))
+    assert batches[:3] != batches[3:]  # a new order each epoch
