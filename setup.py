@@ -42,11 +42,12 @@ SANITIZE_FLAGS = (["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-
 
 ext = Pybind11Extension(
     "fastdata._C",
-    sorted(glob.glob("csrc/core/*.cpp") + glob.glob("csrc/bindings/*.cpp")),
+    sorted(glob.glob("csrc/core/*.cpp") + glob.glob("csrc/gpu/*.cpp") + glob.glob("csrc/bindings/*.cpp")),
     include_dirs=["csrc"] + include_dirs,
     library_dirs=library_dirs,
     # Link the shared library: Debian's libjpeg.a is not position independent.
-    libraries=["jpeg"],
+    # dl: libnvimgcodec is loaded at run time (csrc/gpu/nvimgcodec_batch.cpp), never linked.
+    libraries=["jpeg", "dl"],
     cxx_std=17,
     # -O3 for the resampler's loops; no -march=native: wheels must run on any x86-64.
     # Hot loops get AVX2 clones chosen at run time (target_clones in resize.cpp).

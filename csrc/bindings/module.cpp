@@ -14,5 +14,6 @@ PYBIND11_MODULE(_C, m) {
   fastdata::bindings::register_engine(m);
   fastdata::bindings::register_transcode(m);
   fastdata::bindings::register_filters(m);
+  fastdata::bindings::register_nvimgcodec(m);
   fastdata::bindings::register_testing(m);
 }

@@ -808,7 +808,7 @@ class EnginesContender:
         import torch
         from nvidia import nvimgcodec
 
-        from fastdata.decoders.nvimgcodec import DECODE_THREADS, ENGINE_KINDS, decode_slices, reusable
+        from fastdata.decoders.nvimgcodec import DECODE_THREADS, ENGINE_KINDS, decode_slices
 
         device = torch.device(job.device)
         if device.index is None:
@@ -829,14 +829,16 @@ class EnginesContender:
         cuda_streams = [torch.cuda.Stream(device) for _ in decoders]
         consumer = torch.cuda.current_stream(device)
 
-        # Each instance decodes into its last images, kept as the gpu backend keeps them (``reusable``).
+        # NVIDIA's own Python API at its fastest (docs/results.md, third pass): code streams parsed
+        # before timing, and each instance decoding into its last batch's images (``images=``:
+        # no allocation per image). The gpu backend decodes through fastdata's own call instead.
         spare: List[List[Any]] = [[] for _ in decoders]
 
         def decode(k: int, part: List[Any]) -> int:
             reuse = spare[k][:len(part)] + [None] * (len(part) - len(spare[k]))
             with torch.cuda.device(device):
                 images = decoders[k].decode(part, images=reuse, params=params, cuda_stream=cuda_streams[k].cuda_stream)
-            spare[k] = reusable(images)
+            spare[k] = [img for img in images if img is not None]
             return sum(img is not None for img in images)
 
         refused = 0

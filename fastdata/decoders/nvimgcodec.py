@@ -1,22 +1,29 @@
 """GPU decoder "gpu": NVIDIA nvImageCodec on the GPU's hardware JPEG engines, then one batched resample.
 
-Per batch, on this decoder's own three worker threads (so the native threads decode their
-share of the same batch meanwhile): stage 1, encoded bytes -> nvImageCodec code streams
-(header parsing); stage 2, ``nvimgcodec.Decoder.decode`` (stored orientation, HWC uint8 RGB
-on the GPU) and nothing else, so the engines get the next batch as soon as they finish one:
-one call per decoder instance, each on its own thread and stream with a slice of the batch
-(the call is host-bound), each filling the images of a batch already resampled; stage 3 checks the images and ``resample_batch`` (the Triton
-kernels: crop + antialiased resize + flip, EXIF orientation folded into the gather) reads
-them where nvImageCodec put them (``ImageLayout.of_arrays``: their pointers and strides).
-The stages overlap across batches. Crops come from the native engine's plan, so they equal
-the native path's for the same (seed, epoch, index).
+Per batch, on this decoder's own worker threads (so the native threads decode their share of
+the same batch meanwhile): stage 1 decodes the rows into one device buffer, laid out from the
+native plan's sizes (stored orientation, HWC uint8 RGB, each image at a 256-byte aligned
+offset), with one call per nvImageCodec decoder instance, each on its own thread and CUDA
+stream with a contiguous slice of the batch; stage 2 keeps the rows decoded and runs
+``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
+folded into the gather) over that buffer. The stages overlap across batches. Crops come
+from the native engine's plan, so they equal the native path's for the same (seed, epoch,
+index).
+
+The decode call is fastdata's own (``_C.NvImageCodecBatch``, csrc/gpu/nvimgcodec_batch.cpp:
+nvImageCodec's C API, loaded from the wheel at run time): code streams, images, decode and
+wait for a whole slice with the GIL released once. nvImageCodec's Python API made a code
+stream object per image, and its ``decode`` took the GIL back for every image to make its
+Image objects; per batch of 256 that was hundreds of GIL hand-overs beside the training
+thread, whose step slowed with no data wait (docs/results.md, issue 14's training rows).
 
 Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
-``gpu_decodable``; gray files go native, see ``accepts``), and not progressive: the hardware engines decode baseline scans only, and
-a progressive file on them comes back refused after the batch (a serial native re-decode),
-so it is routed to the native threads up front. Rows the engines still refuse (nvImageCodec
-returns None for them) or that decode to an unexpected size are handed back to the native
-decoder (``DecodedRows.rejected``), counted in ``Loader.stats().gpu_rejected``.
+``gpu_decodable``; gray files go native, see ``accepts``), and not progressive: the hardware
+engines decode baseline scans only, and a progressive file on them comes back refused after
+the batch (a serial native re-decode), so it is routed to the native threads up front. Rows
+the engines still refuse, whose header nvImageCodec cannot read, or whose size differs from
+the plan's are handed back to the native decoder (``DecodedRows.rejected``), counted in
+``Loader.stats().gpu_rejected``.
 
 Why the hardware backend alone: nvImageCodec's CUDA (``GPU_ONLY``) and hybrid backends burn
 CPU cores on Huffman decoding (12-13 cores for 7,600-10,700 img/s on the H200 box, #14), and
@@ -29,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -49,13 +56,11 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
 # nvImageCodec decoder instances per gpu decoder, each called from its own thread (see
-# NvImageCodecDecoder's decode_threads), by backend. Measured on the H200 box (docs/results.md,
-# third pass): decode only, two instances ran 24,045 img/s against one's 17,181 (three:
-# 21,026), and gpu-only gained from the second (13,922 vs 11,214). In "hybrid" the second
-# caller shares the host with the native threads (and the GIL, which nvImageCodec's call takes
-# back for every image); two short runs disagreed (12,739 vs 15,360, then 16,309 vs 14,721),
-# so hybrid keeps the one caller, the fewer threads, until a longer A/B decides.
-DECODE_THREADS = {"gpu": 2, "hybrid": 1}
+# NvImageCodecDecoder's decode_threads), by backend. Measured on the H200 box (docs/results.md):
+# decode only, two instances ran 24,045 img/s against one's 17,181 (three: 21,026). Through
+# fastdata's own call (no GIL per image) hybrid ran 18,639 img/s with two against 16,301 with
+# one (2026-12-02, fourth session); through nvImageCodec's Python API two had lost as often as won.
+DECODE_THREADS = {"gpu": 2, "hybrid": 2}
 
 
 def gpu_extra_installed() -> bool:
@@ -76,6 +81,29 @@ def nvimgcodec_module() -> Any:
     return nvimgcodec
 
 
+def nvimgcodec_library(module: Any) -> str:
+    """Path of the libnvimgcodec that ``module`` (``nvidia.nvimgcodec``) loaded: the wheel's copy,
+    beside its Python module, with its codec extensions in ``extensions/`` below it."""
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(module.__file__)), "libnvimgcodec.so.0")
+    if not os.path.exists(path):
+        raise ImportError(f"nvImageCodec's library is not where its wheel puts it: {path}")
+    return path
+
+
+# nvimgcodecBackendKind_t values, by the names nvImageCodec's Python API gives them.
+BACKEND_KINDS = {"CPU_ONLY": 1, "GPU_ONLY": 2, "HYBRID_CPU_GPU": 3, "HW_GPU_ONLY": 4}
+# Each decoded image starts at a multiple of this many bytes in the batch's buffer (what
+# cudaMalloc gives each image when nvImageCodec allocates them itself).
+IMAGE_ALIGN = 256
+# A new image buffer is this much larger than the batch that asked for it, rounded up to
+# BUFFER_ROUNDING bytes, so that later batches of about the same size fit into it.
+BUFFER_HEADROOM = 1.25
+BUFFER_ROUNDING = 2 * 2**20
+# _C.NvImageCodecBatch.decode's per-row statuses.
+DECODED = 0
+
+
 class NvImageCodecDecoder:
     """Batched JPEG decode on the hardware engines (nvImageCodec), crop/resize/flip batched on the GPU.
 
@@ -88,24 +116,22 @@ class NvImageCodecDecoder:
     decode_threads: nvImageCodec decoder instances, each called from a thread of its own on its
     own CUDA stream with a slice of the batch: the call is host-bound (its calling thread is
     busy 83-99% of the call), so one caller caps the engines at one thread's rate.
-    Each instance gets the images (device buffers) of a batch whose resample has finished back
-    to decode into (``reuse_images``): without that, nvImageCodec allocates and wraps a new
-    buffer per image per batch (decode only: 22,377 img/s with reuse, 17,181 without).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
     engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
-    machine without a GPU (``_allow_cpu``).
+    machine without a GPU (``_allow_cpu``): host memory instead of the device's.
     """
 
     name = "gpu"
     # Two batches in flight: the worker decodes batch N+1 while the producer finishes batch N
     # (its native rows, the upload), so the engines do not idle while the next batch is planned.
     depth = 2
-    reuse_images = True
     _allow_cpu = False
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
                  decode_threads: Optional[int] = None,
                  backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
+        from .. import _C
+
         nvimgcodec = nvimgcodec_module()
         if nvimgcodec is None:
             raise ImportError(GPU_MISSING)
@@ -123,28 +149,25 @@ class NvImageCodecDecoder:
         decode_threads = DECODE_THREADS["gpu"] if decode_threads is None else decode_threads
         if isinstance(decode_threads, bool) or not isinstance(decode_threads, int) or decode_threads < 1:
             raise ValueError(f"decode_threads must be an int of at least 1, got {decode_threads!r}")
+        unknown = [kind for kind in backend_kinds if kind not in BACKEND_KINDS]
+        if unknown or not backend_kinds:
+            raise ValueError(f"unknown nvImageCodec backend kinds {unknown or list(backend_kinds)}; "
+                             f"known: {sorted(BACKEND_KINDS)}")
         self.transform = transform
         self.out_hw = transform.output_size
         self.device = device
         self.hardware_only = tuple(backend_kinds) == ENGINE_KINDS
-        kinds = []
-        for kind in backend_kinds:
-            value = getattr(nvimgcodec.BackendKind, kind, None)
-            if value is None:
-                raise ValueError(f"unknown nvImageCodec backend kind {kind!r}")
-            kinds.append(nvimgcodec.Backend(value))
-        device_id = device.index if device.type == "cuda" else nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY
+        device_id = device.index if device.type == "cuda" else None  # None: host buffers
+        library = nvimgcodec_library(nvimgcodec)
         try:
-            self._decoders = [nvimgcodec.Decoder(device_id=device_id, max_num_cpu_threads=int(cpu_threads),
-                                                 backends=kinds) for _ in range(decode_threads)]
-        except Exception as e:  # nvImageCodec raises its own exception types
+            # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
+            # libjpeg): the same pixels as its Python API's decode gave.
+            self._decoders = [_C.NvImageCodecBatch(library, device_id, int(cpu_threads),
+                                                   [BACKEND_KINDS[k] for k in backend_kinds], "")
+                              for _ in range(decode_threads)]
+        except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
-        # Stored orientation (the resample folds EXIF in, as for the native plan), interleaved RGB.
-        self._params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
-                                               sample_format=nvimgcodec.SampleFormat.I_RGB)
-        self._code_stream = nvimgcodec.CodeStream
-        self._parse_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-parse")
         self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
         # The other instances' callers: the decode stage calls instance 0 itself.
         self._decode_helpers = (ThreadPoolExecutor(decode_threads - 1, thread_name_prefix="fastdata-gpu-decode")
@@ -154,20 +177,13 @@ class NvImageCodecDecoder:
                                 if device.type == "cuda" else [None] * decode_threads)
         self._closed = False
         self._lock = threading.Lock()
-        # Per decoder instance, the images of batches whose resample has finished (GPU work
-        # included): the next decode calls fill them again. At most depth + 1 sets and
-        # SPARE_BYTES each (see ``reusable`` for what a set keeps); they stay allocated while
-        # the decoder lives (also between epochs), outside torch's allocator.
-        self._spare_images: List[List[List[Any]]] = [[] for _ in range(decode_threads)]
-        self._spare_bytes: List[List[int]] = [[] for _ in range(decode_threads)]  # each set's capacity, summed once
-        # Where the workers' time goes, summed over batches (seconds of wall time): code streams
-        # (header parsing), the nvImageCodec calls (wall time of the stage, and decode_cpu: the
-        # CPU time of every calling thread, summed over the instances: near decode_threads x
-        # the wall time means the calls work or spin on the host, near zero that they sleep
-        # while the engines decode), checking the images and reading their array interfaces,
-        # queueing the resample, and waiting for the stream (the GPU work left).
-        self.stage_seconds = {"parse": 0.0, "decode": 0.0, "decode_cpu": 0.0, "assemble": 0.0, "resample": 0.0,
-                              "gpu_wait": 0.0}
+        self._spare_buffers: List[torch.Tensor] = []  # finished batches' image buffers (_take_buffer)
+        # Where the workers' time goes, summed over batches (seconds of wall time): the
+        # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
+        # calling thread, summed over the instances: near decode_threads x the wall time means
+        # the calls work or spin on the host, near zero that they sleep while the engines
+        # decode), queueing the resample, and waiting for the stream (the GPU work left).
+        self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
 
     # ---- the Decoder protocol ----
     def accepts(self, batch: PlannedBatch, row: int) -> bool:
@@ -178,8 +194,8 @@ class NvImageCodecDecoder:
         # synthetic gray file matched Pillow; until that is understood, no wrong pixels.
         if batch.plan.components[row] != 3:
             return False
-        # Very large images go native: nvImageCodec's outputs live on the training GPU outside
-        # torch's allocator, whole (not cropped): the batches in flight, plus the spare sets.
+        # Very large images go native: the decoded images of the batches in flight live, whole
+        # (not cropped), on the training GPU.
         if int(batch.plan.sizes[row, 0]) * int(batch.plan.sizes[row, 1]) > MAX_GPU_PIXELS:
             return False
         return not (self.hardware_only and bool(batch.plan.progressive[row]))
@@ -189,8 +205,7 @@ class NvImageCodecDecoder:
             if self._closed:
                 raise RuntimeError("the gpu decoder is closed")
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-            parsed = self._parse_worker.submit(self._parse_stage, batch, list(rows))
-            decoded = self._decode_worker.submit(self._decode_stage, parsed)
+            decoded = self._decode_worker.submit(self._decode_stage, batch, list(rows))
             return self._resample_worker.submit(self._resample_stage, batch, decoded, stream)
 
     def finish(self, handle: "Future[DecodedRows]", host: Optional[np.ndarray]) -> DecodedRows:
@@ -207,177 +222,145 @@ class NvImageCodecDecoder:
             if self._closed:
                 return
             self._closed = True
-        for worker in (self._parse_worker, self._decode_worker, self._decode_helpers, self._resample_worker):
+        for worker in (self._decode_worker, self._decode_helpers, self._resample_worker):
             if worker is not None:
                 worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
         self._decoders = []
-        self._spare_images, self._spare_bytes = [], []  # their device buffers go now, not when this object does
+        self._spare_buffers = []  # their memory goes back to torch now, not when this object does
 
-    # ---- the three stages ----
+    # ---- the two stages ----
     # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
-    # is resampled (stage 3, the pipeline's stream, after an event from stage 2), batch N+1 is
-    # parsed (stage 1) and decoded on the engines (stage 2, its own stream): the engines wait
-    # neither for the parsing nor for the resample's host work. (Depth 3, one batch per stage,
-    # ran no faster on the H200: docs/results.md.)
-    def _parse_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
+    # is resampled (stage 2, the pipeline's stream, after an event from stage 1), batch N+1 is
+    # decoded on the engines (stage 1, the instances' own streams).
+    def _decode_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
+        """Stage 1: the rows' images into one buffer, in contiguous slices, one per decoder
+        instance; this thread calls instance 0 while the helpers call the others."""
         t0 = time.perf_counter()
-        datas = batch.datas
-        streams, kept, rejected = [], [], []
-        for r in rows:
-            try:
-                streams.append(self._code_stream(datas[r]))
-                kept.append(r)
-            except Exception:  # a header nvImageCodec cannot parse: the native decoder names the problem
-                rejected.append(r)
-        seconds = time.perf_counter() - t0
-        self.stage_seconds["parse"] += seconds
-        return _Decoded(kept, streams, rejected, parse_seconds=seconds)
-
-    def _decode_stage(self, pending: "Future[_Decoded]") -> _Decoded:
-        """Stage 2: the batch's code streams in contiguous slices, one per decoder instance; this
-        thread calls instance 0 while the helpers call the others."""
-        decoded = pending.result()
-        t0 = time.perf_counter()
-        slices = decode_slices(len(decoded.streams), len(self._decoders))
-        calls = [self._decode_helpers.submit(self._decode_slice, k, decoded.streams[lo:hi])
+        decoded = _Decoded(rows, *stored_layout(batch.plan, rows))
+        if rows:
+            decoded.buffer = self._take_buffer(decoded.nbytes)
+        slices = decode_slices(len(rows), len(self._decoders))
+        calls = [self._decode_helpers.submit(self._decode_slice, k, batch, decoded, lo, hi)
                  for k, (lo, hi) in enumerate(slices) if k > 0]
         results, error = [], None
         if slices:
             try:
-                results.append(self._decode_slice(0, decoded.streams[slices[0][0]:slices[0][1]]))
+                results.append(self._decode_slice(0, batch, decoded, *slices[0]))
             except Exception as e:
                 error = e
-        for call in calls:  # every helper is waited for, also after a failure: they use the streams
+        for call in calls:  # every helper is waited for, also after a failure: they write the buffer
             try:
                 results.append(call.result())
             except Exception as e:
                 error = error or e
         if error is not None:
             raise error
-        decoded.images = [img for part in results for img in part.images]  # slice order = row order
+        decoded.status = (np.concatenate([part.status for part in results]) if results
+                          else np.zeros(0, np.uint8))  # slice order = row order
         decoded.ready = [part.ready for part in results if part.ready is not None]
-        decoded.by_instance = results
-        decoded.streams = []
         decoded.seconds = time.perf_counter() - t0
         self.stage_seconds["decode"] += decoded.seconds
         self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
         return decoded
 
-    def _decode_slice(self, k: int, streams: List[Any]) -> _Slice:
-        """Decoder instance ``k`` on its own stream."""
+    def _decode_slice(self, k: int, batch: PlannedBatch, decoded: _Decoded, lo: int, hi: int) -> _Slice:
+        """Decoder instance ``k`` decodes rows ``lo:hi`` of the stage's rows, on its own stream."""
         c0 = time.thread_time()
+        datas = [batch.datas[r] for r in decoded.rows[lo:hi]]
+        args = (datas, decoded.buffer.data_ptr(), decoded.nbytes, decoded.offsets[lo:hi], decoded.heights[lo:hi],
+                decoded.widths[lo:hi])
         stream = self._decode_streams[k]
         if stream is None:
-            part = self._decode(k, streams, 0)
+            part = _Slice(self._decoders[k].decode(*args, 0))
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
-                part = self._decode(k, streams, stream.cuda_stream)
+                part = _Slice(self._decoders[k].decode(*args, stream.cuda_stream))
                 part.ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
                 part.ready.record(stream)
         part.cpu_seconds = time.thread_time() - c0
         return part
 
-    def _decode(self, k: int, streams: List[Any], cuda_stream: int) -> _Slice:
-        if not streams:
-            return _Slice([])
-        spare = self._take_spare(k, len(streams))
-        if spare is None:
-            return _Slice(self._decoders[k].decode(streams, params=self._params, cuda_stream=cuda_stream))
-        return _Slice(self._decoders[k].decode(streams, images=spare, params=self._params, cuda_stream=cuda_stream))
-
-    def _take_spare(self, k: int, n: int) -> Optional[List[Optional[Any]]]:
-        """``n`` images of instance ``k`` to decode into (None where a new one is needed:
-        nvImageCodec allocates it), or None when it has none spare."""
-        if not self.reuse_images:
-            return None
+    def _take_buffer(self, nbytes: int) -> torch.Tensor:
+        """A buffer of at least ``nbytes`` for a batch's images: the smallest spare one that fits,
+        else a new one with BUFFER_HEADROOM to spare. Batches' byte counts vary (the hybrid
+        split, image sizes); torch's caching allocator kept adding segments for them (free
+        device memory fell 64-78 MB from a Loader's second epoch to its third, batch 32), so
+        the decoder keeps at most ``depth + 1`` buffers of its own and reuses them."""
         with self._lock:
-            if not self._spare_images[k]:
-                return None
-            spare = self._spare_images[k].pop()
-            self._spare_bytes[k].pop()
-        return spare[:n] + [None] * (n - len(spare))
+            # By position, never by ``list.remove``: that compares tensors with ==, element-wise.
+            fitting = [k for k, b in enumerate(self._spare_buffers) if b.numel() >= nbytes]
+            if fitting:
+                return self._spare_buffers.pop(min(fitting, key=lambda k: self._spare_buffers[k].numel()))
+        size = -(-int(nbytes * BUFFER_HEADROOM) // BUFFER_ROUNDING) * BUFFER_ROUNDING
+        if self.device.type != "cuda":
+            return torch.empty(size, dtype=torch.uint8)
+        with torch.cuda.device(self.device), torch.cuda.stream(self._decode_streams[0]):
+            return torch.empty(size, dtype=torch.uint8, device=self.device)
 
-    def _give_back(self, decoded: _Decoded) -> None:
-        """After the batch's resample has finished on the GPU: its images may be decoded into again
-        (by the instance that made them, on the stream they were made on)."""
+    def _give_buffer(self, buffer: Optional[torch.Tensor]) -> None:
+        """Keep a finished batch's buffer for a later one; beyond ``depth + 1``, the smallest goes."""
+        if buffer is None:
+            return
         with self._lock:
-            for k, part in enumerate(decoded.by_instance):
-                kept = reusable(part.images)
-                nbytes = sum(img.capacity for img in kept)
-                if kept and len(self._spare_images[k]) <= self.depth and sum(self._spare_bytes[k]) + nbytes <= SPARE_BYTES:
-                    self._spare_images[k].append(kept)
-                    self._spare_bytes[k].append(nbytes)
-        decoded.by_instance = []
+            self._spare_buffers.append(buffer)
+            if len(self._spare_buffers) > self.depth + 1:
+                sizes = [b.numel() for b in self._spare_buffers]
+                self._spare_buffers.pop(sizes.index(min(sizes)))
 
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
                         stream: Optional[torch.cuda.Stream]) -> DecodedRows:
         decoded = pending.result()
         t0 = time.perf_counter()
         if stream is None:
-            result = self._resample_rows(batch, self._assemble(batch, decoded))
+            result = self._resample_rows(batch, decoded)
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
                 for ready in decoded.ready:
                     stream.wait_event(ready)
                 try:
-                    result = self._resample_rows(batch, self._assemble(batch, decoded))
-                finally:  # also when the resample raised after queueing kernels: they read the images
+                    result = self._resample_rows(batch, decoded)
+                finally:  # also when the resample raised after queueing kernels: they read the buffer
                     done = torch.cuda.Event(blocking=True)  # the worker sleeps on it instead of spinning a core
                     done.record(stream)
                     t1 = time.perf_counter()
-                    done.synchronize()  # complete before the images go and before finish hands the pixels on
+                    done.synchronize()  # complete before the buffer goes and before finish hands the pixels on
                     self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
-        self._give_back(decoded)  # the resample's kernels are done with the images (synchronized above)
+        self._give_buffer(decoded.buffer)  # the kernels are done with it (synchronized above)
+        decoded.buffer = None
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch.
-        result.seconds = max(decoded.parse_seconds, decoded.seconds, time.perf_counter() - t0)
+        result.seconds = max(decoded.seconds, time.perf_counter() - t0)
         return result
 
-    def _assemble(self, batch: PlannedBatch, decoded: _Decoded) -> _Decoded:
-        """Keep the images the plan expects; hand the rest back. The resample reads them where
-        nvImageCodec put them (their array interfaces: pointer, shape, strides): no per-image
-        tensor, no copy into one buffer."""
-        t0 = time.perf_counter()
-        plan = batch.plan
-        kept, images, rejected = decoded.rows, decoded.images, list(decoded.rejected)
-        cuda = self.device.type == "cuda"
-        good_rows: List[int] = []
-        good: List[Any] = []
-        interfaces: List[Dict[str, Any]] = []
-        # The stored (H, W, 3) each image must have: the plan's size is oriented.
-        sizes = plan.sizes[kept]
-        turned = plan.orientations[kept] >= 5
-        stored = np.stack([np.where(turned, sizes[:, 1], sizes[:, 0]), np.where(turned, sizes[:, 0], sizes[:, 1]),
-                           np.full(len(kept), 3)], axis=1).tolist()
-        for r, img, want in zip(kept, images, stored):
-            if img is None:  # refused by the engines (an unsupported sampling, damaged data)
-                rejected.append(r)
-                continue
-            iface = img.__cuda_array_interface__ if cuda else img.__array_interface__  # CPU: the tests' stand-in
-            if list(iface["shape"]) != want or iface["typestr"][1:] != "u1":
-                rejected.append(r)  # not the header's image: the plan's box would be wrong
-                continue
-            good_rows.append(r)
-            good.append(img)
-            interfaces.append(iface)
-        decoded.rows, decoded.images, decoded.rejected = good_rows, good, sorted(rejected)
-        if good:  # a one-element tensor at the first image: the kernels' address origin
-            first = torch.as_tensor(good[0], device=self.device) if cuda else torch.from_numpy(np.asarray(good[0]))
-            decoded.origin = first.as_strided((1,), (1,))
-            decoded.layout = ImageLayout.of_arrays(decoded.origin.data_ptr(), interfaces)
-        self.stage_seconds["assemble"] += time.perf_counter() - t0
-        return decoded
-
     def _resample_rows(self, batch: PlannedBatch, decoded: _Decoded) -> DecodedRows:
-        if decoded.origin is None:
-            return DecodedRows(rejected=decoded.rejected)
-        plan = batch.plan
+        """Resample the rows decoded; hand the others back (refused by the engines, a header
+        nvImageCodec could not read, or a size other than the plan's)."""
+        good = decoded.status == DECODED
+        rows = np.asarray(decoded.rows, np.int64)
+        rejected = rows[~good].tolist()
+        if not good.any():
+            return DecodedRows(rejected=rejected)
         t0 = time.perf_counter()
-        sel = np.asarray(decoded.rows, np.int64)
-        pixels = resample_batch(decoded.origin, decoded.layout, plan.boxes[sel], plan.flips[sel],
-                                plan.orientations[sel], self.out_hw,
-                                clip_to_box=isinstance(self.transform, RandomResizedCrop))
+        h, w = decoded.heights[good], decoded.widths[good]
+        layout = ImageLayout(decoded.offsets[good], h, w, w * 3, np.full_like(w, 3), np.ones_like(w))
+        plan, sel = batch.plan, rows[good]
+        pixels = resample_batch(decoded.buffer, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
+                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
         self.stage_seconds["resample"] += time.perf_counter() - t0
-        return DecodedRows(pixels=pixels, rejected=decoded.rejected)
+        return DecodedRows(pixels=pixels, rejected=rejected)
+
+
+def stored_layout(plan: Any, rows: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Where each row's decoded image goes in its batch's buffer: (offsets, heights, widths,
+    total bytes), all int64, for HWC uint8 RGB images as stored (the plan's sizes are
+    EXIF-oriented: orientations 5-8 swap them), each at an IMAGE_ALIGN-aligned offset."""
+    sel = np.asarray(rows, np.int64)
+    sizes = np.asarray(plan.sizes, np.int64)[sel].reshape(-1, 2)
+    turned = np.asarray(plan.orientations, np.int64)[sel] >= 5
+    heights = np.where(turned, sizes[:, 1], sizes[:, 0])
+    widths = np.where(turned, sizes[:, 0], sizes[:, 1])
+    padded = -(-(heights * widths * 3) // IMAGE_ALIGN) * IMAGE_ALIGN
+    offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64)
+    return offsets, heights, widths, int(padded.sum())
 
 
 def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
@@ -387,58 +370,28 @@ def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
     return [(bounds[k], bounds[k + 1]) for k in range(parts)] if n else []
 
 
-# A reused image's buffer keeps the largest image it has held (nvImageCodec grows it, never
-# shrinks it; ``Image.capacity`` says how large it is), so a set handed back keeps only
-# buffers at most this many times its batch's median image: without that bound every slot
-# would end up holding the largest image of the dataset (up to MAX_GPU_PIXELS, 48 MB).
-REUSE_SLACK = 2
-# And the spare sets of one decoder instance hold at most this many bytes together: a set that
-# would go over is not kept (its images are freed; the next batch allocates). 512 MB holds
-# three sets of 128 photo-like 500x375 images (72 MB each) with room to spare.
-SPARE_BYTES = 512 * 2**20
-
-
-def image_bytes(image: Any) -> int:
-    """Bytes of a decoded HWC uint8 image."""
-    h, w, c = image.shape
-    return int(h) * int(w) * int(c)
-
-
-def reusable(images: List[Optional[Any]]) -> List[Any]:
-    """The images of a decoded slice worth decoding into again: those whose buffer (capacity)
-    is at most ``REUSE_SLACK`` x the slice's median image (refused rows, None, are dropped)."""
-    present = [img for img in images if img is not None]
-    if not present:
-        return []
-    limit = REUSE_SLACK * float(np.median([image_bytes(img) for img in present]))
-    return [img for img in present if img.capacity <= limit]
-
-
 @dataclass
 class _Slice:
-    """One decoder instance's part of a batch: its images (None where refused), the event its
-    stream records after the decode, and the CPU seconds of the calling thread."""
+    """One decoder instance's part of a batch: per-row statuses (``DECODED`` or why not), the
+    event its stream records after the decode, and the CPU seconds of the calling thread."""
 
-    images: List[Optional[Any]]
+    status: np.ndarray
     ready: Optional[Any] = None  # torch.cuda.Event
     cpu_seconds: float = 0.0
 
 
 @dataclass
 class _Decoded:
-    """A batch's GPU rows between the stages: the rows (in order) and their code streams
-    (stage 1), nvImageCodec's images (stage 2: HWC uint8, on the decode stream until
-    ``ready``; ``images`` keeps them alive until the resample has read them), then only the
-    rows whose images fit the plan with where their pixels are (stage 3), and the rows
-    handed back."""
+    """A batch's GPU rows between the stages: the rows (in order), where each one's image is
+    in ``buffer`` (stored orientation; on the decode streams until ``ready``), and stage 1's
+    per-row statuses and wall time."""
 
     rows: List[int]
-    streams: List[Any]
-    rejected: List[int]
-    images: List[Any] = field(default_factory=list)
+    offsets: np.ndarray
+    heights: np.ndarray
+    widths: np.ndarray
+    nbytes: int
+    buffer: Optional[torch.Tensor] = None
+    status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
-    by_instance: List["_Slice"] = field(default_factory=list)  # stage 2's result per decoder instance
-    parse_seconds: float = 0.0  # stage 1's wall time
-    seconds: float = 0.0  # stage 2's wall time
-    origin: Optional[torch.Tensor] = None  # one element at the first image: the layout's address origin
-    layout: Optional[ImageLayout] = None
+    seconds: float = 0.0  # stage 1's wall time

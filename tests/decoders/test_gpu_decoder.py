@@ -41,22 +41,22 @@ class CpuEngines(NvImageCodecDecoder):
                          decode_threads=decode_threads)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
-        self.reused = 0  # images nvImageCodec filled again (handed in through images=, returned as they were)
         refuse = set(refuse)
         lock = threading.Lock()
 
-        def counting(decode):  # records what reached nvImageCodec; refuses some rows as the engines may
-            def call(streams, **kw):
-                out = decode(streams, **kw)
-                spare = kw.get("images") or []
+        def counting(decoder):  # records what reached nvImageCodec; refuses some rows as the engines may
+            def call(datas, *args):
+                status = decoder.decode(datas, *args)
                 with lock:  # with one instance, "first" is the row's place in everything given so far
                     first = sum(self.given)
-                    self.given.append(len(streams))
-                    self.reused += sum(1 for a, b in zip(spare, out) if a is not None and b is a)
-                return [None if first + i in refuse else img for i, img in enumerate(out)]
+                    self.given.append(len(datas))
+                for i in range(len(datas)):
+                    if first + i in refuse:
+                        status[i] = 1  # as nvImageCodec reports a row it could not decode
+                return status
             return type("Counting", (), {"decode": staticmethod(call)})()
 
-        self._decoders = [counting(d.decode) for d in self._decoders]
+        self._decoders = [counting(d) for d in self._decoders]
 
 
 PLAIN = 6  # hard_case_folder: 6 photo-like baseline JPEGs first
@@ -124,9 +124,9 @@ def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path):
 
 @needs_interpreter
 def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
-    # Three nvImageCodec instances, each on its own thread with a slice of the batch, give the
-    # bytes one instance gives (a slice out of order would put another image's pixels on a
-    # row), and each instance took a share.
+    # Three nvImageCodec instances, each on its own thread with a slice of the batch written
+    # into one buffer, give the bytes one instance gives (a slice out of order or an offset
+    # off would put another image's pixels on a row), and each instance took a share.
     plain = hard_case_folder(tmp_path)[:PLAIN]
     paths = plain * 2 + plain[::-1]
     transform = fastdata.RandomResizedCrop(48)
@@ -136,58 +136,52 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
         a, fa, _ = gpu3.run(paths, np.arange(len(paths)), 0)
         b, _, _ = gpu1.run(paths, np.arange(len(paths)), 0)
         stats = dict(gpu3.stats)
-        # Again, another epoch: each instance now decodes into the images of the first batch
-        # (other sizes at the same places: reversed order), and the bytes are a new decoder's.
-        spare = [len(sets) for sets in three._spare_images]
-        assert three.reused == 0
-        c, _, _ = gpu3.run(paths[::-1], np.arange(len(paths)), 1)
-        assert three.reused >= 6  # most of the first batch's images were filled again
-        d, _, _ = gpu1.run(paths[::-1], np.arange(len(paths)), 1)
-    with make_backend(CpuEngines(transform, decode_threads=3), transform, **cfg) as fresh:
-        e, _, _ = fresh.run(paths[::-1], np.arange(len(paths)), 1)
     assert not fa and stats["gpu_rows"] == len(paths)
-    assert sorted(three.given) == [6, 6, 6, 6, 6, 6] and one.given == [18, 18]
-    assert spare == [1, 1, 1]  # the first batch's images were handed back for reuse
-    assert torch.equal(a, b) and torch.equal(c, d) and torch.equal(c, e)
+    assert sorted(three.given) == [6, 6, 6] and one.given == [18]
+    assert torch.equal(a, b)
     assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
 
 
-def test_reused_buffers_stay_near_the_batch_median():
-    # nvImageCodec grows a reused buffer and never shrinks it: a slot that once held a large
-    # image is not kept, so no set ratchets up to the dataset's largest image.
-    from fastdata.decoders.nvimgcodec import REUSE_SLACK, reusable
+def test_image_buffers_are_reused_and_bounded():
+    # Each batch's images go into one buffer; the decoder keeps at most depth + 1 finished
+    # ones and hands out the smallest that fits, so buffers of many sizes do not pile up.
+    from fastdata.decoders.nvimgcodec import BUFFER_ROUNDING
 
-    class Img:
-        def __init__(self, h, w, capacity=None):
-            self.shape = (h, w, 3)
-            self.capacity = h * w * 3 if capacity is None else capacity
+    decoder = CpuEngines(fastdata.RandomResizedCrop(32))
+    try:
+        sizes = [5 * 2**20, 1 * 2**20, 9 * 2**20, 3 * 2**20, 2 * 2**20, 8 * 2**20, 1, 4 * 2**20]
+        held = []
+        for n in sizes:  # more batches in flight than the decoder keeps
+            buf = decoder._take_buffer(n)
+            assert buf.numel() >= n and buf.numel() % BUFFER_ROUNDING == 0
+            held.append(buf)
+        for buf in held:
+            decoder._give_buffer(buf)
+        kept = decoder._spare_buffers
+        assert len(kept) == decoder.depth + 1
+        assert sorted(b.numel() for b in kept) == sorted(b.numel() for b in held)[-(decoder.depth + 1):]
+        again = decoder._take_buffer(3 * 2**20)  # the smallest kept one that fits, not a new one
+        assert any(again is b for b in held) and again.numel() == min(b.numel() for b in held
+                                                                       if b.numel() >= 3 * 2**20
+                                                                       and any(b is k for k in kept + [again]))
+        assert len(decoder._spare_buffers) == decoder.depth
+    finally:
+        decoder.close()
+    assert decoder._spare_buffers == []
 
-    median = 375 * 500 * 3
-    images = [Img(375, 500), Img(375, 500, 4096 * 4096 * 3), None, Img(400, 500),
-              Img(375, 500, int(REUSE_SLACK * median)), Img(375, 500, int(REUSE_SLACK * median) + 1)]
-    assert reusable(images) == [images[0], images[3], images[4]]  # slots 1 and 5 hold too much: freed
-    assert reusable([None, None]) == [] and reusable([]) == []
 
+def test_stored_layout_packs_aligned_images_in_stored_orientation():
+    from types import SimpleNamespace
 
-@needs_interpreter
-def test_spare_sets_stay_within_their_byte_budget(tmp_path, monkeypatch):
-    # However large the images, one instance's spare sets hold at most SPARE_BYTES: a set that
-    # would go over is freed, not kept.
-    from fastdata.decoders import nvimgcodec
+    from fastdata.decoders.nvimgcodec import IMAGE_ALIGN, stored_layout
 
-    plain = hard_case_folder(tmp_path)[:PLAIN]
-    transform = fastdata.RandomResizedCrop(32)
-    cfg = dict(device="cpu", dtype=None, seed=2, threads=2)
-    one_set = None
-    for budget, sets in [(10 * 2**20, 1), (1, 0)]:
-        monkeypatch.setattr(nvimgcodec, "SPARE_BYTES", budget)
-        decoder = CpuEngines(transform, decode_threads=1)
-        with make_backend(decoder, transform, **cfg) as gpu:
-            gpu.run(plain, np.arange(PLAIN), 0)
-            assert len(decoder._spare_images[0]) == sets
-            if sets:
-                one_set = sum(img.capacity for img in decoder._spare_images[0][0])
-    assert 0 < one_set <= 10 * 2**20
+    # Oriented sizes (H, W); orientation 6 (and 5, 7, 8) means the file stores them transposed.
+    plan = SimpleNamespace(sizes=np.array([[10, 20], [30, 7], [5, 5], [3, 4]]), orientations=np.array([1, 6, 1, 8]))
+    offsets, heights, widths, total = stored_layout(plan, [0, 1, 3])
+    assert heights.tolist() == [10, 7, 4] and widths.tolist() == [20, 30, 3]
+    assert offsets.tolist() == [0, 768, 1536] and total == 1536 + 256  # 600, 630 and 36 bytes, each padded
+    assert all(o % IMAGE_ALIGN == 0 for o in offsets)
+    assert stored_layout(plan, [])[3] == 0
 
 
 def test_decode_slices_cover_the_rows_in_order():

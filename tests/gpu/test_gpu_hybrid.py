@@ -37,7 +37,9 @@ def mixed(tmp_path_factory):
     return str(root), fastdata.ImageFolder(str(root))
 
 
-def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed):
+def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch):
+    from fastdata.decoders import nvimgcodec
+
     _, source = mixed
     paths = [source.fetch([i])[0] for i in range(len(source))]
     indices = np.arange(len(paths), dtype=np.int64)
@@ -46,15 +48,18 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
             make_backend("native", transform, device="cpu", dtype=None, seed=5, threads=4) as native:
         decoder = gpu.decoders[0]
         seen = []
-        real = decoder._assemble
+        real_rows, real_resample = decoder._resample_rows, nvimgcodec.resample_batch
 
-        def recording(batch, decoded):  # the rows the engines got, what they refused, the boxes used
-            given = sorted(decoded.rows + decoded.rejected)
-            out = real(batch, decoded)
-            seen.append((given, out.rejected, batch.plan.boxes[out.rows], batch.plan.flips[out.rows]))
-            return out
+        def recording_rows(batch, decoded):  # the rows the engines got and what they refused
+            seen.append([list(decoded.rows), [r for r, st in zip(decoded.rows, decoded.status) if st != 0]])
+            return real_rows(batch, decoded)
 
-        decoder._assemble = recording
+        def recording_resample(flat, layout, boxes, flips, *args, **kwargs):  # what the kernels were given
+            seen[-1] += [np.array(boxes), np.array(flips)]
+            return real_resample(flat, layout, boxes, flips, *args, **kwargs)
+
+        decoder._resample_rows = recording_rows
+        monkeypatch.setattr(nvimgcodec, "resample_batch", recording_resample)
         a, fa, _ = gpu.run(paths, indices, 1)
         torch.cuda.current_stream().wait_stream(gpu.stream)
         a = a.cpu()

@@ -1,0 +1,69 @@
+// One nvImageCodec decoder instance that decodes a whole batch of JPEGs into one caller-owned
+// buffer with a single call and no Python: code streams from the encoded bytes, an image per
+// row at the caller's offset (HWC RGB uint8, rows of width * 3 bytes, stored orientation),
+// one nvimgcodecDecoderDecode, one wait. The gpu decoder (fastdata/decoders/nvimgcodec.py)
+// calls it with the GIL released for the whole batch: through nvImageCodec's Python API the
+// same batch took the GIL back once or more per image (its Image objects), which the
+// training thread paid for beside it.
+//
+// libnvimgcodec is loaded at run time (dlopen of the path the caller names: the wheel's
+// copy), so fastdata builds and imports without it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu/nvimgcodec_abi.h"
+
+namespace fastdata {
+
+// Per-row outcome of NvImageCodecBatch::decode.
+enum class GpuDecodeStatus : uint8_t {
+  kDecoded = 0,     // pixels written at the row's offset
+  kRefused = 1,     // nvImageCodec could not decode it (unsupported by the backends, damaged)
+  kUnparsed = 2,    // nvImageCodec could not read its header
+  kOtherShape = 3,  // the header's size or components differ from what the caller planned
+};
+
+struct EncodedRow {
+  const uint8_t* data;
+  size_t size;
+  int64_t offset;  // byte offset of the row's pixels in the output buffer
+  int64_t height;  // stored (not EXIF-oriented) size the caller planned for
+  int64_t width;
+};
+
+struct NvImageCodecApi;  // the library's functions, loaded once per process (nvimgcodec_batch.cpp)
+
+class NvImageCodecBatch {
+ public:
+  // library: path of libnvimgcodec.so.0. device_id: a CUDA device, or
+  // nvimgcodec_abi::kDeviceCpuOnly (host buffers; the tests' stand-in without a GPU).
+  // backend_kinds: nvimgcodecBackendKind_t values allowed. options: nvimgcodecDecoderCreate's
+  // option string (e.g. ":fancy_upsampling=0", its Python API's default). Throws std::runtime_error naming
+  // the failing call and its status code.
+  NvImageCodecBatch(const std::string& library, int device_id, int max_cpu_threads,
+                    const std::vector<int32_t>& backend_kinds, const std::string& options);
+  ~NvImageCodecBatch();
+  NvImageCodecBatch(const NvImageCodecBatch&) = delete;
+  NvImageCodecBatch& operator=(const NvImageCodecBatch&) = delete;
+
+  // Decodes every row into out + row.offset on cuda_stream (nullptr: the default stream;
+  // ignored for host buffers) and returns when nvImageCodec's work is queued on that stream
+  // (device buffers) or done (host). The caller keeps out large enough and the rows' bytes
+  // alive for the call. Throws std::runtime_error when a call of the API itself fails.
+  std::vector<GpuDecodeStatus> decode(const std::vector<EncodedRow>& rows, uint8_t* out, void* cuda_stream);
+
+  bool host_buffers() const { return host_buffers_; }
+  uint32_t library_version() const { return version_; }
+
+ private:
+  const NvImageCodecApi* api_ = nullptr;  // shared, never unloaded
+  nvimgcodec_abi::Instance* instance_ = nullptr;
+  nvimgcodec_abi::Decoder* decoder_ = nullptr;
+  bool host_buffers_ = false;
+  uint32_t version_ = 0;
+};
+
+}  // namespace fastdata
