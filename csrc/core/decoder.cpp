@@ -221,7 +221,9 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
   // saw before: decode whole rows for those (rare) files.
   const bool crop_columns = (x0 > 0 || x1 < sw) && cinfo_.max_v_samp_factor <= 2;
   // Worst case after iMCU alignment: the region grows by one iMCU (<= 32 px) on the left.
-  const int max_width = std::min(sw, (x1 - x0) + 64);
+  // Whole rows (no column crop) are sw wide from column 0: a narrower stride let libjpeg
+  // write past the buffer's end (found by the crop_scalar fuzzer, 2026-12-02).
+  const int max_width = crop_columns ? std::min(sw, (x1 - x0) + 64) : sw;
   const ptrdiff_t stride = into ? into_stride : static_cast<ptrdiff_t>(max_width) * 3;
   if (!into) region_.resize(static_cast<size_t>(y1 - y0) * stride + 64);  // + resize's SIMD padding (kResizePadding)
   if (cmyk) cmyk_row_.resize(static_cast<size_t>(sw) * 4);
@@ -229,7 +231,8 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
   uint8_t* base = into ? into : region_.data();
   for (int r = 0; r < y1 - y0; ++r) rows_[r] = base + r * stride;
 
-  JDIMENSION out_x0 = static_cast<JDIMENSION>(x0), out_w = static_cast<JDIMENSION>(sw);
+  // Without a column crop the rows start at column 0, whatever x0 asked for.
+  JDIMENSION out_x0 = crop_columns ? static_cast<JDIMENSION>(x0) : 0, out_w = static_cast<JDIMENSION>(sw);
   check_coefficient_budget(&cinfo_, input_size_, jpeg_has_multiple_scans(&cinfo_) != 0);
   if (setjmp(err_.jump)) fail();
   if (!jpeg_start_decompress(&cinfo_)) {  // only with suspending sources, which we never use

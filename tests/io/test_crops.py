@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import io
 import math
 from typing import List, Tuple
 
@@ -554,3 +555,17 @@ def test_center_crop_huge_resize_samples_the_centre():
     for resize in (2 ** 29, 2 ** 30, 2 ** 31 - 1):
         out = fastdata.decode_batch([data], fastdata.CenterCrop(4, resize=resize), threads=1)[0].astype(np.float64)
         assert np.abs(out - centre).max() <= 1.0, (resize, out[0, 0], centre)
+
+
+def test_crops_of_2x4_sampled_jpeg_are_its_pixels(assets_dir):
+    # Luma sampled 2x4: libjpeg-turbo's column crop is not used there (decoder.cpp), so the
+    # region holds whole rows from column 0. A crop must still show the crop's own columns
+    # (it showed columns from 0: the region claimed to start at x0), and the rows must fit
+    # the buffer (a narrower stride let libjpeg write past its end: the crop_scalar fuzzer).
+    data = (assets_dir / "sampling_2x4.jpg").read_bytes()
+    full = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    for x0, y0, x1, y1 in [(40, 0, 87, 22), (5, 3, 30, 20), (60, 10, 61, 11), (0, 0, 87, 22), (1, 0, 2, 22)]:
+        pixels, _ = fastdata._C._decode_region(data, 1, x0, y0, x1, y1, False)
+        np.testing.assert_array_equal(pixels, full[y0:y1, x0:x1], err_msg=str((x0, y0, x1, y1)))
+    roi, whole = run_both(data, fastdata.RandomResizedCrop(16, scale=(0.05, 0.5)), n=24, seed=3)
+    np.testing.assert_array_equal(roi, whole)
