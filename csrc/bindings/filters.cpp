@@ -51,7 +51,7 @@ py::tuple axis_filters(const Doubles& start, const Doubles& scale, const Ints& l
       map.lo = static_cast<double>(l[b]);
       map.hi = static_cast<double>(h[b]);
       map.out = out;
-      build_axis_filter(map, static_cast<int>(h[b]), rev[b], &filters[b]);
+      build_axis_filter(map, static_cast<int>(h[b]), rev[b], &filters[b], /*simd_weights=*/false);
       taps = std::max(taps, filters[b].max_count);
     }
   }

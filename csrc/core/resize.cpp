@@ -267,7 +267,7 @@ void vertical_pass(const uint8_t* src, ptrdiff_t src_stride, int y_origin, int w
 
 }  // namespace
 
-void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f) {
+void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f, bool simd_weights) {
   // Pillow's precompute_coeffs with the triangle (bilinear) filter, support 1 widened by
   // the downscale factor so that reductions are antialiased; reads limited to [lo, hi).
   const int lo = std::max(0, static_cast<int>(std::floor(map.lo)));
@@ -281,7 +281,11 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
   f->first.assign(out, 0);
   f->count.assign(out, 0);
   f->weights.assign(static_cast<size_t>(out) * f->taps, 0);
-  f->weights16.assign(static_cast<size_t>((out + 1) / 2) * f->groups * 32, 0);
+  if (simd_weights) {
+    f->weights16.assign(static_cast<size_t>((out + 1) / 2) * f->groups * 32, 0);
+  } else {
+    f->weights16.clear();
+  }
   f->need_lo = hi;
   f->need_hi = lo;
   f->max_count = 0;
@@ -324,6 +328,7 @@ void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* f
       const double v = kk[x] / ww;  // weights are >= 0: round half up
       const int16_t v16 = static_cast<int16_t>(std::trunc(v * (1 << kResizeBits16) + 0.5));
       w[x] = v16;
+      if (!simd_weights) continue;
       int16_t* lane = f->weights16.data() + w16_offset(dst, x / 4, f->groups) + ((x % 4) / 2) * 16 + (x % 2);
       lane[0] = lane[2] = lane[4] = v16;  // R, G, B lanes of this tap
     }

@@ -37,7 +37,9 @@ constexpr int kResizeBits16 = 14;  // int16 weights: 1.0 == 16384 still fits
 constexpr size_t kResizePadding = 64;
 
 // Builds the filter for `map` on a source axis of `size` pixels; `reverse` mirrors the output.
-void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* filter);
+// simd_weights: also fill weights16 (the CPU resampler's SIMD layout); the GPU resampler's
+// tables (_C.axis_filters) need only first/count/weights.
+void build_axis_filter(const AxisMap& map, int size, bool reverse, AxisFilter* filter, bool simd_weights = true);
 
 // Scratch reused across calls on one thread (no allocation in steady state).
 struct ResizeScratch {
