@@ -40,7 +40,7 @@ py::array_t<uint8_t> decode_batch_into(NvImageCodecBatch& self, const py::sequen
       throw py::value_error("row " + std::to_string(i) + ": size " + std::to_string(h[i]) + "x" +
                             std::to_string(w[i]) + " is not a JPEG's");
     }
-    if (off[i] < 0 || off[i] + h[i] * w[i] * 3 > out_bytes) {
+    if (off[i] < 0 || out_bytes < h[i] * w[i] * 3 || off[i] > out_bytes - h[i] * w[i] * 3) {
       throw py::value_error("row " + std::to_string(i) + ": its pixels would lie outside the output buffer");
     }
     const Py_buffer& view = views.add(datas[i]);

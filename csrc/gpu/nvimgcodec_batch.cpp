@@ -53,7 +53,9 @@ NvImageCodecApi* load_api(const std::string& path) {
   std::lock_guard<std::mutex> lock(mutex);
   auto found = loaded.find(path);
   if (found != loaded.end()) return found->second.get();
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  // RTLD_LOCAL: everything is reached through dlsym; another copy of the library in the
+  // process (DALI bundles one) must not see these symbols.
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
     throw std::runtime_error("nvImageCodec: cannot load " + path + ": " + (why ? why : "unknown error"));
@@ -202,7 +204,10 @@ std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<Encoded
     info.buffer_kind = host_buffers_ ? abi::kBufferStridedHost : abi::kBufferStridedDevice;
     info.cuda_stream = cuda_stream;
     abi::Image* image = nullptr;
-    check("nvimgcodecImageCreate", api_->image_create(instance_, &image, &info));
+    if (api_->image_create(instance_, &image, &info) != abi::kStatusSuccess || image == nullptr) {
+      result[i] = GpuDecodeStatus::kRefused;  // this row goes back to the native decoder, counted
+      continue;
+    }
     call.images.push_back(image);
     queued_streams.push_back(stream);
     queued_rows.push_back(i);

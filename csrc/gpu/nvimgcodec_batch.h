@@ -41,7 +41,8 @@ class NvImageCodecBatch {
   // library: path of libnvimgcodec.so.0. device_id: a CUDA device, or
   // nvimgcodec_abi::kDeviceCpuOnly (host buffers; the tests' stand-in without a GPU).
   // backend_kinds: nvimgcodecBackendKind_t values allowed. options: nvimgcodecDecoderCreate's
-  // option string (e.g. ":fancy_upsampling=0", its Python API's default). Throws std::runtime_error naming
+  // option string ("": the library's defaults, which gave the same pixels as nvImageCodec
+  // 0.9's Python API on its CPU backend; tests/decoders/test_nvimgcodec_batch.py). Throws std::runtime_error naming
   // the failing call and its status code.
   NvImageCodecBatch(const std::string& library, int device_id, int max_cpu_threads,
                     const std::vector<int32_t>& backend_kinds, const std::string& options);
@@ -52,7 +53,9 @@ class NvImageCodecBatch {
   // Decodes every row into out + row.offset on cuda_stream (nullptr: the default stream;
   // ignored for host buffers) and returns when nvImageCodec's work is queued on that stream
   // (device buffers) or done (host). The caller keeps out large enough and the rows' bytes
-  // alive for the call. Throws std::runtime_error when a call of the API itself fails.
+  // alive for the call. Throws std::runtime_error when a call of the API itself fails; work
+  // already queued on cuda_stream may then still write `out`: the caller waits for the stream
+  // before it frees or reuses `out`.
   std::vector<GpuDecodeStatus> decode(const std::vector<EncodedRow>& rows, uint8_t* out, void* cuda_stream);
 
   bool host_buffers() const { return host_buffers_; }

@@ -100,6 +100,9 @@ IMAGE_ALIGN = 256
 # BUFFER_ROUNDING bytes, so that later batches of about the same size fit into it.
 BUFFER_HEADROOM = 1.25
 BUFFER_ROUNDING = 2 * 2**20
+# The spare buffers of one decoder hold at most this many bytes together (three batches of
+# 256 photo-like 500x375 images, 144 MB each, fit with room to spare).
+BUFFER_POOL_BYTES = 1024 * 2**20
 # _C.NvImageCodecBatch.decode's per-row statuses.
 DECODED = 0
 
@@ -239,6 +242,11 @@ class NvImageCodecDecoder:
         decoded = _Decoded(rows, *stored_layout(batch.plan, rows))
         if rows:
             decoded.buffer = self._take_buffer(decoded.nbytes)
+            if self.device.type == "cuda" and len(self._decode_streams) > 1:
+                # The buffer belongs to stream 0 (torch's allocator): the other instances' streams
+                # write it only after that stream's work so far (a block it reused, say).
+                decoded.allocated = torch.cuda.Event()
+                decoded.allocated.record(self._decode_streams[0])
         slices = decode_slices(len(rows), len(self._decoders))
         calls = [self._decode_helpers.submit(self._decode_slice, k, batch, decoded, lo, hi)
                  for k, (lo, hi) in enumerate(slices) if k > 0]
@@ -254,6 +262,12 @@ class NvImageCodecDecoder:
             except Exception as e:
                 error = error or e
         if error is not None:
+            # Slices that did queue work may still be writing the buffer: wait for every decode
+            # stream before it goes back to torch (else a later batch could get that memory
+            # while those writes land).
+            for stream in self._decode_streams:
+                if stream is not None:
+                    stream.synchronize()
             raise error
         decoded.status = (np.concatenate([part.status for part in results]) if results
                           else np.zeros(0, np.uint8))  # slice order = row order
@@ -274,6 +288,8 @@ class NvImageCodecDecoder:
             part = _Slice(self._decoders[k].decode(*args, 0))
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
+                if decoded.allocated is not None and k > 0:
+                    stream.wait_event(decoded.allocated)
                 part = _Slice(self._decoders[k].decode(*args, stream.cuda_stream))
                 part.ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
                 part.ready.record(stream)
@@ -306,6 +322,11 @@ class NvImageCodecDecoder:
             if len(self._spare_buffers) > self.depth + 1:
                 sizes = [b.numel() for b in self._spare_buffers]
                 self._spare_buffers.pop(sizes.index(min(sizes)))
+            # A rare huge batch must not stay reserved on the training GPU: over the byte cap,
+            # the largest go.
+            while sum(b.numel() for b in self._spare_buffers) > BUFFER_POOL_BYTES:
+                sizes = [b.numel() for b in self._spare_buffers]
+                self._spare_buffers.pop(sizes.index(max(sizes)))
 
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
                         stream: Optional[torch.cuda.Stream]) -> DecodedRows:
@@ -392,6 +413,7 @@ class _Decoded:
     widths: np.ndarray
     nbytes: int
     buffer: Optional[torch.Tensor] = None
+    allocated: Optional[Any] = None  # torch.cuda.Event on decode stream 0 after the buffer was taken
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
     seconds: float = 0.0  # stage 1's wall time

@@ -170,6 +170,20 @@ def test_image_buffers_are_reused_and_bounded():
     assert decoder._spare_buffers == []
 
 
+def test_image_buffer_pool_drops_the_largest_over_its_byte_cap(monkeypatch):
+    from fastdata.decoders import nvimgcodec
+
+    monkeypatch.setattr(nvimgcodec, "BUFFER_POOL_BYTES", 20 * 2**20)
+    decoder = CpuEngines(fastdata.RandomResizedCrop(32))
+    try:
+        small, huge = decoder._take_buffer(2 * 2**20), decoder._take_buffer(30 * 2**20)
+        decoder._give_buffer(small)
+        decoder._give_buffer(huge)  # one rare large batch: not kept
+        assert len(decoder._spare_buffers) == 1 and decoder._spare_buffers[0] is small
+    finally:
+        decoder.close()
+
+
 def test_stored_layout_packs_aligned_images_in_stored_orientation():
     from types import SimpleNamespace
 
