@@ -108,8 +108,27 @@ T header(abi::StructureType type) {
 
 NvImageCodecBatch::NvImageCodecBatch(const std::string& library, int device_id, int max_cpu_threads,
                                      const std::vector<int32_t>& backend_kinds, const std::string& options) {
+  // Every argument is checked before the library is touched: creating an instance loads its
+  // codec extensions, and only the decoder's creation below can fail after it.
   if (max_cpu_threads < 1) throw std::invalid_argument("max_cpu_threads must be at least 1");
   if (backend_kinds.empty()) throw std::invalid_argument("backend_kinds must name at least one backend");
+  std::vector<abi::Backend> backends;
+  host_buffers_ = true;
+  for (int32_t kind : backend_kinds) {
+    if (kind < abi::kBackendCpuOnly || kind > abi::kBackendHwGpuOnly) {
+      throw std::invalid_argument("unknown nvImageCodec backend kind " + std::to_string(kind));
+    }
+    auto backend = header<abi::Backend>(abi::kBackend);
+    backend.kind = kind;
+    backend.params = header<abi::BackendParams>(abi::kBackendParams);
+    backend.params.load_hint = 1.0f;
+    backend.params.load_hint_policy = abi::kLoadHintPolicyFixed;
+    backends.push_back(backend);
+    host_buffers_ = host_buffers_ && kind == abi::kBackendCpuOnly;
+  }
+  if (host_buffers_ != (device_id == abi::kDeviceCpuOnly)) {
+    throw std::invalid_argument("the CPU-only backend goes with device_id=CPU_ONLY, and only with it");
+  }
   api_ = load_api(library);
   auto properties = header<abi::Properties>(abi::kProperties);
   check("nvimgcodecGetProperties", api_->get_properties(&properties));
@@ -124,26 +143,6 @@ NvImageCodecBatch::NvImageCodecBatch(const std::string& library, int device_id, 
   create.load_builtin_modules = 1;
   create.load_extension_modules = 1;
   check("nvimgcodecInstanceCreate", api_->instance_create(&instance_, &create));
-
-  std::vector<abi::Backend> backends;
-  host_buffers_ = true;
-  for (int32_t kind : backend_kinds) {
-    if (kind < abi::kBackendCpuOnly || kind > abi::kBackendHwGpuOnly) {
-      (void)api_->instance_destroy(instance_);  // the constructor throws: nothing else owns it
-      throw std::invalid_argument("unknown nvImageCodec backend kind " + std::to_string(kind));
-    }
-    auto backend = header<abi::Backend>(abi::kBackend);
-    backend.kind = kind;
-    backend.params = header<abi::BackendParams>(abi::kBackendParams);
-    backend.params.load_hint = 1.0f;
-    backend.params.load_hint_policy = abi::kLoadHintPolicyFixed;
-    backends.push_back(backend);
-    host_buffers_ = host_buffers_ && kind == abi::kBackendCpuOnly;
-  }
-  if (host_buffers_ != (device_id == abi::kDeviceCpuOnly)) {
-    (void)api_->instance_destroy(instance_);
-    throw std::invalid_argument("the CPU-only backend goes with device_id=CPU_ONLY, and only with it");
-  }
   auto exec = header<abi::ExecutionParams>(abi::kExecutionParams);
   exec.device_id = device_id;
   exec.max_num_cpu_threads = max_cpu_threads;
@@ -151,7 +150,7 @@ NvImageCodecBatch::NvImageCodecBatch(const std::string& library, int device_id, 
   exec.backends = backends.data();
   const int32_t status = api_->decoder_create(instance_, &decoder_, &exec, options.c_str());
   if (status != abi::kStatusSuccess) {
-    (void)api_->instance_destroy(instance_);
+    (void)api_->instance_destroy(instance_);  // the constructor throws: nothing else owns it
     fail("nvimgcodecDecoderCreate", status);
   }
 }

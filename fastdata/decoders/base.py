@@ -93,6 +93,16 @@ class Decoder(Protocol):
         """Release the decoder's resources. Idempotent."""
 
 
+def stored_sizes(plan: CropPlan, rows: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """(heights, widths), int64, of ``rows``' images as their files store them: the plan's
+    sizes are EXIF-oriented, and orientations 5-8 swap the two. GPU decoders return stored
+    pixels (the resampler folds the orientation into its addressing)."""
+    sel = np.asarray(rows, np.int64)
+    sizes = np.asarray(plan.sizes, np.int64)[sel].reshape(-1, 2)
+    turned = np.asarray(plan.orientations, np.int64)[sel] >= 5
+    return np.where(turned, sizes[:, 1], sizes[:, 0]), np.where(turned, sizes[:, 0], sizes[:, 1])
+
+
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small per-batch host tensor (indices, tables, labels) on ``device``, queued on the
     current stream without blocking the host: a copy from pageable memory would wait for

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -136,9 +136,6 @@ class ImageLayout:
 
     Element (x, y, c) of stored image b is ``base + y * row_stride + x * pix_stride + c * ch_stride``:
     HWC images have (W*3, 3, 1), CHW images (W, 1, H*W). ``height``/``width`` are as stored.
-    ``external``: the images are not in the buffer but in memory of their own (a decoder's
-    outputs, read in place: no copy into one buffer); ``base`` is then each image's byte
-    address minus the buffer's, and the buffer is only the origin of those addresses.
     """
 
     base: np.ndarray
@@ -147,36 +144,31 @@ class ImageLayout:
     row_stride: np.ndarray
     pix_stride: np.ndarray
     ch_stride: np.ndarray
-    external: bool = False
 
     @staticmethod
-    def packed(shapes: Sequence[Tuple[int, int]], chw: bool) -> "ImageLayout":
-        """Images stored back to back (``torch.cat`` of flattened tensors); shapes are (H, W)."""
+    def packed(shapes: Sequence[Tuple[int, int]] | np.ndarray, chw: bool, align: int = 1) -> "ImageLayout":
+        """Images stored back to back (``torch.cat`` of flattened tensors), each starting at a
+        multiple of ``align`` bytes; shapes are (H, W)."""
         hw = np.asarray(shapes, np.int64).reshape(-1, 2)
         h, w = hw[:, 0], hw[:, 1]
-        sizes = h * w * 3
-        base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        slots = -(-(h * w * 3) // align) * align
+        base = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
         if chw:
             return ImageLayout(base, h, w, w.copy(), np.ones_like(w), h * w)
         return ImageLayout(base, h, w, w * 3, np.full_like(w, 3), np.ones_like(w))
 
-    @staticmethod
-    def of_arrays(origin: int, interfaces: Sequence[Dict[str, Any]]) -> "ImageLayout":
-        """HWC uint8 images in memory of their own, from their array interfaces
-        (``__cuda_array_interface__`` or ``__array_interface__``: data pointer, shape (H, W, 3),
-        strides in bytes or None when C-contiguous), addressed from byte address ``origin``.
-        The images must stay alive until the resample that reads them has completed."""
-        n = len(interfaces)
-        base, h, w, row, pix, ch = (np.empty(n, np.int64) for _ in range(6))
-        for i, iface in enumerate(interfaces):  # a handful of dict lookups per image, no copies
-            shape = tuple(iface["shape"])
-            if len(shape) != 3 or shape[2] != 3 or iface["typestr"][1:] != "u1":  # "|u1" (any byte order)
-                raise ValueError(f"image {i}: need HWC uint8 RGB, got shape {shape}, type {iface['typestr']}")
-            strides = iface.get("strides") or (shape[1] * 3, 3, 1)
-            base[i] = iface["data"][0] - origin
-            h[i], w[i] = shape[0], shape[1]
-            row[i], pix[i], ch[i] = strides
-        return ImageLayout(base, h, w, row, pix, ch, external=True)
+    def nbytes(self) -> int:
+        """Bytes a buffer needs to hold every image: one past the farthest element."""
+        base, h, w, row, pix, ch = (np.asarray(getattr(self, f), np.int64) for f in
+                                    ("base", "height", "width", "row_stride", "pix_stride", "ch_stride"))
+        if base.size == 0:
+            return 0
+        return int((base + (h - 1) * row + (w - 1) * pix + 2 * ch).max()) + 1
+
+    def select(self, keep: np.ndarray) -> "ImageLayout":
+        """The layout of the images ``keep`` picks (a boolean mask or indices), in the same buffer."""
+        return ImageLayout(*(getattr(self, f)[keep] for f in
+                             ("base", "height", "width", "row_stride", "pix_stride", "ch_stride")))
 
 
 def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, flips: np.ndarray,
@@ -245,12 +237,7 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     meta[:, kernels.TAPS_Y.value] = fy.max_count
     meta[:, kernels.OUT_ROW0.value] = np.arange(n, dtype=np.int64) * out_h
     # int32 offsets where every buffer allows (half the integer work); the kernels follow meta's type.
-    reach = flat.numel()
-    if layout.external:  # images elsewhere: the farthest element from the origin, either side
-        last = layout.base + (layout.height - 1) * layout.row_stride + (layout.width - 1) * layout.pix_stride \
-            + 2 * layout.ch_stride
-        reach = int(max(np.abs(layout.base).max(), np.abs(last).max())) + 1
-    wide = max(reach, stacked_rows * out_w * 3, n * out_h * out_w * 3) > _INT32_OFFSETS
+    wide = max(flat.numel(), stacked_rows * out_w * 3, n * out_h * out_w * 3) > _INT32_OFFSETS
     if max(fx.weights.size, fy.weights.size) > 2 ** 31 - 1:
         raise ValueError("batch too large for one resample: split it")
     meta_t, block_start_t, first_x, first_y, weights_x, weights_y = _upload(
@@ -282,13 +269,10 @@ def _check_layout(layout: ImageLayout, n: int, numel: int) -> None:
     base, h, w, row, pix, ch = fields
     if np.any(h <= 0) or np.any(w <= 0) or np.any(row < 0) or np.any(pix < 0) or np.any(ch < 0):
         raise ValueError("layout sizes must be positive and strides non-negative")
-    if layout.external:
-        return  # addresses of live arrays, from their own interfaces (ImageLayout.of_arrays)
     if np.any(base < 0):
         raise ValueError("layout offsets must be non-negative")
-    last = base + (h - 1) * row + (w - 1) * pix + 2 * ch
-    if np.any(last >= numel):
-        raise ValueError(f"layout reaches element {int(last.max())} of a buffer of {numel}")
+    if layout.nbytes() > numel:
+        raise ValueError(f"layout reaches element {layout.nbytes() - 1} of a buffer of {numel}")
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ index).
 
 The decode call is fastdata's own (``_C.NvImageCodecBatch``, csrc/gpu/nvimgcodec_batch.cpp:
 nvImageCodec's C API, loaded from the wheel at run time): code streams, images, decode and
-wait for a whole slice with the GIL released once. nvImageCodec's Python API made a code
-stream object per image, and its ``decode`` took the GIL back for every image to make its
-Image objects; per batch of 256 that was hundreds of GIL hand-overs beside the training
-thread, whose step slowed with no data wait (docs/results.md, issue 14's training rows).
+wait for a whole slice with the GIL released once. Through nvImageCodec's Python API the
+decoder made a code stream object and read an array interface per image, and the API's
+``decode`` takes the GIL back for every image it returns (read in its v0.8 source); per batch
+of 256, hundreds of GIL hand-overs beside the training thread. On the H200, gpu-only training
+ran 57-60% of synthetic through that API and 71-75% through this call (docs/results.md).
 
 Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
 ``gpu_decodable``; gray files go native, see ``accepts``), and not progressive: the hardware
@@ -32,6 +33,7 @@ the native engine spends those cores better; the engines decode with ~1.3 cores.
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,7 +44,7 @@ import numpy as np
 import torch
 
 from ..io.transforms import RandomResizedCrop, Transform
-from .base import DecodedRows, PlannedBatch
+from .base import DecodedRows, PlannedBatch, stored_sizes
 from .gpu_resize import ImageLayout, resample_batch
 from .routing import gpu_decodable
 
@@ -84,7 +86,6 @@ def nvimgcodec_module() -> Any:
 def nvimgcodec_library(module: Any) -> str:
     """Path of the libnvimgcodec that ``module`` (``nvidia.nvimgcodec``) loaded: the wheel's copy,
     beside its Python module, with its codec extensions in ``extensions/`` below it."""
-    import os
     path = os.path.join(os.path.dirname(os.path.abspath(module.__file__)), "libnvimgcodec.so.0")
     if not os.path.exists(path):
         raise ImportError(f"nvImageCodec's library is not where its wheel puts it: {path}")
@@ -239,7 +240,8 @@ class NvImageCodecDecoder:
         """Stage 1: the rows' images into one buffer, in contiguous slices, one per decoder
         instance; this thread calls instance 0 while the helpers call the others."""
         t0 = time.perf_counter()
-        decoded = _Decoded(rows, *stored_layout(batch.plan, rows))
+        layout = ImageLayout.packed(np.stack(stored_sizes(batch.plan, rows), axis=1), chw=False, align=IMAGE_ALIGN)
+        decoded = _Decoded(rows, layout, layout.nbytes())
         if rows:
             decoded.buffer = self._take_buffer(decoded.nbytes)
             if self.device.type == "cuda" and len(self._decode_streams) > 1:
@@ -281,8 +283,9 @@ class NvImageCodecDecoder:
         """Decoder instance ``k`` decodes rows ``lo:hi`` of the stage's rows, on its own stream."""
         c0 = time.thread_time()
         datas = [batch.datas[r] for r in decoded.rows[lo:hi]]
-        args = (datas, decoded.buffer.data_ptr(), decoded.nbytes, decoded.offsets[lo:hi], decoded.heights[lo:hi],
-                decoded.widths[lo:hi])
+        layout = decoded.layout
+        args = (datas, decoded.buffer.data_ptr(), decoded.nbytes, layout.base[lo:hi], layout.height[lo:hi],
+                layout.width[lo:hi])
         stream = self._decode_streams[k]
         if stream is None:
             part = _Slice(self._decoders[k].decode(*args, 0))
@@ -299,8 +302,8 @@ class NvImageCodecDecoder:
     def _take_buffer(self, nbytes: int) -> torch.Tensor:
         """A buffer of at least ``nbytes`` for a batch's images: the smallest spare one that fits,
         else a new one with BUFFER_HEADROOM to spare. Batches' byte counts vary (the hybrid
-        split, image sizes); torch's caching allocator kept adding segments for them (free
-        device memory fell 64-78 MB from a Loader's second epoch to its third, batch 32), so
+        split, image sizes); from torch's caching allocator, free device memory fell 67-78 MB
+        from a Loader's second epoch to its third (batch 32, H200), so
         the decoder keeps at most ``depth + 1`` buffers of its own and reuses them."""
         with self._lock:
             # By position, never by ``list.remove``: that compares tensors with ==, element-wise.
@@ -361,27 +364,11 @@ class NvImageCodecDecoder:
         if not good.any():
             return DecodedRows(rejected=rejected)
         t0 = time.perf_counter()
-        h, w = decoded.heights[good], decoded.widths[good]
-        layout = ImageLayout(decoded.offsets[good], h, w, w * 3, np.full_like(w, 3), np.ones_like(w))
         plan, sel = batch.plan, rows[good]
-        pixels = resample_batch(decoded.buffer, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
+        pixels = resample_batch(decoded.buffer, decoded.layout.select(good), plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
                                 self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
         self.stage_seconds["resample"] += time.perf_counter() - t0
         return DecodedRows(pixels=pixels, rejected=rejected)
-
-
-def stored_layout(plan: Any, rows: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Where each row's decoded image goes in its batch's buffer: (offsets, heights, widths,
-    total bytes), all int64, for HWC uint8 RGB images as stored (the plan's sizes are
-    EXIF-oriented: orientations 5-8 swap them), each at an IMAGE_ALIGN-aligned offset."""
-    sel = np.asarray(rows, np.int64)
-    sizes = np.asarray(plan.sizes, np.int64)[sel].reshape(-1, 2)
-    turned = np.asarray(plan.orientations, np.int64)[sel] >= 5
-    heights = np.where(turned, sizes[:, 1], sizes[:, 0])
-    widths = np.where(turned, sizes[:, 0], sizes[:, 1])
-    padded = -(-(heights * widths * 3) // IMAGE_ALIGN) * IMAGE_ALIGN
-    offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64)
-    return offsets, heights, widths, int(padded.sum())
 
 
 def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
@@ -404,13 +391,11 @@ class _Slice:
 @dataclass
 class _Decoded:
     """A batch's GPU rows between the stages: the rows (in order), where each one's image is
-    in ``buffer`` (stored orientation; on the decode streams until ``ready``), and stage 1's
+    in ``buffer`` (``layout``; written on the decode streams until ``ready``), and stage 1's
     per-row statuses and wall time."""
 
     rows: List[int]
-    offsets: np.ndarray
-    heights: np.ndarray
-    widths: np.ndarray
+    layout: ImageLayout  # HWC, stored orientation, IMAGE_ALIGN-aligned (the plan's sizes)
     nbytes: int
     buffer: Optional[torch.Tensor] = None
     allocated: Optional[Any] = None  # torch.cuda.Event on decode stream 0 after the buffer was taken

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..io.transforms import RandomResizedCrop, Transform
-from .base import DecodedRows, PlannedBatch
+from .base import DecodedRows, PlannedBatch, stored_sizes
 from .gpu_resize import ImageLayout, resample_batch
 from .routing import gpu_decodable
 
@@ -91,10 +91,8 @@ class NvjpegDecoder:
                     rejected.append(r)
         # The decoded size must be the header's (oriented) size, else the plan's box is wrong.
         good_rows, good = [], []
-        for r, img in zip(kept, decoded):
-            h, w = int(plan.sizes[r, 0]), int(plan.sizes[r, 1])
-            if plan.orientations[r] >= 5:
-                h, w = w, h
+        heights, widths = stored_sizes(plan, kept)
+        for r, img, h, w in zip(kept, decoded, heights.tolist(), widths.tolist()):
             if img.dim() == 3 and img.shape[0] == 3 and (img.shape[1], img.shape[2]) == (h, w):
                 good_rows.append(r)
                 good.append(img)

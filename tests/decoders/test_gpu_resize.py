@@ -259,27 +259,25 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
                        np.array([False]), np.array([1]), (8, 8), True)
 
 
-def test_images_read_in_place_equal_the_packed_buffer():
-    """ImageLayout.of_arrays: images in allocations of their own (one with padded rows, the
-    origin at the highest address so the other offsets are negative) give the packed buffer's
-    output. On a GPU the images are CUDA tensors read through ``__cuda_array_interface__``."""
+def test_aligned_packed_layout_and_a_selection_of_it_equal_the_plain_buffer():
+    """ImageLayout.packed with an alignment (the gpu decoder's batch buffer: gaps between the
+    images) and ``select`` (the rows it decoded) give the plain packed buffer's output."""
     arrays = photos([(120, 90), (150, 97), (170, 111), (210, 111)])
     boxes = [[3, 4, 100, 80], [0, 0, 150, 97], [20, 10, 170, 100], [5, 5, 111, 200]]
     flips, orientations = [True, False, True, False], [1, 2, 3, 6]
-    want = run([np.ascontiguousarray(a) for a in arrays], boxes, flips, orientations, (48, 56))
-    images = [torch.from_numpy(a.copy()).to(DEVICE) for a in arrays]
-    h, w, _ = arrays[2].shape
-    padded = torch.zeros((h, w + 5, 3), dtype=torch.uint8, device=DEVICE)
-    padded[:, :w] = images[2]
-    images[2] = padded[:, :w]  # row stride (W + 5) * 3
-    cuda = DEVICE.type == "cuda"
-    interfaces = [t.__cuda_array_interface__ if cuda else t.numpy().__array_interface__ for t in images]
-    highest = max(images, key=lambda t: t.data_ptr())  # the other offsets are negative
-    origin = highest.as_strided((1,), (1,))
-    layout = ImageLayout.of_arrays(origin.data_ptr(), interfaces)
-    assert layout.external and (layout.base < 0).any() and layout.row_stride[2] == (w + 5) * 3
-    got = resample_batch(origin, layout, np.asarray(boxes, float), np.asarray(flips), np.asarray(orientations),
-                         (48, 56), True).cpu().numpy()
+    layout = ImageLayout.packed([a.shape[:2] for a in arrays], chw=False, align=256)
+    assert (layout.base % 256 == 0).all() and layout.nbytes() == layout.base[-1] + 210 * 111 * 3
+    flat = torch.zeros(layout.nbytes() + 7, dtype=torch.uint8)
+    for a, b in zip(arrays, layout.base):
+        flat[b:b + a.size] = torch.from_numpy(a.copy().reshape(-1))
+    flat = flat.to(DEVICE)
+    keep = np.array([True, False, True, True])
+    sel = np.flatnonzero(keep)
+    want = run([np.ascontiguousarray(arrays[i]) for i in sel], [boxes[i] for i in sel], [flips[i] for i in sel],
+               [orientations[i] for i in sel], (48, 56))
+    got = resample_batch(flat, layout.select(keep), np.asarray(boxes, float)[keep], np.asarray(flips)[keep],
+                         np.asarray(orientations)[keep], (48, 56), True).cpu().numpy()
     assert np.array_equal(got, want)
-    with pytest.raises(ValueError, match="HWC uint8"):
-        ImageLayout.of_arrays(origin.data_ptr(), [arrays[0][:, :, :1].__array_interface__])
+    with pytest.raises(ValueError, match="reaches element"):
+        resample_batch(flat[:layout.nbytes() - 1], layout, np.asarray(boxes, float), np.asarray(flips),
+                       np.asarray(orientations), (48, 56), True)

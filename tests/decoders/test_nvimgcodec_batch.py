@@ -16,6 +16,7 @@ from fastdata import _C
 
 nvimgcodec = pytest.importorskip("nvidia.nvimgcodec")
 
+from fastdata.decoders.gpu_resize import ImageLayout  # noqa: E402
 from fastdata.decoders.nvimgcodec import BACKEND_KINDS, IMAGE_ALIGN, nvimgcodec_library  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -140,10 +141,9 @@ def jpeg(h: int, w: int, seed: int, subsampling: int = 2, progressive: bool = Fa
 
 
 def packed(shapes):
-    sizes = np.array([h * w * 3 for h, w in shapes], np.int64)
-    padded = -(-sizes // IMAGE_ALIGN) * IMAGE_ALIGN
-    offsets = np.concatenate([[0], np.cumsum(padded)[:-1]]).astype(np.int64)
-    return offsets, int(padded.sum())
+    """Aligned offsets and the buffer size, as the gpu decoder lays a batch out."""
+    layout = ImageLayout.packed(shapes, chw=False, align=IMAGE_ALIGN)
+    return layout.base, layout.nbytes()
 
 
 def test_batch_decodes_every_sampling_and_size_as_pillow_does():
