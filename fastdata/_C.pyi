@@ -115,6 +115,17 @@ class BatchReport:
     def read_seconds(self) -> float: ...
     @property
     def decode_seconds(self) -> float: ...
+    @property
+    def wall_seconds(self) -> float:
+        """The run's own duration (for a queued run: on the queue thread, not the wait)."""
+
+class PendingRun:
+    """A queued Engine.run (Engine.start_run). Keeps the items' buffers and out alive until
+    the run has finished; dropped unwaited, it waits for the run first."""
+
+    def done(self) -> bool: ...
+    def wait(self) -> BatchReport:
+        """Wait (GIL released) and return the run's report. Once only."""
 
 class CropPlan:
     """Where each sample's output comes from (Engine.plan); failed rows keep zeros."""
@@ -150,14 +161,22 @@ class Engine:
     """A pool of native threads (the caller counts as one). Destroying it joins the threads
     with the GIL released."""
 
-    def __init__(self, threads: int) -> None: ...
+    def __init__(self, threads: int, nice_increment: int = 0) -> None: ...
     @property
     def threads(self) -> int: ...
+    @property
+    def priority_lowered(self) -> bool:
+        """False when a native thread could not lower its priority as nice_increment asked."""
     def run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
             indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int, max_file_bytes: int,
             scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> BatchReport:
         """Decode + transform items[i] into out[i] (uint8 [N, H, W, 3], or float32 with
         scale_bias); never raises for bad data: failures are in the report."""
+    def start_run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
+                  indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int, max_file_bytes: int,
+                  scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> PendingRun:
+        """run, queued on the engine's own queue thread (runs queued before it finish first);
+        returns at once. out must not be touched before wait() returns."""
     def plan(self, items: Sequence[_Item], spec: TransformSpec, seed: int, epoch: int,
              indices: Optional[npt.ArrayLike], max_pixels: int, max_file_bytes: int) -> CropPlan: ...
     def read_files(self, paths: Sequence[str],

@@ -4,7 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -168,6 +171,16 @@ BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpe
   return out;
 }
 
+BatchReport report_of(std::vector<SampleResult>& results, const BatchTimes& times) {
+  BatchReport report;
+  for (const auto& r : results) report.warnings += r.warnings;
+  report.failures = failures_of(results);
+  report.read_seconds = times.read_seconds;
+  report.decode_seconds = times.decode_seconds;
+  report.wall_seconds = times.wall_seconds;
+  return report;
+}
+
 BatchReport engine_run(Engine& engine, const py::sequence& items, const TransformSpec& spec, const py::object& out_obj,
                        uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels,
                        int64_t max_file_bytes, const py::object& scale_bias) {
@@ -184,12 +197,107 @@ BatchReport engine_run(Engine& engine, const py::sequence& items, const Transfor
     engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels,
                max_file_bytes, out, &results, &times);
   }
-  BatchReport report;
-  for (const auto& r : results) report.warnings += r.warnings;
-  report.failures = failures_of(results);
-  report.read_seconds = times.read_seconds;
-  report.decode_seconds = times.decode_seconds;
-  return report;
+  return report_of(results, times);
+}
+
+// One asynchronous run: what the queued job reads and writes. Plain C++ only: the job runs
+// on the engine's queue thread without the GIL and never touches a Python object.
+struct QueuedRun {
+  std::vector<SampleInput> inputs;
+  TransformSpec spec;
+  uint64_t seed = 0, epoch = 0;
+  std::vector<int64_t> indices;
+  bool strict = false;
+  int64_t max_pixels = 0, max_file_bytes = 0;
+  BatchOutput out;
+  std::vector<SampleResult> results;
+  BatchTimes times;
+  std::string error;  // what Engine::run threw (a pool used after fork), raised by wait()
+
+  std::mutex mutex;
+  std::condition_variable finished_cv;
+  bool finished = false;
+};
+
+// Engine.start_run's handle. It holds the Python buffers the run reads (the items' views)
+// and writes (out) until the run has finished: a handle dropped without wait() waits for its
+// run first, so no buffer is released under a running decode.
+class PendingRun {
+ public:
+  PendingRun(std::shared_ptr<QueuedRun> run, std::unique_ptr<BufferViews> views, std::unique_ptr<py::buffer_info> out)
+      : run_(std::move(run)), views_(std::move(views)), out_(std::move(out)) {}
+  ~PendingRun() {  // pybind11 destroys it with the GIL held; the buffers are released after the run
+    if (PyGILState_Check()) {
+      ReleasedGil nogil;
+      block_until_finished();
+    } else {
+      block_until_finished();
+    }
+  }
+  PendingRun(const PendingRun&) = delete;
+  PendingRun& operator=(const PendingRun&) = delete;
+
+  bool done() {
+    std::lock_guard<std::mutex> lock(run_->mutex);
+    return run_->finished;
+  }
+
+  // The run's report once it has finished (GIL released while waiting). Once only: the
+  // report's non-JPEG bytes move out of the run.
+  BatchReport wait() {
+    if (waited_) throw std::runtime_error("this run was already waited for");
+    {
+      ReleasedGil nogil;
+      block_until_finished();
+    }
+    waited_ = true;
+    if (!run_->error.empty()) throw std::runtime_error(run_->error);
+    return report_of(run_->results, run_->times);
+  }
+
+ private:
+  void block_until_finished() {
+    std::unique_lock<std::mutex> lock(run_->mutex);
+    run_->finished_cv.wait(lock, [&] { return run_->finished; });
+  }
+
+  std::shared_ptr<QueuedRun> run_;
+  std::unique_ptr<BufferViews> views_;
+  std::unique_ptr<py::buffer_info> out_;
+  bool waited_ = false;
+};
+
+std::unique_ptr<PendingRun> engine_start_run(Engine& engine, const py::sequence& items, const TransformSpec& spec,
+                                             const py::object& out_obj, uint64_t seed, uint64_t epoch,
+                                             const py::object& indices_obj, bool strict, int64_t max_pixels,
+                                             int64_t max_file_bytes, const py::object& scale_bias) {
+  auto run = std::make_shared<QueuedRun>();
+  auto views = std::make_unique<BufferViews>();
+  run->inputs = inputs_from_items(items, views.get());
+  const size_t n = run->inputs.size();
+  auto info = std::make_unique<py::buffer_info>();
+  run->out = batch_output(out_obj, n, spec, scale_bias, info.get());
+  run->indices = indices_from(indices_obj, n);
+  run->spec = spec;
+  run->seed = seed, run->epoch = epoch, run->strict = strict;
+  run->max_pixels = max_pixels, run->max_file_bytes = max_file_bytes;
+  auto pending = std::make_unique<PendingRun>(run, std::move(views), std::move(info));
+  Engine* e = &engine;  // the engine drains its queue before it is destroyed
+  engine.submit([e, run] {
+    std::string error;
+    try {
+      e->run(run->inputs, run->spec, run->seed, run->epoch, run->indices.empty() ? nullptr : run->indices.data(),
+             run->strict, run->max_pixels, run->max_file_bytes, run->out, &run->results, &run->times);
+    } catch (const std::exception& ex) {
+      error = ex.what();
+      if (error.empty()) error = "engine run failed";
+    }
+    std::lock_guard<std::mutex> lock(run->mutex);
+    run->error = std::move(error);
+    run->finished = true;
+    run->finished_cv.notify_all();
+  });
+  return pending;
 }
 
 void engine_transform_pixels(Engine& engine, py::array_t<uint8_t, py::array::c_style> rgb, const TransformSpec& spec,
@@ -218,14 +326,28 @@ void register_engine(py::module_& m) {
   m.def("read_file", &read_file_py, py::arg("path"), py::arg("max_file_bytes"),
         "A whole regular file as the engine reads it: (uint8 array, None), or (empty array, reason).");
 
+  py::class_<PendingRun>(m, "PendingRun",
+                         "A queued Engine.run (Engine.start_run); it keeps the items' buffers and out alive until "
+                         "the run has finished, and waits for the run when dropped.")
+      .def("done", &PendingRun::done, "Whether the run has finished (wait() then returns at once).")
+      .def("wait", &PendingRun::wait,
+           "Wait for the run (GIL released) and return its BatchReport, as run would. Once only.");
+
   py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine",
                                                              "A pool of native threads (the caller counts as one).")
-      .def(py::init<int>(), py::arg("threads"))
+      .def(py::init<int, int>(), py::arg("threads"), py::arg("nice_increment") = 0)
       .def_property_readonly("threads", &Engine::threads)
+      .def_property_readonly("priority_lowered", &Engine::priority_lowered,
+                             "False when a native thread could not lower its priority as nice_increment asked.")
       .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
            py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("max_file_bytes"),
            py::arg("scale_bias") = py::none(),
            "Decode + transform items[i] into out[i] with the GIL released; never raises for bad data.")
+      .def("start_run", &engine_start_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"),
+           py::arg("epoch"), py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("max_file_bytes"),
+           py::arg("scale_bias") = py::none(),
+           "run, queued on the engine's run queue thread: returns at once with a PendingRun (runs queued before "
+           "it finish first). The caller must not touch out until wait() returns.")
       .def("plan", &engine_plan, py::arg("items"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
            py::arg("indices"), py::arg("max_pixels"), py::arg("max_file_bytes"),
            "Source boxes without decoding pixels (headers only).")

@@ -148,11 +148,13 @@ void register_types(py::module_& m) {
 
   py::class_<BatchReport>(m, "BatchReport",
                           "What Engine.run did: failed samples in row order (NOT_JPEG rows untouched, others "
-                          "zero-filled), libjpeg warnings, and read/decode seconds summed over native threads.")
+                          "zero-filled), libjpeg warnings, read/decode seconds summed over native threads, and the run's wall "
+                          "seconds.")
       .def_readonly("failures", &BatchReport::failures)
       .def_readonly("warnings", &BatchReport::warnings)
       .def_readonly("read_seconds", &BatchReport::read_seconds)
-      .def_readonly("decode_seconds", &BatchReport::decode_seconds);
+      .def_readonly("decode_seconds", &BatchReport::decode_seconds)
+      .def_readonly("wall_seconds", &BatchReport::wall_seconds);
 
   py::class_<CropPlan>(m, "CropPlan",
                        "Where each sample's output comes from (Engine.plan): boxes float64 [N, 4] (x0, y0, x1, y1 "

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -193,19 +194,37 @@ bool read_file(const std::string& path, int64_t max_file_bytes, std::vector<uint
   return true;
 }
 
-Engine::Engine(int threads) : pool_(new ThreadPool(threads < 1 ? 1 : threads)) {
+Engine::Engine(int threads, int nice_increment)
+    : pool_(new ThreadPool(threads < 1 ? 1 : threads, nice_increment)), nice_increment_(nice_increment) {
   for (int i = 0; i < pool_->size(); ++i) scratch_.emplace_back(new SampleScratch());
   file_buffers_.resize(pool_->size());
 }
 
 Engine::~Engine() {
-  if (!pool_->made_here()) static_cast<void>(pool_.release());  // deliberately leaked
+  if (!pool_->made_here()) {  // deliberately leaked: their threads are the parent's
+    static_cast<void>(queue_.release());
+    static_cast<void>(pool_.release());
+    return;
+  }
+  queue_.reset();  // the runs still queued finish on the pool first
+}
+
+bool Engine::priority_lowered() const {
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  return pool_->priority_lowered() && (!queue_ || queue_->priority_lowered());
+}
+
+void Engine::submit(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  if (!queue_) queue_.reset(new SerialQueue(nice_increment_));
+  queue_->submit(std::move(job));
 }
 
 void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
                  const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes,
                  const BatchOutput& out,
                  std::vector<SampleResult>* results, BatchTimes* times) {
+  const double t_start = now_seconds();
   results->assign(inputs.size(), SampleResult());
   std::vector<double> read_s(pool_->size(), 0.0), decode_s(pool_->size(), 0.0);
   const size_t pixels = static_cast<size_t>(spec.out_h) * spec.out_w;
@@ -258,6 +277,7 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
     times->read_seconds += read_s[w];
     times->decode_seconds += decode_s[w];
   }
+  times->wall_seconds += now_seconds() - t_start;
 }
 
 void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,

@@ -3,12 +3,15 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/augment.h"
 #include "core/sample.h"
+#include "core/serial_queue.h"
 #include "core/thread_pool.h"
 
 namespace fastdata {
@@ -48,13 +51,19 @@ struct BatchOutput {
 struct BatchTimes {
   double read_seconds = 0;    // summed over threads
   double decode_seconds = 0;  // decode + crop + resize, summed over threads
+  double wall_seconds = 0;    // the run from its start to its end (one clock)
 };
 
 class Engine {
  public:
-  explicit Engine(int threads);
-  ~Engine();  // in a forked child the pool is leaked, not destroyed (ThreadPool says why)
+  // nice_increment > 0: the native threads (the pool's workers and the run queue's thread)
+  // run that many nice steps below the thread that made the engine, so that the threads
+  // feeding a GPU (and the training loop) get a core the moment they need one.
+  explicit Engine(int threads, int nice_increment = 0);
+  ~Engine();  // runs what is queued first; in a forked child the pool and queue are leaked, not destroyed (ThreadPool says why)
   int threads() const { return pool_->size(); }
+  // False when a native thread could not lower its priority as asked.
+  bool priority_lowered() const;
 
   // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels). Never throws for
   // bad data: every sample's outcome is in results[i]. Call without the GIL.
@@ -62,6 +71,12 @@ class Engine {
   void run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
            const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes, const BatchOutput& out,
            std::vector<SampleResult>* results, BatchTimes* times);
+
+  // Queues job on the engine's run queue (SerialQueue: one thread, made at the first call):
+  // it runs after every job queued before it. An asynchronous batch is a job that calls
+  // run(); a synchronous call on another thread meanwhile waits for the pool (one parallel
+  // loop at a time). Throws std::runtime_error in a process forked after the queue was made.
+  void submit(std::function<void()> job);
 
   // Where each sample's output comes from, without decoding pixels (for GPU decoders):
   // per sample the source box (x0, y0, x1, y1) in EXIF-oriented coordinates, the flip, the
@@ -92,6 +107,9 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::vector<std::unique_ptr<SampleScratch>> scratch_;
   std::vector<std::vector<uint8_t>> file_buffers_;
+  mutable std::mutex queue_mutex_;      // guards the queue's creation
+  std::unique_ptr<SerialQueue> queue_;  // its jobs use the pool: destroyed (drained) before it
+  const int nice_increment_;
 };
 
 // The encoded bytes of one input: its buffer, or its file read into file_buffer. False (with

@@ -1,14 +1,32 @@
 #include "core/thread_pool.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <stdexcept>
 #include <string>
 
 namespace fastdata {
 
-ThreadPool::ThreadPool(int threads) : owner_pid_(::getpid()) {
+bool lower_thread_priority(int increment) {
+  if (increment <= 0) return true;
+#ifdef __linux__
+  const id_t tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);  // -1 is a valid nice value: errno tells
+  if (now == -1 && errno != 0) return false;
+  return ::setpriority(PRIO_PROCESS, tid, std::min(19, now + increment)) == 0;
+#else
+  return false;
+#endif
+}
+
+ThreadPool::ThreadPool(int threads, int nice_increment) : owner_pid_(::getpid()), nice_increment_(nice_increment) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this, i);
 }
 
@@ -33,6 +51,7 @@ void ThreadPool::worker_main(int worker) {
 #ifdef __linux__
   (void)pthread_setname_np(pthread_self(), "fastdata-native");
 #endif
+  if (!lower_thread_priority(nice_increment_)) priority_failures_.fetch_add(1);
   unsigned long seen = 0;
   for (;;) {
     const std::function<void(size_t, int)>* job;

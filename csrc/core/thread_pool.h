@@ -19,15 +19,23 @@
 
 namespace fastdata {
 
+// Lowers the calling thread's scheduling priority by `increment` nice steps (Linux: nice is
+// per thread), capped at 19. True on success or when increment <= 0.
+bool lower_thread_priority(int increment);
+
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);
+  // nice_increment > 0: the workers run that much below the creating thread's priority
+  // (lower_thread_priority); the calling thread of a loop keeps its own.
+  explicit ThreadPool(int threads, int nice_increment = 0);
   ~ThreadPool();  // joins the workers; only in the process that made them (made_here())
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   bool made_here() const;  // false in a process forked after this pool was made
+  // False when a worker could not lower its priority as asked (it runs at the normal one).
+  bool priority_lowered() const { return priority_failures_.load() == 0; }
 
   // Calls fn(i, worker) for i in [0, n) across the pool; worker in [0, size()) names the
   // thread, for per-thread scratch. Returns when every call has returned. fn must not throw.
@@ -40,6 +48,8 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   const pid_t owner_pid_;  // the process whose threads workers_ are
+  const int nice_increment_;
+  std::atomic<int> priority_failures_{0};
   std::mutex mutex_;
   std::mutex run_mutex_;  // one parallel_for at a time
   std::condition_variable wake_, done_;

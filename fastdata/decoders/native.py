@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine
+from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine, EngineRun
 from ..io.transforms import Transform
 from .base import DecodedRows, PlannedBatch
 
@@ -34,10 +34,15 @@ class NativeDecoder:
     ``normalize=(mean, std)`` makes the threads write float32 (x / 255 - mean) / std (the
     CPU output path); otherwise they write uint8. ``on_report`` receives each engine run's
     ``BatchReport`` (times, warnings, Pillow fallbacks, failures) for the loader's stats.
+
+    The pipeline drives it directly (not through the GPU decoders' start/finish): ``start``
+    queues a batch's rows on the engine's run queue and ``finish`` waits for them, so batch
+    n + 1 is decoding while the producer hands out batch n (``depth`` 2); ``decode`` and
+    ``run`` decode at once, on the calling thread and the engine's pool.
     """
 
     name = "native"
-    depth = 1
+    depth = 2
 
     def __init__(self, engine: Engine, transform: Transform, *, seed: int, strict: bool = False,
                  max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -57,37 +62,59 @@ class NativeDecoder:
     def accepts(self, batch: PlannedBatch, row: int) -> bool:
         return True
 
-    def start(self, batch: PlannedBatch, rows: List[int]) -> Tuple[PlannedBatch, List[int]]:
-        return batch, rows  # decodes in finish, straight into the slot it is given there
+    def start(self, batch: PlannedBatch, rows: List[int], host: np.ndarray) -> Tuple[List[int], EngineRun]:
+        """Queue ``rows`` of ``batch`` into ``host`` (``len(rows)`` rows, untouched until ``finish``)."""
+        items, indices, epoch, names = self._call(batch, rows)
+        return rows, self.engine.start(items, self.transform, host, indices=indices, epoch=epoch, names=names,
+                                       **self._options())
 
-    def finish(self, handle: Tuple[PlannedBatch, List[int]], host: Optional[np.ndarray]) -> DecodedRows:
-        batch, rows = handle
-        if host is None:
-            raise RuntimeError("internal: the native decoder writes into host memory")
-        # Bytes already read for the plan are not read again; otherwise (and for a file that
-        # could not be read, so that the error is the engine's own) the engine reads paths.
-        items = batch.items
-        if batch.datas is not None:
-            items = [data if data.size else item for data, item in zip(batch.datas, batch.items)]
-        if len(rows) == len(batch):  # every row, in order: no per-row Python
-            report = self.run(items, batch.indices, batch.epoch, batch.names, host)
-        else:
-            report = self.run([items[r] for r in rows], batch.indices[rows], batch.epoch,
-                              _Subset(batch.names, rows), host)
-        return DecodedRows(failures=[(rows[i], err) for i, err in zip(report.failed_rows, report.failures)])
+    def finish(self, handle: Tuple[List[int], EngineRun]) -> DecodedRows:
+        """Wait for a started batch; ``seconds`` is its run's own time (the hybrid split's native rate)."""
+        rows, run = handle
+        return self._rows(rows, self._reported(run.finish()))
+
+    def decode(self, batch: PlannedBatch, rows: List[int], host: np.ndarray) -> DecodedRows:
+        """``rows`` of ``batch`` into ``host`` now."""
+        items, indices, epoch, names = self._call(batch, rows)
+        return self._rows(rows, self.run(items, indices, epoch, names, host))
 
     def run(self, items: Sequence[Any], indices: np.ndarray, epoch: int, names: Sequence[Optional[str]],
             out: np.ndarray) -> BatchReport:
-        """One engine call: ``items`` into ``out`` (failed rows zero-filled and reported)."""
-        report = self.engine.run(items, self.transform, out, seed=self.seed, epoch=epoch, indices=indices,
-                                 strict=self.strict, max_pixels=self.max_pixels, names=names, roi=self.roi,
-                                 normalize=self.normalize, max_file_bytes=self.max_file_bytes)
+        """One engine call now: ``items`` into ``out`` (failed rows zero-filled and reported)."""
+        return self._reported(self.engine.run(items, self.transform, out, indices=indices, epoch=epoch, names=names,
+                                              **self._options()))
+
+    def _reported(self, report: BatchReport) -> BatchReport:
         if self._on_report is not None:
             self._on_report(report)
         return report
 
-    def discard(self, handle: Any) -> None:
-        pass  # nothing was queued
+    @staticmethod
+    def _rows(rows: List[int], report: BatchReport) -> DecodedRows:
+        return DecodedRows(failures=[(rows[i], err) for i, err in zip(report.failed_rows, report.failures)],
+                           seconds=report.wall_seconds)
+
+    def _call(self, batch: PlannedBatch, rows: List[int]) -> Tuple[Sequence[Any], np.ndarray, int, Sequence[Any]]:
+        """(items, indices, epoch, names) of ``rows``. Bytes already read for the plan are not
+        read again; otherwise (and for a file that could not be read, so that the error is the
+        engine's own) the engine reads paths."""
+        items = batch.items
+        if batch.datas is not None:
+            items = [data if data.size else item for data, item in zip(batch.datas, batch.items)]
+        if len(rows) == len(batch):  # every row, in order: no per-row Python
+            return items, batch.indices, batch.epoch, batch.names
+        return [items[r] for r in rows], batch.indices[rows], batch.epoch, _Subset(batch.names, rows)
+
+    def _options(self) -> dict:
+        return dict(seed=self.seed, strict=self.strict, max_pixels=self.max_pixels, roi=self.roi,
+                    normalize=self.normalize, max_file_bytes=self.max_file_bytes)
+
+    def discard(self, handle: Tuple[List[int], EngineRun]) -> None:
+        """Wait for a started batch nobody will collect (its run writes into the caller's slot). Never raises."""
+        try:
+            handle[1].finish()
+        except Exception:
+            pass
 
     def close(self) -> None:
         pass  # the engine belongs to the pipeline

@@ -89,6 +89,7 @@ class BatchReport:
     failed_rows: List[int] = field(default_factory=list)
     read_seconds: float = 0.0
     decode_seconds: float = 0.0
+    wall_seconds: float = 0.0  # the run's own duration (a started run: its time on the queue thread)
     warnings: int = 0
     fallbacks: int = 0
 
@@ -141,19 +142,107 @@ def check_out(out: np.ndarray, n: int, hw: tuple, normalized: bool = False) -> N
         raise ValueError("out must be writable")
 
 
+class _RunCall:
+    """One ``Engine.run``/``start`` call: its arguments checked and converted for the native
+    engine, and the report made from what the native pass returned (names, the sources' own
+    failures, and the Pillow fallback for non-JPEG rows, on the caller's thread)."""
+
+    def __init__(self, engine: "Engine", items: Sequence[Item], transform: Transform, out: np.ndarray, seed: int,
+                 epoch: int, indices: Optional[Sequence[int]], strict: bool, max_pixels: int,
+                 names: Optional[Sequence[str]], roi: bool,
+                 normalize: Optional[Tuple[Sequence[float], Sequence[float]]], max_file_bytes: int):
+        engine._check_process()
+        self.spec = native_spec(transform, roi)
+        _check_max_file_bytes(max_file_bytes)
+        n = len(items)
+        check_out(out, n, transform.output_size, normalized=normalize is not None)
+        self.scale_bias = None if normalize is None else scale_bias_for(*normalize)
+        index_arr = None
+        if indices is not None:
+            index_arr = np.ascontiguousarray(indices, dtype=np.int64)
+            if index_arr.shape != (n,):
+                raise ValueError(f"indices must have {n} entries, got shape {index_arr.shape}")
+            if n and index_arr.min() < 0:
+                raise ValueError("indices must be non-negative")
+        if seed < 0 or epoch < 0:
+            raise ValueError("seed and epoch must be non-negative")
+        self.items, self.prefailed = _split_prefailed(items)
+        self.out, self.seed, self.epoch, self.index_arr, self.names = out, seed, epoch, index_arr, names
+        self.max_pixels = max_pixels
+        self.args = (self.items, self.spec, out, seed, epoch, index_arr, strict, max_pixels, max_file_bytes,
+                     self.scale_bias)
+
+    def report(self, native: Optional["_C.Engine"], raw: "_C.BatchReport") -> BatchReport:
+        """``native``: the engine for the Pillow fallback's crop (None: closed before a started
+        run was finished; its non-JPEG rows then fail, named)."""
+        report = BatchReport(read_seconds=raw.read_seconds, decode_seconds=raw.decode_seconds,
+                             wall_seconds=raw.wall_seconds, warnings=raw.warnings)
+        index_arr, items, out = self.index_arr, self.items, self.out
+        for failure in raw.failures:
+            row, message = failure.row, failure.message
+            index = int(index_arr[row]) if index_arr is not None else row
+            item = items[row]
+            name = self.names[row] if self.names is not None else (item if isinstance(item, str) else None)
+            if row in self.prefailed:
+                message, name = self.prefailed[row].reason, self.prefailed[row].name or name
+            elif failure.status == _C.SampleStatus.NOT_JPEG and native is None:
+                message = "not a JPEG, and the engine was closed before its batch was finished"
+            elif failure.status == _C.SampleStatus.NOT_JPEG:
+                try:  # a path's bytes come back from the native read: the file is read once
+                    pixels = decode_with_pillow(item if failure.file_bytes is None else failure.file_bytes,
+                                                self.max_pixels)
+                    native.transform_pixels(pixels, self.spec, out, row, self.seed, self.epoch, index,
+                                            self.scale_bias)
+                    report.fallbacks += 1
+                    continue
+                except DecodeError as e:
+                    message = e.reason
+                    out[row] = 0
+            report.failures.append(DecodeError(message, index=index, name=name))
+            report.failed_rows.append(row)
+        return report
+
+
+class EngineRun:
+    """A batch queued by ``Engine.start``: ``finish()`` waits for it and returns its
+    ``BatchReport`` (once); ``done()`` says whether it has finished. Dropped unfinished, it
+    waits for its run first (the run writes into memory the caller owns)."""
+
+    def __init__(self, call: _RunCall, engine: "Engine", pending: "_C.PendingRun"):
+        # The Python engine, not its native one: closing the engine must destroy the native
+        # side (which runs what is queued, then joins its threads) while handles live on.
+        self._call, self._engine, self._pending = call, engine, pending
+
+    def done(self) -> bool:
+        return self._pending.done()
+
+    def finish(self) -> BatchReport:
+        raw = self._pending.wait()
+        with self._engine._lock:
+            return self._call.report(self._engine._native, raw)
+
+
 class Engine:
     """A persistent pool of ``threads`` native threads (the calling thread counts as one).
 
     ``run`` releases the GIL while it works, so it can run on a Python background thread
-    while the training step runs. Calls on one engine are serialized.
+    while the training step runs. Calls on one engine are serialized; ``start`` queues a
+    batch on the engine's own queue thread instead.
+
+    ``nice`` > 0: the native threads run that many nice steps below the thread that made the
+    engine (Linux thread priority), so other threads of the process (the ones feeding a GPU,
+    the training loop) get a core the moment they need one; ``priority_lowered`` says
+    whether they could. The calling thread of ``run`` keeps its own priority.
     """
 
-    def __init__(self, threads: Optional[int] = None):
+    def __init__(self, threads: Optional[int] = None, nice: int = 0):
         if threads is None:
             threads = usable_cores()
         if not isinstance(threads, int) or threads < 1 or threads > 1024:
             raise ValueError(f"threads must be an int in 1..1024, got {threads!r}")
-        self._native: Optional[_C.Engine] = _C.Engine(threads)
+        if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+            raise ValueError(f"nice must be an int in 0..19, got {nice!r}")
+        self._native: Optional[_C.Engine] = _C.Engine(threads, nice)
         self._threads = threads
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -169,6 +258,12 @@ class Engine:
     @property
     def threads(self) -> int:
         return self._threads
+
+    @property
+    def priority_lowered(self) -> bool:
+        """False when a native thread could not lower its priority as ``nice`` asked."""
+        with self._lock:
+            return self._open_native().priority_lowered
 
     def run(self, items: Sequence[Item], transform: Transform, out: np.ndarray, *, seed: int = 0,
             epoch: int = 0, indices: Optional[Sequence[int]] = None, strict: bool = False,
@@ -188,51 +283,36 @@ class Engine:
         ``names`` label samples in errors (defaults to the path for ``str`` items).
         ``roi=False`` turns off region-of-interest and DCT-scaled decoding (benchmarks only).
         ``max_file_bytes``: files above it fail unread (see ``read_file``).
+        The calling thread decodes too (it is one of ``threads``).
         """
-        self._check_process()
-        spec = native_spec(transform, roi)
-        _check_max_file_bytes(max_file_bytes)
-        n = len(items)
-        check_out(out, n, transform.output_size, normalized=normalize is not None)
-        scale_bias = None if normalize is None else scale_bias_for(*normalize)
-        index_arr = None
-        if indices is not None:
-            index_arr = np.ascontiguousarray(indices, dtype=np.int64)
-            if index_arr.shape != (n,):
-                raise ValueError(f"indices must have {n} entries, got shape {index_arr.shape}")
-            if n and index_arr.min() < 0:
-                raise ValueError("indices must be non-negative")
-        if seed < 0 or epoch < 0:
-            raise ValueError("seed and epoch must be non-negative")
-        items, prefailed = _split_prefailed(items)
+        call = _RunCall(self, items, transform, out, seed, epoch, indices, strict, max_pixels, names, roi, normalize,
+                        max_file_bytes)
         with self._lock:
-            native = self._native
-            if native is None:
-                raise RuntimeError("Engine is closed")
-            raw = native.run(items, spec, out, seed, epoch, index_arr, strict, max_pixels, max_file_bytes,
-                             scale_bias)
-            report = BatchReport(read_seconds=raw.read_seconds, decode_seconds=raw.decode_seconds,
-                                 warnings=raw.warnings)
-            for failure in raw.failures:
-                row, message = failure.row, failure.message
-                index = int(index_arr[row]) if index_arr is not None else row
-                item = items[row]
-                name = names[row] if names is not None else (item if isinstance(item, str) else None)
-                if row in prefailed:
-                    message, name = prefailed[row].reason, prefailed[row].name or name
-                elif failure.status == _C.SampleStatus.NOT_JPEG:
-                    try:  # a path's bytes come back from the native read: the file is read once
-                        pixels = decode_with_pillow(item if failure.file_bytes is None else failure.file_bytes,
-                                                    max_pixels)
-                        native.transform_pixels(pixels, spec, out, row, seed, epoch, index, scale_bias)
-                        report.fallbacks += 1
-                        continue
-                    except DecodeError as e:
-                        message = e.reason
-                        out[row] = 0
-                report.failures.append(DecodeError(message, index=index, name=name))
-                report.failed_rows.append(row)
-        return report
+            native = self._open_native()
+            return call.report(native, native.run(*call.args))
+
+    def start(self, items: Sequence[Item], transform: Transform, out: np.ndarray, *, seed: int = 0,
+              epoch: int = 0, indices: Optional[Sequence[int]] = None, strict: bool = False,
+              max_pixels: int = DEFAULT_MAX_PIXELS, names: Optional[Sequence[str]] = None,
+              roi: bool = True, normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
+              max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> "EngineRun":
+        """``run``, queued: the engine's queue thread decodes it (after the runs started before
+        it) while the caller goes on; ``finish()`` on the result waits and returns the report.
+        ``out`` (and the items' buffers) must stay untouched until then. The Loader starts
+        batch n + 1 this way while it hands out batch n, so the native threads never wait
+        for its Python. A synchronous call (``run``, ``plan``) on the same engine meanwhile
+        waits for the queued runs: use a second engine for work needed at once."""
+        call = _RunCall(self, items, transform, out, seed, epoch, indices, strict, max_pixels, names, roi, normalize,
+                        max_file_bytes)
+        with self._lock:
+            native = self._open_native()
+            return EngineRun(call, self, native.start_run(*call.args))
+
+    def _open_native(self) -> "_C.Engine":
+        """The native engine (under ``_lock``); RuntimeError once closed."""
+        if self._native is None:
+            raise RuntimeError("Engine is closed")
+        return self._native
 
     def plan(self, items: Sequence[Item], transform: Transform, *, seed: int = 0, epoch: int = 0,
              indices: Optional[Sequence[int]] = None,

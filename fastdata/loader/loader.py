@@ -185,7 +185,8 @@ class Loader:
         # The ring, allocated once. CUDA: private pinned staging; a slot is busy from decode
         # until its copy's event, so ``prefetch`` slots keep ``prefetch`` batches in flight.
         # CPU: the slots are the outputs; alive at once are the queue (prefetch), the batch
-        # being decoded and the one the training step still holds, hence prefetch + 2.
+        # being decoded and the one the training step still holds, hence prefetch + 2 (the
+        # pipeline adds one per further batch it decodes ahead).
         # On the CPU the native threads normalize float outputs as they write them.
         self._pipeline = BatchPipeline(
             self.transform, backend=backend, device=self.device, dtype=None if dtype == torch.uint8 else dtype,

@@ -10,14 +10,23 @@ One batch, on the producer thread::
         (fastdata.loader.balance), the rest go native
         start: GPU decoders queue their rows (the pipeline's stream; DALI runs ``depth`` ahead,
         nvImageCodec on its worker thread)
+        the native rows are queued on the native engine (its own thread), into the batch's
+        pinned ring slot (fastdata.loader.pinned_ring: the one host staging area)
     decoded = pipeline.decode(pending)
-        the native decoder writes its rows into one pinned ring slot (fastdata.loader.pinned_ring:
-        the one host staging area) while the GPU decoders work; then they finish, and the rows
-        they handed back are decoded natively into the same slot
+        the native rows' run is waited for, then the GPU decoders finish, and the rows they
+        handed back are decoded at once into the same slot by the inline engine
     pipeline.replace(decoded, row, ...)          # the caller's skip policy, into the same slot
     images, labels, done, times = pipeline.deliver(decoded, labels=True)
         one host-to-device copy of the slot's rows (fastdata.loader.cuda), GPU rows placed
         beside them, one normalize (dtype, layout), one event
+
+Two native engines: the main one (``engine``, the native threads) only ever decodes queued
+batches, so that the next batch starts the moment one ends while the producer thread does
+everything else (fetch, planning, the upload, Python): the native threads no longer idle
+through it. Work the producer needs at once (reading and planning for the GPU decoders, the
+rows a GPU decoder hands back, replacements) goes to a small ``inline_engine`` instead, which
+would otherwise wait behind the queued batches. Both give the same pixels: crops come from
+(seed, epoch, index).
 
 The host slot holds the rows decoded on the host, in order (``host_rows``; failed rows hold
 zeros). When every row is native (the usual case) that is the batch itself, and on the CPU
@@ -58,14 +67,28 @@ from .pinned_ring import PinnedRing, Slot
 # ran hybrid 13,262 img/s where 16 ran 11,769 in the same call).
 HYBRID_HOST_CORES = 3
 
+# Threads of the inline engine (see the module docstring) when a GPU decoder is configured:
+# it reads and plans every batch of a folder on the producer's call, so a few threads keep
+# that short; it idles otherwise. With the native decoder alone it only decodes
+# replacements: the producer thread itself.
+INLINE_THREADS_GPU = 8
+
+# With a GPU decoder the native threads run this many nice steps below the Loader's other
+# threads: with every native thread busy (the queued runs keep them so), the threads that
+# feed the GPU decoder, and the training loop, must never wait for a core behind them.
+GPU_NATIVE_NICE = 10
+
 
 @dataclass
 class PendingBatch:
-    """A submitted batch: its plan, the GPU decoders' started work, the rows left to the native decoder."""
+    """A submitted batch: its plan, its host slot, the GPU decoders' started work, the rows
+    left to the native decoder and their queued run (slot rows 0.. in order; None when none)."""
 
     batch: PlannedBatch
+    slot: Slot
     started: List[Tuple[Decoder, List[int], Any]]
     native_rows: List[int]
+    native: Any = None
 
 
 @dataclass
@@ -99,7 +122,8 @@ class BatchPipeline:
     "hybrid" (the "gpu" decoder and the native threads share every batch, balanced; without
     the gpu extra it warns once and runs native); or a ``fastdata.decoders.Decoder`` of your
     own in that first place.
-    ring_slots, handed_out, pin: the pinned ring (see PinnedRing). cpu_normalize: on the CPU,
+    ring_slots, handed_out, pin: the pinned ring (see PinnedRing): ``ring_slots`` with one batch
+    in flight; the pipeline adds a slot per further batch it keeps in flight (``depth``). cpu_normalize: on the CPU,
     let the native threads write normalized float32 when they decode every row (the
     Loader's CPU path); otherwise normalization runs in torch after the rows are placed.
     on_stats: receives counter deltas (LoaderStats field names).
@@ -159,7 +183,8 @@ class BatchPipeline:
         else:
             gpu = backend
         self._closed = False
-        self.engine = Engine(threads)
+        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if gpu is not None else 0)
+        self.inline_engine = Engine(INLINE_THREADS_GPU if gpu is not None else 1)
         self.threads = self.engine.threads
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         cpu_norm = None
@@ -169,11 +194,14 @@ class BatchPipeline:
         self._normalizer = None if dtype is None or cpu_norm is not None else \
             GpuNormalizer(mean, std, dtype, channels_last, self.device)
         self._cpu_norm = cpu_norm
-        self.native = NativeDecoder(self.engine, transform, seed=self.seed, strict=strict, max_pixels=self.max_pixels,
-                                    max_file_bytes=self.max_file_bytes, roi=roi, normalize=cpu_norm, on_report=self._count_report)
+        native = dict(seed=self.seed, strict=strict, max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes,
+                      roi=roi, normalize=cpu_norm, on_report=self._count_report)
+        self.native = NativeDecoder(self.engine, transform, **native)
+        self.inline = NativeDecoder(self.inline_engine, transform, **native)
         self.decoders: List[Decoder] = ([gpu] if gpu is not None else []) + [self.native]
         self.depth = max(d.depth for d in self.decoders)
-        self.ring = PinnedRing(ring_slots, batch_size, self.out_hw,
+        # A slot is taken when its batch is submitted: ``depth`` batches hold one at once.
+        self.ring = PinnedRing(ring_slots + self.depth - 1, batch_size, self.out_hw,
                                image_dtype=torch.uint8 if cpu_norm is None else torch.float32, pin=pin,
                                handed_out=handed_out)
         self._uploader = CudaUploader(self.device, self.stream) if cuda else None
@@ -181,13 +209,12 @@ class BatchPipeline:
         # batch through on_stats): gpu_rows delivered by the GPU decoder, native_rows decoded on the
         # host (the rows the GPU was not given and those it handed back, gpu_rejected).
         self.stats = {"batches": 0, "gpu_rows": 0, "native_rows": 0, "gpu_rejected": 0}
-        self._producer_seconds = 0.0  # in submit and deliver since the last decode (the hybrid split's P)
 
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
                names: Optional[Sequence[Optional[str]]] = None) -> PendingBatch:
-        """Plan and route a batch and start its GPU rows. ``names`` label failures (default:
-        the path of path items)."""
+        """Plan and route a batch, start its GPU rows and queue its native rows. ``names`` label
+        failures (default: the path of path items)."""
         if self._closed:
             raise RuntimeError("the pipeline is closed")
         index_arr = np.ascontiguousarray(indices, dtype=np.int64)
@@ -199,10 +226,12 @@ class BatchPipeline:
             raise ValueError(f"a batch of {len(items)} does not fit the ring's {self.ring.shape[0]} rows")
         if names is None:
             names = [it if isinstance(it, str) else None for it in items]
+        slot = self.ring.acquire()
         if len(self.decoders) == 1:  # the native decoder alone: the engine reads, plans and decodes in one call
-            return PendingBatch(PlannedBatch(items, index_arr, epoch, names), [], list(range(len(items))))
+            batch, rows = PlannedBatch(items, index_arr, epoch, names), list(range(len(items)))
+            return PendingBatch(batch, slot, [], rows, self._start_native(batch, rows, slot))
         t0 = time.perf_counter()
-        batch = plan_batch(items, index_arr, epoch, names, self.engine, self.transform, seed=self.seed,
+        batch = plan_batch(items, index_arr, epoch, names, self.inline_engine, self.transform, seed=self.seed,
                            max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes)
         routes = route(batch, self.decoders)
         if self.balancer is not None:  # hybrid: the GPU keeps its balanced share, in batch order
@@ -214,21 +243,25 @@ class BatchPipeline:
             for decoder, rows in zip(self.decoders[:-1], routes[:-1]):
                 if rows:
                     started.append((decoder, rows, decoder.start(batch, rows)))
-        seconds = time.perf_counter() - t0
-        self._producer_seconds += seconds
-        self._count(decode_seconds=seconds)
-        return PendingBatch(batch, started, routes[-1])
+        self._count(decode_seconds=time.perf_counter() - t0)
+        return PendingBatch(batch, slot, started, routes[-1], self._start_native(batch, routes[-1], slot))
+
+    def _start_native(self, batch: PlannedBatch, rows: List[int], slot: Slot) -> Any:
+        """Queue ``rows`` on the native engine into slot rows 0.. (None when there are none)."""
+        return self.native.start(batch, rows, slot.images[:len(rows)].numpy()) if rows else None
 
     def decode(self, pending: PendingBatch) -> DecodedBatch:
-        """Decode the native rows into a ring slot while the GPU decoders work, then finish
-        those (in submission order) and decode the rows they handed back natively."""
-        batch = pending.batch
-        slot = self.ring.acquire()
+        """Wait for the batch's native rows, then finish the GPU decoders' rows (in submission
+        order) and decode the rows they handed back at once (inline engine)."""
+        batch, slot = pending.batch, pending.slot
         native_rows = list(pending.native_rows)
         failures: List[Tuple[int, DecodeError]] = []
-        t0 = time.perf_counter()
-        self._decode_native(batch, native_rows, slot, 0, failures)
-        native_seconds = time.perf_counter() - t0
+        native_seconds = 0.0
+        if pending.native is not None:
+            native, pending.native = pending.native, None
+            done = self.native.finish(native)
+            failures.extend(done.failures)
+            native_seconds = done.seconds or 0.0
         parts: List[Tuple[List[int], torch.Tensor]] = []
         handed_back: List[int] = []
         gpu_rows, gpu_seconds = 0, 0.0
@@ -250,14 +283,12 @@ class BatchPipeline:
         if len(self.decoders) > 1:
             self._count(decode_seconds=time.perf_counter() - t0)
         handed_back.sort()
-        self._decode_native(batch, handed_back, slot, len(native_rows), failures)
-        if self.balancer is not None:
-            # The producer's own seconds since the last batch (planning in submit, the upload in
-            # deliver): the native threads idle through them while the GPU works on, so the split
-            # gives the GPU that much more. Time blocked on a full output queue (a training step
-            # slower than the loader) is not in it: that would push every row to the GPU.
-            overhead, self._producer_seconds = self._producer_seconds, 0.0
-            self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds, overhead_seconds=overhead)
+        if handed_back:
+            at = len(native_rows)
+            done = self.inline.decode(batch, handed_back, slot.images[at:at + len(handed_back)].numpy())
+            failures.extend(done.failures)
+        if self.balancer is not None:  # each side's rows over its own time on them
+            self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds)
         host_rows = native_rows + handed_back
         rows = {"gpu_rows": gpu_rows, "native_rows": len(host_rows), "gpu_rejected": len(handed_back)}
         for key, n in rows.items():
@@ -279,18 +310,11 @@ class BatchPipeline:
                                       "its rows were decoded on the CPU. backend='native' avoids the GPU decoder.")
             return DecodedRows(rejected=list(rows))
 
-    def _decode_native(self, batch: PlannedBatch, rows: List[int], slot: Slot, at: int,
-                       failures: List[Tuple[int, DecodeError]]) -> None:
-        """The native decoder's ``rows`` into slot rows ``at``.. (blocking; the GIL is released)."""
-        if rows:
-            done = self.native.finish(self.native.start(batch, rows), slot.images[at:at + len(rows)].numpy())
-            failures.extend(done.failures)
-
     def replace(self, decoded: DecodedBatch, row: int, item: Item, index: int, name: Optional[str]) -> bool:
         """Decode sample ``index`` (``item``) natively into failed ``row``'s place; True on success."""
         pos = decoded.host_position(row)
         out = decoded.slot.images[pos:pos + 1].numpy()
-        report = self.native.run([item], np.array([index], dtype=np.int64), decoded.batch.epoch, [name], out)
+        report = self.inline.run([item], np.array([index], dtype=np.int64), decoded.batch.epoch, [name], out)
         if report.failures:  # a candidate, not a sample of this batch: kept apart from ``failures``
             self._count(replacement_failures=len(report.failures))
         return not report.failures
@@ -303,13 +327,6 @@ class BatchPipeline:
         when dtype is None, on the device; labels: the slot's labels (int64 [N], written by the
         caller) on the device when ``labels``. On CUDA they belong to ``stream`` until ``done``.
         """
-        t0 = time.perf_counter()
-        try:
-            return self._deliver(decoded, labels)
-        finally:
-            self._producer_seconds += time.perf_counter() - t0
-
-    def _deliver(self, decoded: DecodedBatch, labels: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor], Any, Any]:
         n, slot, k = len(decoded), decoded.slot, len(decoded.host_rows)
         host_labels = slot.labels[:n] if labels else None
         if self._uploader is None:
@@ -330,11 +347,14 @@ class BatchPipeline:
 
     def discard(self, pending: PendingBatch) -> None:
         """Drop a submitted batch nobody will collect (an epoch left early), keeping the GPU
-        decoders' queues in step. Never raises."""
+        decoders' queues in step; its native run is waited for (it writes into the slot). Never raises."""
         with self._on_stream():
             while pending.started:
                 decoder, _, handle = pending.started.pop(0)
                 decoder.discard(handle)
+        if pending.native is not None:
+            native, pending.native = pending.native, None
+            self.native.discard(native)
 
     # ---- one batch outside a Loader ----
     def run(self, items: Sequence[Item], indices: Sequence[int],
@@ -357,7 +377,8 @@ class BatchPipeline:
         for decoder in self.decoders:
             decoder.close()
         self.ring.close()
-        self.engine.close()
+        self.engine.close()  # after every queued run (the native side drains its queue)
+        self.inline_engine.close()
 
     def __enter__(self) -> "BatchPipeline":
         return self

@@ -223,19 +223,6 @@ def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
         SplitBalancer(smoothing=0)
 
 
-def test_balancer_gives_the_gpu_the_producers_own_time():
-    """The producer spends P seconds per batch outside both decodes; the GPU, a batch ahead,
-    works through them, so at equilibrium its time equals the native rows' time plus P."""
-    bal = SplitBalancer(smoothing=0.5)
-    g_rate, c_rate, overhead = 3000.0, 1000.0, 0.016
-    for _ in range(40):
-        g = bal.gpu_rows(256, 256)
-        bal.observe(g, g / g_rate, 256 - g, (256 - g) / c_rate, overhead_seconds=overhead)
-    g = bal.gpu_rows(256, 256)
-    assert g == round((256 + overhead * c_rate) * g_rate / (g_rate + c_rate))  # 204, not the rates' 192
-    assert abs(g / g_rate - ((256 - g) / c_rate + overhead)) < 1e-3  # both sides busy the whole cycle
-
-
 def test_hybrid_and_gpu_need_cuda_and_native_counts_its_rows(tmp_path):
     paths = hard_case_folder(tmp_path)[:2]
     assert resolve_backend("nvjpeg", torch.device("cpu")) == "nvjpeg"
