@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <memory>
@@ -225,8 +226,11 @@ struct QueuedRun {
 class PendingRun {
  public:
   PendingRun(std::shared_ptr<QueuedRun> run, std::unique_ptr<BufferViews> views, std::unique_ptr<py::buffer_info> out)
-      : run_(std::move(run)), views_(std::move(views)), out_(std::move(out)) {}
+      : run_(std::move(run)), views_(std::move(views)), out_(std::move(out)), owner_pid_(::getpid()) {}
   ~PendingRun() {  // pybind11 destroys it with the GIL held; the buffers are released after the run
+    // Not queued (submit threw): nothing will finish it. In a process forked after it was
+    // queued, the run's thread does not exist: waiting would never end.
+    if (!queued_ || ::getpid() != owner_pid_) return;
     if (PyGILState_Check()) {
       ReleasedGil nogil;
       block_until_finished();
@@ -237,6 +241,8 @@ class PendingRun {
   PendingRun(const PendingRun&) = delete;
   PendingRun& operator=(const PendingRun&) = delete;
 
+  void set_queued() { queued_ = true; }
+
   bool done() {
     std::lock_guard<std::mutex> lock(run_->mutex);
     return run_->finished;
@@ -246,6 +252,7 @@ class PendingRun {
   // report's non-JPEG bytes move out of the run.
   BatchReport wait() {
     if (waited_) throw std::runtime_error("this run was already waited for");
+    if (::getpid() != owner_pid_) throw std::runtime_error("this run was queued before a fork, in another process");
     {
       ReleasedGil nogil;
       block_until_finished();
@@ -264,6 +271,8 @@ class PendingRun {
   std::shared_ptr<QueuedRun> run_;
   std::unique_ptr<BufferViews> views_;
   std::unique_ptr<py::buffer_info> out_;
+  const pid_t owner_pid_;
+  bool queued_ = false;  // set once the engine has taken the run: only then is there a run to wait for
   bool waited_ = false;
 };
 
@@ -297,6 +306,7 @@ std::unique_ptr<PendingRun> engine_start_run(Engine& engine, const py::sequence&
     run->finished = true;
     run->finished_cv.notify_all();
   });
+  pending->set_queued();  // made before submit, so nothing can fail between queuing and holding the buffers
   return pending;
 }
 

@@ -57,12 +57,14 @@ struct BatchTimes {
 class Engine {
  public:
   // nice_increment > 0: the native threads (the pool's workers and the run queue's thread)
-  // run that many nice steps below the thread that made the engine, so that the threads
+  // run that many nice steps below the thread that created each of them (the engine's
+  // creator; for the queue thread, the first caller of submit), so that the threads
   // feeding a GPU (and the training loop) get a core the moment they need one.
   explicit Engine(int threads, int nice_increment = 0);
   ~Engine();  // runs what is queued first; in a forked child the pool and queue are leaked, not destroyed (ThreadPool says why)
   int threads() const { return pool_->size(); }
-  // False when a native thread could not lower its priority as asked.
+  // False when a native thread could not lower its priority as asked (a thread that has not
+  // started yet has not tried: the pool's workers all have after a first parallel loop).
   bool priority_lowered() const;
 
   // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels). Never throws for

@@ -209,6 +209,9 @@ class BatchPipeline:
         # batch through on_stats): gpu_rows delivered by the GPU decoder, native_rows decoded on the
         # host (the rows the GPU was not given and those it handed back, gpu_rejected).
         self.stats = {"batches": 0, "gpu_rows": 0, "native_rows": 0, "gpu_rejected": 0}
+        # Batches submitted and not yet decoded or discarded: each holds a ring slot (taken at
+        # submit, written by its queued native run), so there may be at most one per slot.
+        self._in_flight = 0
 
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
@@ -224,12 +227,17 @@ class BatchPipeline:
             raise ValueError("epoch must be non-negative")
         if len(items) > self.ring.shape[0]:
             raise ValueError(f"a batch of {len(items)} does not fit the ring's {self.ring.shape[0]} rows")
+        if self._in_flight >= len(self.ring):
+            raise RuntimeError(f"{self._in_flight} batches are submitted and not yet collected, as many as the "
+                               f"ring's slots: collect (decode) one before submitting another")
         if names is None:
             names = [it if isinstance(it, str) else None for it in items]
         slot = self.ring.acquire()
         if len(self.decoders) == 1:  # the native decoder alone: the engine reads, plans and decodes in one call
             batch, rows = PlannedBatch(items, index_arr, epoch, names), list(range(len(items)))
-            return PendingBatch(batch, slot, [], rows, self._start_native(batch, rows, slot))
+            pending = PendingBatch(batch, slot, [], rows, self._start_native(batch, rows, slot))
+            self._in_flight += 1
+            return pending
         t0 = time.perf_counter()
         batch = plan_batch(items, index_arr, epoch, names, self.inline_engine, self.transform, seed=self.seed,
                            max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes)
@@ -244,7 +252,9 @@ class BatchPipeline:
                 if rows:
                     started.append((decoder, rows, decoder.start(batch, rows)))
         self._count(decode_seconds=time.perf_counter() - t0)
-        return PendingBatch(batch, slot, started, routes[-1], self._start_native(batch, routes[-1], slot))
+        pending = PendingBatch(batch, slot, started, routes[-1], self._start_native(batch, routes[-1], slot))
+        self._in_flight += 1
+        return pending
 
     def _start_native(self, batch: PlannedBatch, rows: List[int], slot: Slot) -> Any:
         """Queue ``rows`` on the native engine into slot rows 0.. (None when there are none)."""
@@ -253,6 +263,7 @@ class BatchPipeline:
     def decode(self, pending: PendingBatch) -> DecodedBatch:
         """Wait for the batch's native rows, then finish the GPU decoders' rows (in submission
         order) and decode the rows they handed back at once (inline engine)."""
+        self._in_flight -= 1
         batch, slot = pending.batch, pending.slot
         native_rows = list(pending.native_rows)
         failures: List[Tuple[int, DecodeError]] = []
@@ -348,6 +359,7 @@ class BatchPipeline:
     def discard(self, pending: PendingBatch) -> None:
         """Drop a submitted batch nobody will collect (an epoch left early), keeping the GPU
         decoders' queues in step; its native run is waited for (it writes into the slot). Never raises."""
+        self._in_flight -= 1
         with self._on_stream():
             while pending.started:
                 decoder, _, handle = pending.started.pop(0)

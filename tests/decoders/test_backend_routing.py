@@ -139,3 +139,25 @@ def test_make_backend_rejects_unknown_names_and_cpu_nvjpeg():
         make_backend("opencv", fastdata.RandomResizedCrop(8))
     with pytest.raises(ValueError, match="CUDA device"):
         make_backend("nvjpeg", fastdata.RandomResizedCrop(8), device="cpu")
+
+
+def test_batches_submitted_ahead_are_bounded_by_the_ring_and_come_back_whole():
+    """A batch's native rows are queued into its ring slot at submit: at most one batch per
+    slot may wait uncollected (one more would overwrite a slot still to be collected)."""
+    transform = fastdata.RandomResizedCrop(32)
+    batches = [[photo_like_jpeg(k, i, 60 + 9 * i, 80) for i in range(4)] for k in range(4)]
+    cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
+    with make_backend("native", transform, max_batch=4, **cfg) as ahead, \
+            make_backend("native", transform, max_batch=4, **cfg) as one_by_one:
+        slots = len(ahead.ring)
+        assert slots == 2 + ahead.depth - 1 == 3
+        pending = [ahead.submit(b, range(4 * k, 4 * k + 4), 1) for k, b in enumerate(batches[:slots])]
+        with pytest.raises(RuntimeError, match="not yet collected"):
+            ahead.submit(batches[slots], range(12, 16), 1)
+        for k, p in enumerate(pending):
+            got = ahead.collect(p)[0].clone()
+            want = one_by_one.run(batches[k], range(4 * k, 4 * k + 4), 1)[0]
+            assert torch.equal(got, want)
+        ahead.discard(ahead.submit(batches[3], range(12, 16), 1))  # a discarded batch frees its slot too
+        for k in range(slots):
+            ahead.collect(ahead.submit(batches[k], range(4 * k, 4 * k + 4), 1))
