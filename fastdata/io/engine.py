@@ -243,6 +243,7 @@ class Engine:
         if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
             raise ValueError(f"nice must be an int in 0..19, got {nice!r}")
         self._native: Optional[_C.Engine] = _C.Engine(threads, nice)
+        self._nice = nice
         self._threads = threads
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -258,6 +259,11 @@ class Engine:
     @property
     def threads(self) -> int:
         return self._threads
+
+    @property
+    def nice(self) -> int:
+        """The nice steps the native threads run below their creator (0: the same priority)."""
+        return self._nice
 
     @property
     def priority_lowered(self) -> bool:

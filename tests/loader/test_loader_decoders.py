@@ -149,6 +149,18 @@ def test_a_decoder_gets_exactly_the_rows_it_accepts_and_they_land_in_place(folde
     assert fake.finished + fake.discarded == len(fake.got) and not fake.pending
 
 
+def test_engines_of_a_cpu_pipeline_with_a_plugged_decoder(folder):
+    """The native threads keep their priority off CUDA (it is lowered only beside a GPU
+    decoder's feeding threads), and the inline engine never has more threads than the native one."""
+    with make(folder, OddIndexDecoder(), clean=True) as plugged, make(folder, "native", clean=True) as native:
+        pipe = plugged._pipeline
+        assert pipe.engine.nice == 0 and pipe.engine.threads == 2
+        assert pipe.inline_engine.threads == 2  # min(INLINE_THREADS_GPU, threads)
+        assert native._pipeline.inline_engine.threads == 1  # the native decoder alone: replacements only
+        next(iter(plugged))
+        assert pipe.engine.priority_lowered
+
+
 @pytest.mark.parametrize("strict", [False, True])
 def test_rejected_rows_go_native_and_the_skip_policy_is_the_native_one(folder, strict):
     source = fastdata.ImageFolder(str(folder))
