@@ -30,7 +30,7 @@ previous implementation) moved several times the bytes and launched a kernel per
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import List, Optional, Sequence, Tuple
 
@@ -157,18 +157,20 @@ class ImageLayout:
             return ImageLayout(base, h, w, w.copy(), np.ones_like(w), h * w)
         return ImageLayout(base, h, w, w * 3, np.full_like(w, 3), np.ones_like(w))
 
+    def arrays(self) -> Tuple[np.ndarray, ...]:
+        """(base, height, width, row_stride, pix_stride, ch_stride) as int64 arrays."""
+        return tuple(np.asarray(getattr(self, f.name), np.int64) for f in fields(self))
+
     def nbytes(self) -> int:
         """Bytes a buffer needs to hold every image: one past the farthest element."""
-        base, h, w, row, pix, ch = (np.asarray(getattr(self, f), np.int64) for f in
-                                    ("base", "height", "width", "row_stride", "pix_stride", "ch_stride"))
+        base, h, w, row, pix, ch = self.arrays()
         if base.size == 0:
             return 0
         return int((base + (h - 1) * row + (w - 1) * pix + 2 * ch).max()) + 1
 
     def select(self, keep: np.ndarray) -> "ImageLayout":
         """The layout of the images ``keep`` picks (a boolean mask or indices), in the same buffer."""
-        return ImageLayout(*(getattr(self, f)[keep] for f in
-                             ("base", "height", "width", "row_stride", "pix_stride", "ch_stride")))
+        return ImageLayout(*(a[keep] for a in self.arrays()))
 
 
 def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, flips: np.ndarray,
@@ -262,11 +264,10 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
 
 def _check_layout(layout: ImageLayout, n: int, numel: int) -> None:
     # The kernels trust these addresses: a layout past the buffer would read out of bounds.
-    fields = [np.asarray(getattr(layout, f), np.int64) for f in
-              ("base", "height", "width", "row_stride", "pix_stride", "ch_stride")]
-    if any(f.shape != (n,) for f in fields):
-        raise ValueError(f"layout must describe the {n} images of the batch, got shapes {[f.shape for f in fields]}")
-    base, h, w, row, pix, ch = fields
+    arrays = layout.arrays()
+    if any(a.shape != (n,) for a in arrays):
+        raise ValueError(f"layout must describe the {n} images of the batch, got shapes {[a.shape for a in arrays]}")
+    base, h, w, row, pix, ch = arrays
     if np.any(h <= 0) or np.any(w <= 0) or np.any(row < 0) or np.any(pix < 0) or np.any(ch < 0):
         raise ValueError("layout sizes must be positive and strides non-negative")
     if np.any(base < 0):

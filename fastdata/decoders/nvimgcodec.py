@@ -241,7 +241,7 @@ class NvImageCodecDecoder:
         instance; this thread calls instance 0 while the helpers call the others."""
         t0 = time.perf_counter()
         layout = ImageLayout.packed(np.stack(stored_sizes(batch.plan, rows), axis=1), chw=False, align=IMAGE_ALIGN)
-        decoded = _Decoded(rows, layout, layout.nbytes())
+        decoded = _Decoded(rows, layout)
         if rows:
             decoded.buffer = self._take_buffer(decoded.nbytes)
             if self.device.type == "cuda" and len(self._decode_streams) > 1:
@@ -396,9 +396,13 @@ class _Decoded:
 
     rows: List[int]
     layout: ImageLayout  # HWC, stored orientation, IMAGE_ALIGN-aligned (the plan's sizes)
-    nbytes: int
     buffer: Optional[torch.Tensor] = None
     allocated: Optional[Any] = None  # torch.cuda.Event on decode stream 0 after the buffer was taken
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
     seconds: float = 0.0  # stage 1's wall time
+
+    @property
+    def nbytes(self) -> int:
+        """The buffer bytes the layout needs."""
+        return self.layout.nbytes()
