@@ -312,6 +312,12 @@ class BatchPipeline:
         failures.sort(key=lambda pair: pair[0])
         return DecodedBatch(batch, slot, host_rows, parts, failures)
 
+    def handed_over(self, rows: int, seconds: float, waited: bool) -> None:
+        """The producer handed a batch of ``rows`` to the consumer ``seconds`` after the one
+        before, after waiting for room in its queue or not (hybrid: see SplitBalancer)."""
+        if self.balancer is not None:
+            self.balancer.observe_handover(rows, seconds, waited)
+
     def _finish_gpu(self, decoder: Decoder, rows: List[int], handle: Any) -> DecodedRows:
         """``decoder.finish``; under "auto" an error hands every row back (decoded natively)."""
         if not self._gpu_falls_back:

@@ -133,6 +133,11 @@ class BatchProducer:
             self._count_copy_times()
         return images, gpu_labels, done, failures, self.outcomes.take()
 
+    def handed_over(self, rows: int, seconds: float, waited: bool) -> None:
+        """A batch went to the consumer ``seconds`` after the one before; ``waited``: the queue
+        was full (the consumer is the slower). The pipeline's split follows the consumer's pace."""
+        self.pipeline.handed_over(rows, seconds, waited)
+
     def discard(self, pending: PendingBatch) -> None:
         self.pipeline.discard(pending)
 
@@ -193,6 +198,7 @@ class Feed:
         self._idle = threading.Event()  # the thread is not inside run()
         self._idle.set()
         self._failed = False
+        self._last_handover: Optional[float] = None  # time.perf_counter() of the last batch handed over
 
     @property
     def alive(self) -> bool:
@@ -226,6 +232,7 @@ class Feed:
         producer = self._producer
         in_flight: Deque[Tuple[int, Any]] = collections.deque()  # (serial, started batch | _StartFailed | END)
         serial = -1
+        self._last_handover = None  # the time since the last run is not the consumer's pace
         try:
             while True:
                 with self._lock:
@@ -303,9 +310,22 @@ class Feed:
             self._failed = True
             self._put((serial, e))
             return False
-        return self._put((serial, batch))
+        try:  # whether there was room at once tells the producer who waits for whom
+            self.queue.put_nowait((serial, batch))
+            waited = False
+        except queue.Full:
+            if not self._put((serial, batch)):
+                return False
+            waited = True
+        now = time.perf_counter()
+        if self._last_handover is not None:
+            producer.handed_over(len(batch[1]), now - self._last_handover, waited)
+        self._last_handover = now
+        return True
 
     def _put(self, item: Tuple[int, Any]) -> bool:
+        if item[1] is END:  # the consumer's time between epochs is not its pace
+            self._last_handover = None
         while not self.stop.is_set():
             try:
                 self.queue.put(item, timeout=0.1)

@@ -8,6 +8,7 @@ does: any misplaced, lost or doubled row shows as a difference from Loader(backe
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 from typing import Any, List, Tuple
 
@@ -199,3 +200,46 @@ def test_an_asynchronous_decoder_in_flight_across_epochs_and_early_exits(folder)
         assert_same(got, want)
     assert fake.discarded > 0 and not fake.pending
     assert fake.finished + fake.discarded == len(fake.got)
+
+
+class TimedOddDecoder(OddIndexDecoder):
+    """OddIndexDecoder that takes ``row_seconds`` per row (on the producer thread) and reports
+    it, as a GPU decoder reports its rate to the hybrid split."""
+
+    def __init__(self, row_seconds: float):
+        super().__init__()
+        self.row_seconds = row_seconds
+
+    def finish(self, handle: Any, host: Any) -> DecodedRows:
+        time.sleep(self.row_seconds * len(handle[1]))
+        done = super().finish(handle, host)
+        done.seconds = self.row_seconds * len(handle[1])
+        return done
+
+
+@pytest.mark.parametrize("consumer_seconds", [0.0, 0.2])
+def test_the_split_gives_the_gpu_side_all_it_can_take_while_the_consumer_is_slower(tmp_path, consumer_seconds):
+    # The hybrid balancer (attached to a plugged decoder's pipeline, as backend="hybrid" does):
+    # a consumer that takes batches as fast as they come gets the split by the two rates, so
+    # the slow decoder (500 rows/s, far slower than the native threads) gets a few rows; a
+    # consumer slower than the loader gets the loader ahead, and then the decoder takes every
+    # row it accepts (the odd indices), since the native threads' CPU is not needed.
+    from fastdata.loader.balance import SplitBalancer
+
+    for i in range(192):
+        (tmp_path / f"{i:03d}.jpg").write_bytes(photo_like_jpeg(4, i, 24, 20))
+    paths = sorted(str(p) for p in tmp_path.iterdir())
+    fake = TimedOddDecoder(row_seconds=0.002)
+    with fastdata.Loader(fastdata.FileList(paths, [0] * len(paths)), batch_size=16, transform=TRANSFORM, seed=SEED,
+                         threads=2, device="cpu", dtype=torch.uint8, prefetch=2, shuffle=False,
+                         backend=fake) as loader:
+        loader._pipeline.balancer = balancer = SplitBalancer()
+        for _ in loader:
+            time.sleep(consumer_seconds)
+    # rows the decoder got per batch of epoch 0, of its 8 odd ones (then the next epoch's lookahead)
+    given = [len(rows) for epoch, rows in fake.got if epoch == 0]
+    assert len(given) == 12 and balancer.gpu_rate and balancer.native_rate
+    if consumer_seconds:
+        assert balancer.ahead and given[-4:] == [8, 8, 8, 8], given
+    else:
+        assert not balancer.ahead and max(given[-4:]) <= 4, (given, balancer.gpu_rate, balancer.native_rate)
