@@ -223,20 +223,20 @@ def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
         SplitBalancer(smoothing=0)
 
 
-def test_balancer_gives_the_gpu_all_it_can_take_while_the_loader_is_ahead():
+def test_balancer_gives_the_gpu_the_least_that_keeps_the_loader_ahead():
     bal = SplitBalancer(smoothing=1.0)
     bal.observe(192, 192 / 3000.0, 64, 64 / 1000.0)  # GPU 3000 rows/s, native 1000: balanced 3/4
     assert bal.gpu_rows(256, 256) == 192
-    bal.observe_handover(256, 256 / 1000.0, waited=True)  # the consumer takes 1000 rows/s
-    assert bal.ahead and bal.gpu_rows(256, 256) == 248  # the GPU alone keeps 3x ahead: all but the probe
-    bal.observe_handover(256, 256 / 2800.0, waited=True)  # 2800 rows/s: the GPU must deliver 2800 * HEADROOM
-    assert bal.gpu_rows(256, 256) == int(round(256 * 3000 / (2800 * HEADROOM))) < 248
-    bal.observe_handover(256, 256 / 3500.0, waited=True)  # faster than the GPU alone: never below balanced
+    bal.observe_handover(256, 256 / 500.0, waited=True)  # the consumer takes 500 rows/s
+    assert bal.ahead and bal.gpu_rows(256, 256) == 8  # the native side alone keeps 2x ahead: the GPU's probe
+    bal.observe_handover(256, 256 / 2000.0, waited=True)  # 2000 rows/s: together they must deliver 2000 * HEADROOM
+    assert bal.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (2000 * HEADROOM)))) < 192
+    bal.observe_handover(256, 256 / 3500.0, waited=True)  # faster than balanced can serve: never above balanced
     assert bal.gpu_rows(256, 256) == 192
-    bal.observe_handover(256, 256 / 1000.0, waited=True)
-    bal.observe_handover(256, 256 / 900.0, waited=False)  # the loader is not ahead: balanced at once
+    bal.observe_handover(256, 256 / 500.0, waited=True)
+    bal.observe_handover(256, 256 / 3900.0, waited=False)  # the loader is not ahead: balanced at once
     assert not bal.ahead and bal.gpu_rows(256, 256) == 192
-    assert bal.handover_rate == 1000.0  # a hand-over that did not wait is the loader's pace, not the consumer's
+    assert bal.handover_rate == 500.0  # a hand-over that did not wait is the loader's pace, not the consumer's
 
 
 def test_hybrid_and_gpu_need_cuda_and_native_counts_its_rows(tmp_path):
