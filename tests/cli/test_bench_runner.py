@@ -200,3 +200,34 @@ def test_shuffled_batches_cover_each_epoch_once_and_reshuffle() -> None:
         seen = [i for b in epoch for i in b]
         assert len(set(seen)) == 9 and set(seen) <= set(range(10))
     assert batches[:3] != batches[3:]  # a new order each epoch
+
+
+def test_usage_leaves_out_its_own_sampling_thread(monkeypatch):
+    # A sampler made costly (each RSS read burns 20 ms of its thread's CPU) while the process
+    # does nothing else: the process's CPU grows, the contender's (Usage.cpu_seconds) does not.
+    import psutil
+
+    from fastdata.cli.bench_runner import Usage
+    from fastdata.io.host import process_cpu_seconds
+
+    real = psutil.Process.memory_info
+
+    def costly_memory_info(self):
+        t = time.thread_time()
+        while time.thread_time() - t < 0.02:
+            pass
+        return real(self)
+
+    monkeypatch.setattr(psutil.Process, "memory_info", costly_memory_info)
+    usage = Usage()
+    try:
+        time.sleep(0.1)
+        c0, p0 = usage.cpu_seconds(), process_cpu_seconds()
+        time.sleep(0.6)
+        c1, p1 = usage.cpu_seconds(), process_cpu_seconds()
+        threads = usage.thread_seconds()
+    finally:
+        usage.stop()
+    assert p1 - p0 >= 0.1  # the sampler burned CPU...
+    assert c1 - c0 <= 0.05, (c1 - c0, p1 - p0)  # ...which is not the contender's
+    assert not any("bench-rss" in k for k in threads)
