@@ -156,15 +156,15 @@ class DataLoaderPipeline:
 
 
 class FastdataPipeline:
-    """fastdata.Loader with its default backend ("auto": hybrid CPU + GPU JPEG engines on CUDA with the
-    gpu extra, else native decode + crop into pinned uint8), H2D on a side stream, GPU normalize."""
+    """fastdata.Loader with ``--backend`` (default "auto": hybrid CPU + GPU JPEG engines on CUDA with
+    the gpu extra, else native decode + crop into pinned uint8), H2D on a side stream, GPU normalize."""
 
     def __init__(self, source: Any, args: argparse.Namespace, train: bool, device: torch.device, dtype: torch.dtype):
         transform = fastdata.RandomResizedCrop(args.image_size) if train else fastdata.CenterCrop(args.image_size)
         self.loader = fastdata.Loader(
             source, batch_size=args.batch_size, transform=transform, shuffle=train, seed=args.seed,
             drop_last=train, threads=args.loader_threads, prefetch=args.prefetch, device=device.type,
-            dtype=dtype, channels_last=args.channels_last,
+            dtype=dtype, channels_last=args.channels_last, backend=args.backend,
         )
         self.device = device
         self.dtype = dtype
@@ -284,6 +284,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("data", nargs="?", help="ImageFolder tree or LMDB directory (not needed with --synthetic)")
     p.add_argument("--arch", default="resnet50", help="torchvision model name (resnet18, resnet50, ...) or small_resnet")
     p.add_argument("--loader", choices=("fastdata", "dataloader"), default="fastdata")
+    p.add_argument("--backend", default="auto", choices=("auto", "native", "hybrid", "gpu", "dali", "nvjpeg"),
+                   help="fastdata.Loader's decoder (default auto: hybrid on CUDA with the gpu extra, else native)")
     p.add_argument("--synthetic", action="store_true", help="random batch made on the device: no input pipeline")
     p.add_argument("--num-classes", type=int, default=1000, help="classes for --synthetic")
     p.add_argument("--batch-size", type=int, default=256, help="per GPU/process")
@@ -438,7 +440,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     if windows:
         log(str(windows[-1]))
     summary: Dict[str, Any] = {
-        "arch": args.arch, "input": "synthetic" if args.synthetic else args.loader, "batch_size": args.batch_size,
+        "arch": args.arch, "input": "synthetic" if args.synthetic else args.loader,
+        "backend": args.backend if not args.synthetic and args.loader == "fastdata" else None, "batch_size": args.batch_size,
         "world_size": world, "amp": amp_name, "channels_last": args.channels_last, "compile": args.compile,
         "workers": args.workers, "image_size": args.image_size, "steps": step, "train_seconds": train_seconds,
         "final_loss": mean_loss,

@@ -63,6 +63,15 @@ def test_dataloader_pipeline_trains(data, tmp_path):
 def test_fastdata_pipeline_trains(data):
     s = train.main([str(data), "--loader", "fastdata", "--workers", "2", *COMMON])
     _check_run(s, "fastdata")
+    assert s["backend"] == "auto"
+
+
+def test_backend_reaches_the_loader(data):
+    s = train.main([str(data), "--loader", "fastdata", "--backend", "native", "--workers", "2", *COMMON])
+    _check_run(s, "fastdata")
+    assert s["backend"] == "native"
+    with pytest.raises(ValueError, match="needs device='cuda'"):  # the Loader got it: hybrid needs CUDA
+        train.main([str(data), "--loader", "fastdata", "--backend", "hybrid", "--workers", "2", *COMMON])
 
 
 def test_synthetic_and_table(data, tmp_path, capsys):
