@@ -58,7 +58,7 @@ class SplitBalancer:
         self.initial_share = initial_share
         self.gpu_rate: Optional[float] = None     # rows/s, smoothed
         self.native_rate: Optional[float] = None  # rows/s, smoothed
-        self.handover_rate: Optional[float] = None  # rows/s taken by the consumer while the loader was ahead
+        self.handover_rate: Optional[float] = None  # rows/s taken by the consumer in this stretch ahead
         self.ahead = False  # the last hand-over waited for room in the queue
 
     def balanced_share(self) -> float:
@@ -92,8 +92,10 @@ class SplitBalancer:
         """A batch of ``rows`` was handed to the consumer ``seconds`` after the one before it;
         ``waited``: the producer waited for room in the queue (the consumer is the slower)."""
         self.ahead = waited
-        if waited:
-            self.handover_rate = self._smooth(self.handover_rate, rows, seconds)
+        # Not waiting: the consumer waited for us, its pace is unknown (at least ours). A rate
+        # measured in an earlier stretch ahead (a first step that compiled, an evaluation) is
+        # stale, so each stretch ahead measures afresh from its first hand-over.
+        self.handover_rate = self._smooth(self.handover_rate, rows, seconds) if waited else None
 
     def _smooth(self, rate: Optional[float], rows: int, seconds: float) -> Optional[float]:
         if rows <= 0 or seconds <= 0:

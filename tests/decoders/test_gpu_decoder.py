@@ -236,7 +236,10 @@ def test_balancer_gives_the_gpu_the_least_that_keeps_the_loader_ahead():
     bal.observe_handover(256, 256 / 500.0, waited=True)
     bal.observe_handover(256, 256 / 3900.0, waited=False)  # the loader is not ahead: balanced at once
     assert not bal.ahead and bal.gpu_rows(256, 256) == 192
-    assert bal.handover_rate == 500.0  # a hand-over that did not wait is the loader's pace, not the consumer's
+    assert bal.handover_rate is None  # ...and the consumer's pace is unknown again
+    bal.smoothing = 0.25
+    bal.observe_handover(256, 256 / 2000.0, waited=True)  # a new stretch ahead: its own pace, not the old 500
+    assert bal.handover_rate == 2000.0
 
 
 def test_hybrid_and_gpu_need_cuda_and_native_counts_its_rows(tmp_path):
