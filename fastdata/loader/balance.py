@@ -33,8 +33,14 @@ means the loader is ahead and the hand-over rate is the consumer's; the native t
 take as many rows as they can while the batch still takes at most 1 / ``HEADROOM`` of the
 consumer's time per batch, and the GPU gets the rest (never more than its balanced share).
 Not waiting means the consumer is waiting or about to: the balanced share, the most rows per
-second, at once. A native rate measured too high can therefore make the loader fall behind
-for a batch or two, never stay behind.
+second, for every batch submitted from then on. A native rate measured too high can therefore make the loader
+fall behind for a batch or two, never stay behind. (The rates the balanced share comes from
+were measured on the batches before: after a stretch ahead in which the GPU took only a few
+rows per batch, its rate, fixed costs per call included, reads low, and the balanced share
+takes a few batches to come back.) The pace is forgotten when a feed starts and at each
+epoch's end (``pace_reset``), and the producer does not count the hand-overs until its queue
+has turned over once more: their waits include the consumer's first step or the pause
+between epochs, not its pace.
 """
 from __future__ import annotations
 
@@ -88,14 +94,28 @@ class SplitBalancer:
         self.gpu_rate = self._smooth(self.gpu_rate, gpu_rows, gpu_seconds)
         self.native_rate = self._smooth(self.native_rate, native_rows, native_seconds)
 
-    def observe_handover(self, rows: int, seconds: float, waited: bool) -> None:
-        """A batch of ``rows`` was handed to the consumer ``seconds`` after the one before it;
-        ``waited``: the producer waited for room in the queue (the consumer is the slower)."""
+    def observe_handover(self, rows: int, seconds: Optional[float], waited: bool) -> None:
+        """A batch of ``rows`` was handed to the consumer ``seconds`` after the one before it
+        (None: the producer does not count that interval as the consumer's pace); ``waited``:
+        the producer waited for room in the queue (the consumer is the slower)."""
         self.ahead = waited
-        # Not waiting: the consumer waited for us, its pace is unknown (at least ours). A rate
-        # measured in an earlier stretch ahead (a first step that compiled, an evaluation) is
-        # stale, so each stretch ahead measures afresh from its first hand-over.
-        self.handover_rate = self._smooth(self.handover_rate, rows, seconds) if waited else None
+        if not waited:
+            # The consumer waited for us: its pace is unknown (at least ours). A rate measured
+            # in an earlier stretch ahead is stale, so each stretch ahead measures afresh.
+            self.handover_rate = None
+        elif seconds is not None and rows > 0:
+            if self.handover_rate is not None:
+                # One slow hand-over (a checkpoint, a page fault) moves the pace by at most half
+                # a step of the average: a consumer that really slows down is followed over a
+                # few batches, and an outlier does not throw the loader behind.
+                seconds = min(seconds, 2.0 * rows / self.handover_rate)
+            self.handover_rate = self._smooth(self.handover_rate, rows, seconds)
+
+    def pace_reset(self) -> None:
+        """Forget the consumer's pace (a feed starts, an epoch ends): the balanced share until
+        the loader is measured ahead again."""
+        self.ahead = False
+        self.handover_rate = None
 
     def _smooth(self, rate: Optional[float], rows: int, seconds: float) -> Optional[float]:
         if rows <= 0 or seconds <= 0:

@@ -312,11 +312,17 @@ class BatchPipeline:
         failures.sort(key=lambda pair: pair[0])
         return DecodedBatch(batch, slot, host_rows, parts, failures)
 
-    def handed_over(self, rows: int, seconds: float, waited: bool) -> None:
+    def handed_over(self, rows: int, seconds: Optional[float], waited: bool) -> None:
         """The producer handed a batch of ``rows`` to the consumer ``seconds`` after the one
-        before, after waiting for room in its queue or not (hybrid: see SplitBalancer)."""
+        before (None: not a measure of the consumer's pace), after waiting for room in its
+        queue or not (hybrid: see SplitBalancer)."""
         if self.balancer is not None:
             self.balancer.observe_handover(rows, seconds, waited)
+
+    def pace_reset(self) -> None:
+        """The consumer's pace is unknown again (hybrid: the balanced split until measured)."""
+        if self.balancer is not None:
+            self.balancer.pace_reset()
 
     def _finish_gpu(self, decoder: Decoder, rows: List[int], handle: Any) -> DecodedRows:
         """``decoder.finish``; under "auto" an error hands every row back (decoded natively)."""

