@@ -182,28 +182,10 @@ BatchReport report_of(std::vector<SampleResult>& results, const BatchTimes& time
   return report;
 }
 
-BatchReport engine_run(Engine& engine, const py::sequence& items, const TransformSpec& spec, const py::object& out_obj,
-                       uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels,
-                       int64_t max_file_bytes, const py::object& scale_bias) {
-  BufferViews views;
-  const std::vector<SampleInput> inputs = inputs_from_items(items, &views);
-  const size_t n = inputs.size();
-  py::buffer_info info;
-  const BatchOutput out = batch_output(out_obj, n, spec, scale_bias, &info);
-  const std::vector<int64_t> indices = indices_from(indices_obj, n);
-  std::vector<SampleResult> results;
-  BatchTimes times;
-  {
-    ReleasedGil nogil;
-    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels,
-               max_file_bytes, out, &results, &times);
-  }
-  return report_of(results, times);
-}
-
-// One asynchronous run: what the queued job reads and writes. Plain C++ only: the job runs
-// on the engine's queue thread without the GIL and never touches a Python object.
-struct QueuedRun {
+// One Engine.run call's arguments, converted, and what it produced. Plain C++ only: a queued
+// run's job reads and writes it on the engine's queue thread without the GIL, never touching a
+// Python object (the Python buffers behind inputs and out are held by the caller).
+struct RunState {
   std::vector<SampleInput> inputs;
   TransformSpec spec;
   uint64_t seed = 0, epoch = 0;
@@ -213,19 +195,55 @@ struct QueuedRun {
   BatchOutput out;
   std::vector<SampleResult> results;
   BatchTimes times;
-  std::string error;  // what Engine::run threw (a pool used after fork), raised by wait()
+  std::string error;  // what Engine::run threw in a queued run (a pool used after fork), raised by wait()
 
-  std::mutex mutex;
+  std::mutex mutex;  // a queued run: guards finished
   std::condition_variable finished_cv;
   bool finished = false;
+
+  void execute(Engine& engine) {  // call without the GIL
+    engine.run(inputs, spec, seed, epoch, indices.empty() ? nullptr : indices.data(), strict, max_pixels,
+               max_file_bytes, out, &results, &times);
+  }
 };
+
+// Checks and converts run's arguments (with the GIL); views and info receive the Python buffers
+// the run reads (the items) and writes (out), to be held until it has finished.
+std::shared_ptr<RunState> prepare_run(const py::sequence& items, const TransformSpec& spec, const py::object& out_obj,
+                                      uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict,
+                                      int64_t max_pixels, int64_t max_file_bytes, const py::object& scale_bias,
+                                      BufferViews* views, py::buffer_info* info) {
+  auto run = std::make_shared<RunState>();
+  run->inputs = inputs_from_items(items, views);
+  const size_t n = run->inputs.size();
+  run->out = batch_output(out_obj, n, spec, scale_bias, info);
+  run->indices = indices_from(indices_obj, n);
+  run->spec = spec;
+  run->seed = seed, run->epoch = epoch, run->strict = strict;
+  run->max_pixels = max_pixels, run->max_file_bytes = max_file_bytes;
+  return run;
+}
+
+BatchReport engine_run(Engine& engine, const py::sequence& items, const TransformSpec& spec, const py::object& out_obj,
+                       uint64_t seed, uint64_t epoch, const py::object& indices_obj, bool strict, int64_t max_pixels,
+                       int64_t max_file_bytes, const py::object& scale_bias) {
+  BufferViews views;
+  py::buffer_info info;
+  const auto run = prepare_run(items, spec, out_obj, seed, epoch, indices_obj, strict, max_pixels, max_file_bytes,
+                               scale_bias, &views, &info);
+  {
+    ReleasedGil nogil;
+    run->execute(engine);
+  }
+  return report_of(run->results, run->times);
+}
 
 // Engine.start_run's handle. It holds the Python buffers the run reads (the items' views)
 // and writes (out) until the run has finished: a handle dropped without wait() waits for its
 // run first, so no buffer is released under a running decode.
 class PendingRun {
  public:
-  PendingRun(std::shared_ptr<QueuedRun> run, std::unique_ptr<BufferViews> views, std::unique_ptr<py::buffer_info> out)
+  PendingRun(std::shared_ptr<RunState> run, std::unique_ptr<BufferViews> views, std::unique_ptr<py::buffer_info> out)
       : run_(std::move(run)), views_(std::move(views)), out_(std::move(out)), owner_pid_(::getpid()) {}
   ~PendingRun() {  // pybind11 destroys it with the GIL held; the buffers are released after the run
     // Not queued (submit threw): nothing will finish it. In a process forked after it was
@@ -268,7 +286,7 @@ class PendingRun {
     run_->finished_cv.wait(lock, [&] { return run_->finished; });
   }
 
-  std::shared_ptr<QueuedRun> run_;
+  std::shared_ptr<RunState> run_;
   std::unique_ptr<BufferViews> views_;
   std::unique_ptr<py::buffer_info> out_;
   const pid_t owner_pid_;
@@ -280,23 +298,16 @@ std::unique_ptr<PendingRun> engine_start_run(Engine& engine, const py::sequence&
                                              const py::object& out_obj, uint64_t seed, uint64_t epoch,
                                              const py::object& indices_obj, bool strict, int64_t max_pixels,
                                              int64_t max_file_bytes, const py::object& scale_bias) {
-  auto run = std::make_shared<QueuedRun>();
   auto views = std::make_unique<BufferViews>();
-  run->inputs = inputs_from_items(items, views.get());
-  const size_t n = run->inputs.size();
   auto info = std::make_unique<py::buffer_info>();
-  run->out = batch_output(out_obj, n, spec, scale_bias, info.get());
-  run->indices = indices_from(indices_obj, n);
-  run->spec = spec;
-  run->seed = seed, run->epoch = epoch, run->strict = strict;
-  run->max_pixels = max_pixels, run->max_file_bytes = max_file_bytes;
+  auto run = prepare_run(items, spec, out_obj, seed, epoch, indices_obj, strict, max_pixels, max_file_bytes,
+                         scale_bias, views.get(), info.get());
   auto pending = std::make_unique<PendingRun>(run, std::move(views), std::move(info));
   Engine* e = &engine;  // the engine drains its queue before it is destroyed
   engine.submit([e, run] {
     std::string error;
     try {
-      e->run(run->inputs, run->spec, run->seed, run->epoch, run->indices.empty() ? nullptr : run->indices.data(),
-             run->strict, run->max_pixels, run->max_file_bytes, run->out, &run->results, &run->times);
+      run->execute(*e);
     } catch (const std::exception& ex) {
       error = ex.what();
       if (error.empty()) error = "engine run failed";
