@@ -307,7 +307,8 @@ class Engine:
         ``out`` (and the items' buffers) must stay untouched until then. The Loader starts
         batch n + 1 this way while it hands out batch n, so the native threads never wait
         for its Python. A synchronous call (``run``, ``plan``) on the same engine meanwhile
-        waits for the queued runs: use a second engine for work needed at once."""
+        shares the native threads with the queued runs (one batch at a time holds them), so
+        it can wait a whole batch: use a second engine for work needed at once."""
         call = _RunCall(self, items, transform, out, seed, epoch, indices, strict, max_pixels, names, roi, normalize,
                         max_file_bytes)
         with self._lock:

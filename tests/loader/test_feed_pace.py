@@ -38,6 +38,21 @@ class PaceRecorder:
         self.calls.append(("reset",))
 
 
+def produce(recorder: PaceRecorder, maxsize: int, epochs: List[int], consumer_seconds: float) -> int:
+    """A feed of ``epochs`` (batches per epoch) on its own producer thread, consumed to the end
+    (sleeping ``consumer_seconds`` after each batch); the batches taken."""
+    feed = Feed(recorder, maxsize=maxsize)
+    thread = ProducerThread("test-feed-pace")
+    try:
+        for epoch, n in enumerate(epochs):
+            feed.extend(epoch, epoch, [np.arange(4)] * n)
+        thread.submit(feed)
+        return consume(feed, ends=len(epochs), seconds_per_batch=consumer_seconds)
+    finally:
+        feed.halt(thread)
+        thread.close()
+
+
 def consume(feed: Feed, ends: int, seconds_per_batch: float) -> int:
     """Take batches (sleeping after each) until ``ends`` end markers; the batches taken."""
     taken = 0
@@ -53,16 +68,7 @@ def consume(feed: Feed, ends: int, seconds_per_batch: float) -> int:
 
 def test_a_slow_consumer_is_reported_as_waited_on_and_its_pace_measured_after_the_queue_turns_over():
     recorder = PaceRecorder()
-    feed = Feed(recorder, maxsize=2)
-    thread = ProducerThread("test-feed-pace")
-    try:
-        feed.extend(0, 0, [np.arange(4)] * 8)
-        feed.extend(1, 1, [np.arange(4)] * 8)
-        thread.submit(feed)
-        assert consume(feed, ends=2, seconds_per_batch=0.02) == 16
-    finally:
-        feed.halt(thread)
-        thread.close()
+    assert produce(recorder, maxsize=2, epochs=[8, 8], consumer_seconds=0.02) == 16
     calls = recorder.calls
     resets = [i for i, c in enumerate(calls) if c[0] == "reset"]
     assert resets[0] == 0 and len(resets) == 3  # the run's start, and each epoch's end
@@ -79,23 +85,13 @@ def test_a_slow_consumer_is_reported_as_waited_on_and_its_pace_measured_after_th
 
 
 def test_a_consumer_that_waits_for_the_producer_is_not_waited_on():
-    recorder = PaceRecorder()
-
     class SlowProducer(PaceRecorder):
         def finish(self, pending: Any) -> Any:
             time.sleep(0.01)
             return super().finish(pending)
 
     recorder = SlowProducer()
-    feed = Feed(recorder, maxsize=2)
-    thread = ProducerThread("test-feed-pace")
-    try:
-        feed.extend(0, 0, [np.arange(4)] * 10)
-        thread.submit(feed)
-        assert consume(feed, ends=1, seconds_per_batch=0.0) == 10
-    finally:
-        feed.halt(thread)
-        thread.close()
+    assert produce(recorder, maxsize=2, epochs=[10], consumer_seconds=0.0) == 10
     handovers = [c for c in recorder.calls if c[0] == "handover"]
     assert len(handovers) == 10 and not any(c[3] for c in handovers)
 
