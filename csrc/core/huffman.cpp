@@ -93,6 +93,17 @@ void append_byte(FastHuffman& s, Bits* r, j_decompress_ptr cinfo) {
         r->p = s.end;
         s.at_marker = true;
       } else if (*q == 0) {
+        // Fill bytes before a stuffed zero: not valid JPEG. libjpeg's byte reader takes the
+        // run as one data 0xFF, as here, yet libjpeg-turbo 2.1.5 decoded "FF FF 00" to other
+        // pixels than "FF 00", without a warning (fuzz/regressions/crop/fill-bytes-before-
+        // stuffed-zero; my reading, not traced: its fast path's attempt at the MCU leaves
+        // coefficients its slow retry does not overwrite). With no reference pixels to
+        // match, the data is reported as corrupt (strict mode fails it).
+        if (q - r->p > 1) {
+          cinfo->err->msg_parm.i[0] = static_cast<int>(q - r->p - 1);
+          cinfo->err->msg_parm.i[1] = 0;
+          warn(cinfo, JWRN_EXTRANEOUS_DATA);
+        }
         c = 0xFF;
         r->p = q + 1;
       } else {

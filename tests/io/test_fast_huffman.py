@@ -8,6 +8,8 @@ must not (progressive).
 """
 from __future__ import annotations
 
+from typing import Tuple
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -289,3 +291,33 @@ def test_damage_near_a_marker_every_mcu_decodes_like_libjpeg(huffman_switch, nam
     assert fast[1] == ref[1]
     np.testing.assert_array_equal(fast[2], ref[2])
     assert fast[3] == ref[3]
+
+
+def _scan_with_stuffed_ff(index_from: int = 0) -> Tuple[bytes, int]:
+    """A baseline JPEG and the offset of a stuffed 0xFF (FF 00) inside its entropy-coded data."""
+    for index in range(index_from, index_from + 50):
+        data = ig.encode_jpeg(ig.photo_like(64, 96, index=index))
+        sos = data.index(b"\xff\xda")
+        start = sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+        at = data.find(b"\xff\x00", start)
+        if 0 <= at < len(data) - 4:
+            return data, at
+    raise AssertionError("no stuffed 0xFF in 50 photo-like JPEGs")
+
+
+@pytest.mark.parametrize("fill", [1, 5])
+def test_fill_bytes_before_a_stuffed_zero_are_corrupt_data(huffman_switch, fill):
+    """FF .. FF 00 inside the entropy-coded data is not valid JPEG (fill bytes go before
+    markers only). FastHuffman reads the run as one data 0xFF, as libjpeg's byte reader does,
+    and warns: libjpeg-turbo itself decoded such a run to pixels that match neither reading
+    (the fuzz regression fill-bytes-before-stuffed-zero), so there is no reference to match,
+    and strict mode fails the file. The same data with the single FF 00 decodes clean."""
+    src, at = _scan_with_stuffed_ff()
+    data = src[:at] + b"\xff" * fill + src[at:]
+    _C._set_fast_huffman(True)
+    pixels, warnings = _C.decode_full(data, False, 0)
+    assert warnings >= 1
+    np.testing.assert_array_equal(pixels, _C.decode_full(src, True, 0)[0])
+    with pytest.raises(_C.NativeDecodeError, match=f"{fill} extraneous bytes before marker 0x00"):
+        _C.decode_full(data, True, 0)
+    assert _C.decode_full(src, True, 0)[1] == 0
