@@ -76,8 +76,9 @@ class Decoder(Protocol):
     name: str
     depth: int  # batches that may be started before the first one is finished
 
-    def accepts(self, batch: PlannedBatch, row: int) -> bool:
-        """Whether this decoder takes ``row`` (from the header facts in ``batch``)."""
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:
+        """Which rows of ``batch`` this decoder takes (bool [len(batch)], from the header facts
+        in ``batch``)."""
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> Any:
         """Queue the decode of ``rows`` (sorted); returns a handle for ``finish``/``discard``."""

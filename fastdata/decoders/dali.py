@@ -147,8 +147,8 @@ class DaliDecoder:
         return anchor, shape, roi_start, roi_end
 
     # -- the decoder interface (fastdata.decoders.base) -----------------------------------
-    def accepts(self, batch: PlannedBatch, row: int) -> bool:
-        return gpu_decodable(batch, row)
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:
+        return gpu_decodable(batch)
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> "_Ticket":
         datas, plan = batch.datas, batch.plan

@@ -59,8 +59,8 @@ class NativeDecoder:
         self.normalize = normalize
         self._on_report = on_report
 
-    def accepts(self, batch: PlannedBatch, row: int) -> bool:
-        return True
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:
+        return np.ones(len(batch), bool)
 
     def start(self, batch: PlannedBatch, rows: List[int], host: np.ndarray) -> Tuple[List[int], EngineRun]:
         """Queue ``rows`` of ``batch`` into ``host`` (``len(rows)`` rows, untouched until ``finish``)."""

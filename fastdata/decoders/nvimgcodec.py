@@ -43,6 +43,7 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import torch
 
+from ..io.host import THREAD_PREFIX
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .gpu_resize import ImageLayout, resample_batch
@@ -172,11 +173,11 @@ class NvImageCodecDecoder:
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
-        self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
+        self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix=f"{THREAD_PREFIX}gpu-decode")
         # The other instances' callers: the decode stage calls instance 0 itself.
-        self._decode_helpers = (ThreadPoolExecutor(decode_threads - 1, thread_name_prefix="fastdata-gpu-decode")
+        self._decode_helpers = (ThreadPoolExecutor(decode_threads - 1, thread_name_prefix=f"{THREAD_PREFIX}gpu-decode")
                                 if decode_threads > 1 else None)
-        self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
+        self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix=f"{THREAD_PREFIX}gpu-resample")
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(decode_threads)]
                                 if device.type == "cuda" else [None] * decode_threads)
         self._closed = False
@@ -190,19 +191,22 @@ class NvImageCodecDecoder:
         self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
 
     # ---- the Decoder protocol ----
-    def accepts(self, batch: PlannedBatch, row: int) -> bool:
-        if not gpu_decodable(batch, row):
-            return False
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:
+        ok = gpu_decodable(batch)
+        if not ok.any():
+            return ok
+        plan = batch.plan
         # Gray JPEGs go native: decoded on the H200's engines (nvImageCodec 0.9) the demo set's
         # gray files came back 11-14 dB off the native decode, 5 of 5 (2026-12-02), though a
         # synthetic gray file matched Pillow; until that is understood, no wrong pixels.
-        if batch.plan.components[row] != 3:
-            return False
+        ok &= np.asarray(plan.components) == 3
         # Very large images go native: the decoded images of the batches in flight live, whole
         # (not cropped), on the training GPU.
-        if int(batch.plan.sizes[row, 0]) * int(batch.plan.sizes[row, 1]) > MAX_GPU_PIXELS:
-            return False
-        return not (self.hardware_only and bool(batch.plan.progressive[row]))
+        sizes = np.asarray(plan.sizes, np.int64)
+        ok &= sizes[:, 0] * sizes[:, 1] <= MAX_GPU_PIXELS
+        if self.hardware_only:
+            ok &= ~np.asarray(plan.progressive, dtype=bool)
+        return ok
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> "Future[DecodedRows]":
         with self._lock:

@@ -9,7 +9,7 @@ the pipeline normalizes.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 import numpy as np
 import torch
@@ -58,8 +58,8 @@ class NvjpegDecoder:
         self.device = device
         self._decode_jpegs = _gpu_decoder()
 
-    def accepts(self, batch: PlannedBatch, row: int) -> bool:
-        return gpu_decodable(batch, row)
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:
+        return gpu_decodable(batch)
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> DecodedRows:
         return self._decode(batch, rows)  # synchronous: the work is queued on the stream already

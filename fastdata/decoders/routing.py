@@ -3,7 +3,8 @@
 ``plan_batch`` reads the batch's bytes (paths on the native engine's threads) and asks the
 native header reader for every sample's crop box, flip, size and orientation, keyed by
 (seed, epoch, index): the crops are the native engine's whichever decoder runs a row.
-``route`` then gives each row to the first decoder that ``accepts`` it; the native decoder
+``route`` then gives each row to the first decoder that ``accepts`` it (each decoder answers
+for the whole batch at once, from the plan's arrays: no Python per row); the native decoder
 comes last and takes the rest (non-JPEG, CMYK/YCCK, 12-bit, truncated files, and anything a
 GPU decoder rejects later), so a batch is never lost.
 """
@@ -76,30 +77,47 @@ def route(batch: PlannedBatch, decoders: Sequence[Decoder]) -> List[List[int]]:
     """Rows per decoder (sorted): each row goes to the first decoder that accepts it; the last
     decoder (the native one) must accept every row, and alone gets the ``unplanned`` rows: it
     names their failure exactly as it does without a plan."""
-    routes: List[List[int]] = [[] for _ in decoders]
-    for row in range(len(batch)):
-        if row in batch.unplanned:
-            routes[-1].append(row)
-            continue
-        for rows, decoder in zip(routes, decoders):
-            if decoder.accepts(batch, row):
-                rows.append(row)
-                break
+    n = len(batch)
+    left = np.ones(n, bool)
+    unplanned = sorted(batch.unplanned)
+    left[unplanned] = False
+    routes: List[List[int]] = []
+    for decoder in decoders:
+        accepted = np.asarray(decoder.accepts(batch), dtype=bool)
+        if accepted.shape != (n,):
+            raise RuntimeError(f"internal: decoder {getattr(decoder, 'name', decoder)!r} answered accepts for "
+                               f"{accepted.shape} rows, not ({n},)")
+        if decoder is decoders[-1]:
+            if not accepted[left].all():
+                row = int(np.flatnonzero(left & ~accepted)[0])
+                raise RuntimeError(f"internal: no decoder accepts row {row} (the native decoder must come last)")
+            routes.append(sorted(np.flatnonzero(left).tolist() + unplanned))
         else:
-            raise RuntimeError(f"internal: no decoder accepts row {row} (the native decoder must come last)")
+            taken = left & accepted
+            routes.append(np.flatnonzero(taken).tolist())
+            left &= ~taken
     return routes
 
 
-def gpu_decodable(batch: PlannedBatch, row: int) -> bool:
-    """What nvJPEG and DALI's GPU decoder take: an 8-bit Huffman JPEG (baseline, extended or
-    progressive) with 1 or 3 components that ends with its EOI marker.
+def gpu_decodable(batch: PlannedBatch) -> np.ndarray:
+    """Per row (bool [len(batch)]), what nvJPEG and DALI's GPU decoder take: an 8-bit Huffman
+    JPEG (baseline, extended or progressive) with 1 or 3 components that ends with its EOI
+    marker.
 
     Files without EOI (truncated) decode natively: libjpeg reports or grey-fills them as
     ``strict`` asks, while GPU decoders fail the whole batch or return garbage for them.
     """
-    if batch.datas is None or batch.plan is None or row in batch.not_jpeg or row in batch.unplanned:
-        return False
+    n = len(batch)
+    if batch.datas is None or batch.plan is None:
+        return np.zeros(n, bool)
     plan = batch.plan  # the header facts the native reader parsed: the markers are not walked again
-    if plan.precisions[row] != 8 or plan.components[row] not in (1, 3) or plan.arithmetic[row]:
-        return False  # 12-bit, CMYK/YCCK (often Adobe-inverted), arithmetic coding: the native decoder
-    return ends_with_eoi(batch.datas[row])
+    # 12-bit, CMYK/YCCK (often Adobe-inverted), arithmetic coding: the native decoder.
+    ok = ((np.asarray(plan.precisions) == 8) & np.isin(plan.components, (1, 3))
+          & ~np.asarray(plan.arithmetic, dtype=bool))
+    ok[sorted(batch.not_jpeg | batch.unplanned)] = False
+    for row in np.flatnonzero(ok).tolist():
+        data = batch.datas[row]
+        # Most files end in FF D9: two byte reads; padded or truncated ones take the full check.
+        if not (data.size >= 2 and data[-1] == 0xD9 and data[-2] == 0xFF) and not ends_with_eoi(data):
+            ok[row] = False
+    return ok

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import os
 import queue
+import threading
 import time
 import warnings
 import weakref
@@ -30,6 +31,7 @@ from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, native_spec
+from ..io.host import THREAD_PREFIX
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
@@ -204,7 +206,7 @@ class Loader:
         self._feed: Optional[Feed] = None
         self._iterated = False
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
-        self._thread = ProducerThread(f"fastdata-loader-{id(self):x}")
+        self._thread = ProducerThread(f"{THREAD_PREFIX}loader-{id(self):x}")
         self._warned: set = set()
         self._closed = False
         self._pid = os.getpid()
@@ -470,14 +472,27 @@ class _EpochIterator:
         """Stop producing this epoch (and the lookahead) unless every batch was handed out or
         a later iteration took the feed over; return once the thread has left it. Safe to
         call twice."""
+        self._stop(wait=True)
+
+    def __del__(self) -> None:
+        # The garbage collector runs this on whichever thread frees the iterator: after a
+        # DecodeError ended a loop, a reference cycle through the error's traceback can leave
+        # it to a collection on any thread. fastdata's own threads (named THREAD_PREFIX...:
+        # a decoder's workers, checksum and shard readers) may be the ones the producer is
+        # waiting for, so there the feed is only told to stop: waiting for the producer would
+        # deadlock (seen: the gpu decoder's resample thread freed the iterator while the
+        # producer waited for its resample, and the process hung at exit).
+        try:
+            self._stop(wait=not threading.current_thread().name.startswith(THREAD_PREFIX))
+        except Exception:
+            pass
+
+    def _stop(self, wait: bool) -> None:
         self.finished = True
         if os.getpid() != self._loader._pid:
             return  # a forked child: no producer here to wait for
         if not self.exhausted and self._feed.owner == self._serial:
-            self._feed.halt(self._thread)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+            if wait:
+                self._feed.halt(self._thread)
+            else:
+                self._feed.stop.set()

@@ -6,7 +6,6 @@ assembly — is checked against the native backend without a GPU.
 """
 from __future__ import annotations
 
-import io
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import torch
 import fastdata
 from fastdata.decoders import BACKENDS
 from fastdata.decoders.nvjpeg import NvjpegDecoder
-from fastdata.decoders.routing import ends_with_eoi, gpu_decodable, plan_batch
+from fastdata.decoders.routing import ends_with_eoi, gpu_decodable, plan_batch, route
 from fastdata.loader.pipeline import make_backend
 from fastdata.cli.demo import photo_like_jpeg
 from imagegen import encode_jpeg, hard_case_folder, make_12bit, patch_sof, photo_like, psnr
@@ -112,20 +111,48 @@ def test_routing_reads_the_header_facts_the_native_reader_parsed():
         "cmyk": (encode_jpeg(img.convert("CMYK")), 4, 8, False, False),
         "arithmetic": (patch_sof(rgb, marker=0xC9), 3, 8, True, False),
         "truncated": (rgb[:-10], 3, 8, False, False),  # no EOI
+        "padded": (rgb + b"\x00\x00\x00", 3, 8, False, True),  # EOI, then zero padding
     }
     items = [c[0] for c in cases.values()] + [make_12bit(rgb), b"\x89PNG\r\n"]
     with fastdata.Engine(1) as engine:
         batch = plan_batch(items, np.arange(len(items)), 0, [None] * len(items), engine,
                            fastdata.RandomResizedCrop(8), seed=0)
     plan = batch.plan
+    decodable = gpu_decodable(batch)
+    assert decodable.dtype == bool and decodable.shape == (len(items),)
     for row, (name, (_, comps, bits, arith, gpu)) in enumerate(cases.items()):
         got = (int(plan.components[row]), int(plan.precisions[row]), bool(plan.arithmetic[row]))
         assert got == (comps, bits, arith), name
-        assert gpu_decodable(batch, row) == gpu, name
+        assert decodable[row] == gpu, name
     # libjpeg-turbo's 8-bit header reader refuses 12-bit, so such a file is unplanned: native.
     twelve, png = len(cases), len(cases) + 1
     assert batch.unplanned == {twelve} and batch.not_jpeg == {png}
-    assert not gpu_decodable(batch, twelve) and not gpu_decodable(batch, png)
+    assert not decodable[twelve] and not decodable[png]
+
+
+class _Takes:
+    """A decoder stand-in that accepts the rows of ``mask``."""
+
+    def __init__(self, name, mask):
+        self.name, self.mask = name, np.asarray(mask, bool)
+
+    def accepts(self, batch):
+        return self.mask
+
+
+def test_route_gives_each_row_to_the_first_decoder_that_accepts_it():
+    items = [photo_like_jpeg(0, i, 40, 30) for i in range(5)] + [b"\xff\xd8\xff\xe0 a header cut short"]
+    with fastdata.Engine(1) as engine:
+        batch = plan_batch(items, np.arange(6), 0, [None] * 6, engine, fastdata.RandomResizedCrop(8), seed=0)
+    assert batch.unplanned == {5}  # a header the reader could not plan: the last decoder's alone
+    first = _Takes("first", [1, 0, 1, 0, 0, 1])
+    second = _Takes("second", [1, 1, 0, 0, 0, 1])
+    native = _Takes("native", [1] * 6)
+    assert route(batch, [first, second, native]) == [[0, 2], [1], [3, 4, 5]]
+    with pytest.raises(RuntimeError, match="no decoder accepts row 3"):
+        route(batch, [first, _Takes("native", [1, 1, 1, 0, 1, 1])])
+    with pytest.raises(RuntimeError, match="answered accepts"):
+        route(batch, [_Takes("short", [1, 1]), native])
 
 
 def test_ends_with_eoi():

@@ -8,6 +8,7 @@ does: any misplaced, lost or doubled row shows as a difference from Loader(backe
 from __future__ import annotations
 
 import io
+import threading
 import time
 from pathlib import Path
 from typing import Any, List, Tuple
@@ -20,6 +21,7 @@ from PIL import Image
 import fastdata
 from fastdata.cli.demo import photo_like_jpeg
 from fastdata.decoders.base import DecodedRows, PlannedBatch
+from fastdata.io.host import THREAD_PREFIX
 
 TRANSFORM = fastdata.RandomResizedCrop(32)
 SEED = 3
@@ -45,8 +47,9 @@ class OddIndexDecoder:
         self.finished = 0
         self.discarded = 0
 
-    def accepts(self, batch: PlannedBatch, row: int) -> bool:
-        return row not in batch.not_jpeg and int(batch.indices[row]) % 2 == 1
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:
+        return np.array([row not in batch.not_jpeg and int(batch.indices[row]) % 2 == 1 for row in range(len(batch))],
+                        dtype=bool)
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> Any:
         self.got.append((batch.epoch, [int(batch.indices[r]) for r in rows]))
@@ -270,3 +273,45 @@ def test_a_new_iteration_starts_balanced_whatever_the_last_one_measured(tmp_path
     given = [len(rows) for epoch, rows in fake.got[slow:] if epoch == 1]
     assert [len(rows) for _, rows in fake.got[3:slow]].count(1) >= 2  # the slow stretch left the GPU its probe
     assert given[:3] == [8, 8, 8], given
+
+
+class GatedDecoder(OddIndexDecoder):
+    """Every ``finish`` after the first waits for ``release``: a producer waiting on another thread."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.calls = 0
+
+    def finish(self, handle: Any, host: Any) -> DecodedRows:
+        self.calls += 1
+        if self.calls > 1 and not self.release.wait(60):
+            raise RuntimeError("never released")
+        return super().finish(handle, host)
+
+
+def test_an_iterator_freed_on_a_fastdata_thread_does_not_wait_for_the_producer(folder):
+    # The garbage collector may free an iterator on any thread, also on one the producer is
+    # waiting for (a GPU decoder's resample worker did, after a DecodeError ended the loop, and
+    # the process hung at exit). There the iterator only tells the feed to stop.
+    decoder = GatedDecoder()
+    loader = make(folder, decoder, clean=True)
+    it = iter(loader)
+    next(it)  # batch 0; the producer then waits in finish() for the release
+    held = [it]
+    del it
+
+    def free_then_release():  # what the decoder's own thread would do: drop the iterator, go on
+        held.clear()  # the last reference: the iterator's __del__ runs on this thread
+        decoder.release.set()
+
+    worker = threading.Thread(target=free_then_release, name=f"{THREAD_PREFIX}test-worker")
+    worker.start()
+    worker.join(10)
+    stuck = worker.is_alive()
+    decoder.release.set()  # let a stuck worker end, so that a failure does not hang the suite
+    worker.join(60)
+    assert not stuck, "freeing the iterator on a fastdata thread waited for the producer"
+    loader.close()  # the feed stopped: the loader closes
+    batches = sum(1 for _ in make(folder, "native", clean=True))
+    assert batches > 2  # (the gate mattered: the epoch has batches after the one taken)
