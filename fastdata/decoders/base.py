@@ -17,6 +17,7 @@ normalize, copy to the device or replace failed samples: the pipeline does each 
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
@@ -92,6 +93,20 @@ class Decoder(Protocol):
 
     def close(self) -> None:
         """Release the decoder's resources. Idempotent."""
+
+
+def check_plugged_decoder(decoder: Any) -> None:
+    """Raise TypeError unless ``decoder`` (a ``backend=`` object) has ``accepts(batch)``: the
+    protocol asked ``accepts(batch, row)`` per row before 2026-12-02, and such a decoder would
+    otherwise fail on the producer thread with a bare TypeError."""
+    try:
+        params = inspect.signature(decoder.accepts).parameters.values()
+    except (AttributeError, TypeError, ValueError) as e:
+        raise TypeError(f"backend must be a backend name or a decoder with accepts(batch); got {decoder!r}") from e
+    required = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(required) != 1:
+        raise TypeError(f"{type(decoder).__name__}.accepts must take the planned batch alone and return a bool per "
+                        f"row (Decoder.accepts(batch) -> np.ndarray); it takes {required}")
 
 
 def stored_sizes(plan: CropPlan, rows: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:

@@ -43,7 +43,6 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..io.host import THREAD_PREFIX
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .gpu_resize import ImageLayout, resample_batch
@@ -173,11 +172,11 @@ class NvImageCodecDecoder:
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
-        self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix=f"{THREAD_PREFIX}gpu-decode")
+        self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
         # The other instances' callers: the decode stage calls instance 0 itself.
-        self._decode_helpers = (ThreadPoolExecutor(decode_threads - 1, thread_name_prefix=f"{THREAD_PREFIX}gpu-decode")
+        self._decode_helpers = (ThreadPoolExecutor(decode_threads - 1, thread_name_prefix="fastdata-gpu-decode")
                                 if decode_threads > 1 else None)
-        self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix=f"{THREAD_PREFIX}gpu-resample")
+        self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(decode_threads)]
                                 if device.type == "cuda" else [None] * decode_threads)
         self._closed = False

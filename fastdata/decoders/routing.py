@@ -77,17 +77,19 @@ def route(batch: PlannedBatch, decoders: Sequence[Decoder]) -> List[List[int]]:
     """Rows per decoder (sorted): each row goes to the first decoder that accepts it; the last
     decoder (the native one) must accept every row, and alone gets the ``unplanned`` rows: it
     names their failure exactly as it does without a plan."""
+    if not decoders:
+        raise RuntimeError("internal: no decoders to route to (the native decoder must come last)")
     n = len(batch)
     left = np.ones(n, bool)
     unplanned = sorted(batch.unplanned)
     left[unplanned] = False
     routes: List[List[int]] = []
-    for decoder in decoders:
+    for k, decoder in enumerate(decoders):
         accepted = np.asarray(decoder.accepts(batch), dtype=bool)
         if accepted.shape != (n,):
             raise RuntimeError(f"internal: decoder {getattr(decoder, 'name', decoder)!r} answered accepts for "
                                f"{accepted.shape} rows, not ({n},)")
-        if decoder is decoders[-1]:
+        if k == len(decoders) - 1:
             if not accepted[left].all():
                 row = int(np.flatnonzero(left & ~accepted)[0])
                 raise RuntimeError(f"internal: no decoder accepts row {row} (the native decoder must come last)")

@@ -12,13 +12,7 @@ from typing import Dict
 
 import psutil
 
-__all__ = ["THREAD_PREFIX", "usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds"]
-
-# Every thread fastdata starts is named with this prefix: the Loader's iterator, freed by the
-# garbage collector on one of them, must not wait there for the producer, which may be
-# waiting for that thread (fastdata/loader/loader.py, _EpochIterator.__del__); and the CPU
-# time by thread that fastdata-bench reports tells them apart by name.
-THREAD_PREFIX = "fastdata-"
+__all__ = ["usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds"]
 
 
 def usable_cores() -> int:

@@ -31,7 +31,6 @@ from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, native_spec
-from ..io.host import THREAD_PREFIX
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
@@ -206,10 +205,11 @@ class Loader:
         self._feed: Optional[Feed] = None
         self._iterated = False
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
-        self._thread = ProducerThread(f"{THREAD_PREFIX}loader-{id(self):x}")
+        self._thread = ProducerThread(f"fastdata-loader-{id(self):x}")
         self._warned: set = set()
         self._closed = False
         self._pid = os.getpid()
+        self._creator = threading.get_ident()  # the thread whose __del__ may wait (see __del__)
         _live_loaders.add(self)
 
     # ---- DataLoader-like surface ----
@@ -335,10 +335,43 @@ class Loader:
         self.close()
 
     def __del__(self) -> None:
+        # The garbage collector runs this on whichever thread frees the loader: after a
+        # DecodeError ended a loop, a reference cycle through the error's traceback can leave
+        # it to a collection on any thread, also on one the producer is waiting for (a
+        # decoder's worker, a source's reader). Waiting there for the producer deadlocks (seen:
+        # the gpu decoder's resample thread, and the process hung at exit). So only the thread
+        # that made the loader closes it here; any other tells the feed to stop and leaves
+        # the rest of the close to the producer thread itself.
         try:
-            self.close()
+            if threading.get_ident() == self._creator:
+                self.close()
+            else:
+                self._close_on_producer()
         except Exception:  # interpreter shutdown: modules may already be gone
             pass
+
+    def _close_on_producer(self) -> None:
+        """``close`` without waiting: the feed stops, and the producer thread closes the
+        pipeline and ends once it has left the feed."""
+        if self._closed or os.getpid() != self._pid:
+            return
+        self._closed = True
+        cur = self._current() if self._current is not None else None
+        if cur is not None:
+            cur.finished = True
+        self._current = None
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            feed.stop.set()
+        source, pipeline = self.source, self._pipeline
+
+        def close_pipeline() -> None:
+            end_stream = getattr(source, "end_stream", None)
+            if end_stream is not None:
+                end_stream()
+            pipeline.close()
+
+        self._thread.finish_with(close_pipeline)
 
     # ---- internals ----
     @property
@@ -421,6 +454,7 @@ class _EpochIterator:
         self._serial = serial
         self._total = loader.order.num_batches
         self._thread = loader._thread
+        self._creator = threading.get_ident()  # the consumer: the thread whose __del__ may wait
         loader._stats.start_clock()
 
     @property
@@ -475,15 +509,11 @@ class _EpochIterator:
         self._stop(wait=True)
 
     def __del__(self) -> None:
-        # The garbage collector runs this on whichever thread frees the iterator: after a
-        # DecodeError ended a loop, a reference cycle through the error's traceback can leave
-        # it to a collection on any thread. fastdata's own threads (named THREAD_PREFIX...:
-        # a decoder's workers, checksum and shard readers) may be the ones the producer is
-        # waiting for, so there the feed is only told to stop: waiting for the producer would
-        # deadlock (seen: the gpu decoder's resample thread freed the iterator while the
-        # producer waited for its resample, and the process hung at exit).
+        # As Loader.__del__: only the consumer's thread waits for the producer to leave the
+        # feed; on any other (a garbage collection there) the feed is only told to stop. What
+        # comes next (iter, set_epoch, load_state_dict, close, the exit hook) waits for it.
         try:
-            self._stop(wait=not threading.current_thread().name.startswith(THREAD_PREFIX))
+            self._stop(wait=threading.get_ident() == self._creator)
         except Exception:
             pass
 

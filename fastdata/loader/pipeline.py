@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from ..decoders import make_decoder
-from ..decoders.base import DecodedRows, Decoder, Item, PlannedBatch, to_device
+from ..decoders.base import DecodedRows, Decoder, Item, PlannedBatch, check_plugged_decoder, to_device
 from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, route
 from ..errors import DecodeError
@@ -184,6 +184,7 @@ class BatchPipeline:
                     threads = max(1, threads - HYBRID_HOST_CORES)
         else:
             gpu = backend
+            check_plugged_decoder(gpu)
         self._closed = False
         self.engine = Engine(threads, nice=GPU_NATIVE_NICE if gpu is not None and cuda else 0)
         self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1)

@@ -24,7 +24,7 @@ import collections
 import queue
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -380,24 +380,38 @@ class ProducerThread:
     """
 
     def __init__(self, name: str):
-        self._jobs: "queue.Queue[Optional[Feed]]" = queue.Queue()
+        self._jobs: "queue.Queue[Union[Feed, Callable[[], None], None]]" = queue.Queue()
         self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name=name, daemon=True)
         self._started = False
 
     @staticmethod
-    def _loop(jobs: "queue.Queue[Optional[Feed]]") -> None:
+    def _loop(jobs: "queue.Queue[Union[Feed, Callable[[], None], None]]") -> None:
         while True:
-            feed = jobs.get()
-            if feed is None:
+            job = jobs.get()
+            if job is None:
                 return
-            feed.run()
-            del feed
+            if not isinstance(job, Feed):  # a last task (finish_with), then the thread ends
+                try:
+                    job()
+                except Exception:  # a close nobody waits for: nobody to tell
+                    pass
+                return
+            job.run()
+            del job
 
     def submit(self, feed: Feed) -> None:
+        self._put_job(feed)
+
+    def finish_with(self, last: Callable[[], None]) -> None:
+        """Run ``last`` on this thread once the feeds queued so far have returned, then end it:
+        a close for a caller that must not wait (see Loader.__del__)."""
+        self._put_job(last)
+
+    def _put_job(self, job: "Union[Feed, Callable[[], None]]") -> None:
         if not self._started:
             self._started = True
             self._thread.start()
-        self._jobs.put(feed)
+        self._jobs.put(job)
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()

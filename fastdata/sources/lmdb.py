@@ -23,7 +23,7 @@ import numpy as np
 from ..cache import format as cf
 from ..cache.lmdb_file import check_lmdb_dir
 from ..errors import DecodeError
-from ..io.host import THREAD_PREFIX, usable_cores
+from ..io.host import usable_cores
 
 _POOL: Optional[ThreadPoolExecutor] = None
 _POOL_PID = 0
@@ -49,7 +49,7 @@ def _hash_pool() -> ThreadPoolExecutor:
     global _POOL, _POOL_PID
     with _POOL_LOCK:
         if _POOL is None or _POOL_PID != os.getpid():
-            _POOL = ThreadPoolExecutor(max_workers=usable_cores(), thread_name_prefix=f"{THREAD_PREFIX}sha256")
+            _POOL = ThreadPoolExecutor(max_workers=usable_cores(), thread_name_prefix="fastdata-sha256")
             _POOL_PID = os.getpid()
         return _POOL
 

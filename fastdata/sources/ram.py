@@ -31,7 +31,6 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import DecodeError
-from ..io.host import THREAD_PREFIX
 
 _MSG_MAX = 4096
 _PREFIX = "fastdata-ram-"
@@ -89,7 +88,7 @@ class _Server:
         self.ready = threading.Event()
         self.fd = -1
         self.header = b""
-        self.thread = threading.Thread(target=self._serve, name=f"{THREAD_PREFIX}ram-server", daemon=True)
+        self.thread = threading.Thread(target=self._serve, name="fastdata-ram-server", daemon=True)
         self.thread.start()
         # A forked child must not keep the listening socket: joiners would wait on it forever.
         ref = weakref.ref(self)

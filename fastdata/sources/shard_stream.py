@@ -24,7 +24,6 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..io.host import THREAD_PREFIX
 from .shard_cache import ShardDiskCache
 from .shard_index import ShardFormatError, ShardIndex
 from .shard_io import RetryPolicy, ShardFile, ShardReadError
@@ -180,7 +179,7 @@ class EpochStream:
         self._fatal: Optional[BaseException] = None
         self._next_work = 0
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._reader, name=f"{THREAD_PREFIX}shards-{i}", daemon=True)
+        self._threads = [threading.Thread(target=self._reader, name=f"fastdata-shards-{i}", daemon=True)
                          for i in range(max(1, min(int(readers), len(self._work))))]
         for t in self._threads:
             t.start()

@@ -153,6 +153,19 @@ def test_route_gives_each_row_to_the_first_decoder_that_accepts_it():
         route(batch, [first, _Takes("native", [1, 1, 1, 0, 1, 1])])
     with pytest.raises(RuntimeError, match="answered accepts"):
         route(batch, [_Takes("short", [1, 1]), native])
+    same = _Takes("twice", [1, 0, 0, 0, 0, 1])  # one decoder listed twice: the first place takes its rows
+    assert route(batch, [same, same, native]) == [[0], [], [1, 2, 3, 4, 5]]
+
+
+def test_a_decoder_that_answers_per_row_is_refused_with_the_reason():
+    class PerRow:  # the protocol before 2026-12-02: accepts(batch, row) -> bool
+        name, depth = "per-row", 1
+
+        def accepts(self, batch, row):
+            return True
+
+    with pytest.raises(TypeError, match=r"accepts must take the planned batch alone.*\['batch', 'row'\]"):
+        make_backend(PerRow(), fastdata.RandomResizedCrop(8))
 
 
 def test_ends_with_eoi():

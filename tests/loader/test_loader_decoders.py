@@ -21,7 +21,6 @@ from PIL import Image
 import fastdata
 from fastdata.cli.demo import photo_like_jpeg
 from fastdata.decoders.base import DecodedRows, PlannedBatch
-from fastdata.io.host import THREAD_PREFIX
 
 TRANSFORM = fastdata.RandomResizedCrop(32)
 SEED = 3
@@ -276,42 +275,77 @@ def test_a_new_iteration_starts_balanced_whatever_the_last_one_measured(tmp_path
 
 
 class GatedDecoder(OddIndexDecoder):
-    """Every ``finish`` after the first waits for ``release``: a producer waiting on another thread."""
+    """Every ``finish`` after the first says so (``entered``) and waits for ``release``: a
+    producer waiting on another thread, as it waits for a GPU decoder's worker."""
 
     def __init__(self):
         super().__init__()
+        self.entered = threading.Event()
         self.release = threading.Event()
         self.calls = 0
+        self.closed = False
 
     def finish(self, handle: Any, host: Any) -> DecodedRows:
         self.calls += 1
-        if self.calls > 1 and not self.release.wait(60):
-            raise RuntimeError("never released")
+        if self.calls > 1:
+            self.entered.set()
+            if not self.release.wait(60):
+                raise RuntimeError("never released")
         return super().finish(handle, host)
 
+    def close(self) -> None:
+        self.closed = True
+        super().close()
 
-def test_an_iterator_freed_on_a_fastdata_thread_does_not_wait_for_the_producer(folder):
-    # The garbage collector may free an iterator on any thread, also on one the producer is
-    # waiting for (a GPU decoder's resample worker did, after a DecodeError ended the loop, and
-    # the process hung at exit). There the iterator only tells the feed to stop.
-    decoder = GatedDecoder()
-    loader = make(folder, decoder, clean=True)
-    it = iter(loader)
-    next(it)  # batch 0; the producer then waits in finish() for the release
-    held = [it]
-    del it
 
-    def free_then_release():  # what the decoder's own thread would do: drop the iterator, go on
-        held.clear()  # the last reference: the iterator's __del__ runs on this thread
+def _free_on_another_thread(held: list, decoder: GatedDecoder) -> bool:
+    """Drop the last references (``held``) on a thread other than the one that made them, then
+    release the decoder, as a decoder's own thread would after a garbage collection there.
+    True when that thread got stuck (it waited for the producer, which waited for it)."""
+    assert decoder.entered.wait(30)  # the producer waits in finish() now
+
+    def free_then_release():
+        held.clear()  # the last references: __del__ runs on this thread
         decoder.release.set()
 
-    worker = threading.Thread(target=free_then_release, name=f"{THREAD_PREFIX}test-worker")
+    worker = threading.Thread(target=free_then_release, name="not-the-consumer")
     worker.start()
     worker.join(10)
     stuck = worker.is_alive()
     decoder.release.set()  # let a stuck worker end, so that a failure does not hang the suite
     worker.join(60)
-    assert not stuck, "freeing the iterator on a fastdata thread waited for the producer"
-    loader.close()  # the feed stopped: the loader closes
-    batches = sum(1 for _ in make(folder, "native", clean=True))
-    assert batches > 2  # (the gate mattered: the epoch has batches after the one taken)
+    return stuck
+
+
+def test_an_iterator_freed_on_another_thread_does_not_wait_for_the_producer(folder):
+    # The garbage collector may free an iterator on any thread, also on one the producer is
+    # waiting for (a GPU decoder's resample worker did, after a DecodeError ended the loop, and
+    # the process hung at exit). Off the consumer's thread it only tells the feed to stop.
+    decoder = GatedDecoder()
+    loader = make(folder, decoder, clean=True)
+    try:
+        it = iter(loader)
+        next(it)  # batch 0; the producer goes on into batch 1 and waits in finish()
+        feed = loader._feed
+        held = [it]
+        del it
+        assert not _free_on_another_thread(held, decoder), "the iterator's __del__ waited for the producer"
+        assert feed.stop.is_set()  # told to stop, not left producing the epoch
+    finally:
+        loader.close()  # waits for the producer (the consumer's thread may)
+    assert decoder.closed
+
+
+def test_a_loader_freed_on_another_thread_is_closed_by_its_producer(folder):
+    # The same for the loader itself (a local of a frame in the error's traceback): off the
+    # thread that made it, __del__ stops the feed and the producer thread closes the pipeline.
+    decoder = GatedDecoder()
+    loader = make(folder, decoder, clean=True)
+    it = iter(loader)
+    next(it)
+    producer = loader._thread._thread
+    held = [loader, it]
+    del loader, it
+    assert not _free_on_another_thread(held, decoder), "the loader's __del__ waited for the producer"
+    producer.join(30)
+    assert not producer.is_alive() and decoder.closed  # it left the feed, closed the pipeline, ended
