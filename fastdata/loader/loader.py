@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ _STATE_VERSION = 1
 _EXIT_TIMEOUT_S = 10.0
 
 _live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+# Producer threads closing the pipeline of a loader freed off the thread that made it
+# (Loader.__del__): the exit hook waits for them too, so none is in native code at finalization.
+_closing_producers: "Set[ProducerThread]" = set()
 
 
 def _close_loaders_at_exit() -> None:
@@ -65,6 +68,8 @@ def _close_loaders_at_exit() -> None:
             loader._close(timeout=_EXIT_TIMEOUT_S)
         except Exception:  # exiting: one loader's trouble must not keep the others running
             pass
+    for thread in list(_closing_producers):
+        thread.close(time.monotonic() + _EXIT_TIMEOUT_S)
 
 
 class Loader:
@@ -363,15 +368,21 @@ class Loader:
         feed, self._feed = self._feed, None
         if feed is not None:
             feed.stop.set()
-        source, pipeline = self.source, self._pipeline
+        source, pipeline, thread = self.source, self._pipeline, self._thread
 
         def close_pipeline() -> None:
-            end_stream = getattr(source, "end_stream", None)
-            if end_stream is not None:
-                end_stream()
-            pipeline.close()
+            try:
+                end_stream = getattr(source, "end_stream", None)
+                if end_stream is not None:
+                    end_stream()
+                pipeline.close()
+            finally:
+                _closing_producers.discard(thread)
 
-        self._thread.finish_with(close_pipeline)
+        _closing_producers.add(thread)
+        atexit.unregister(_close_loaders_at_exit)  # as __iter__ does: before DALI's exit hook
+        atexit.register(_close_loaders_at_exit)
+        thread.finish_with(close_pipeline)
 
     # ---- internals ----
     @property

@@ -349,3 +349,5 @@ def test_a_loader_freed_on_another_thread_is_closed_by_its_producer(folder):
     assert not _free_on_another_thread(held, decoder), "the loader's __del__ waited for the producer"
     producer.join(30)
     assert not producer.is_alive() and decoder.closed  # it left the feed, closed the pipeline, ended
+    from fastdata.loader import loader as loader_module
+    assert not loader_module._closing_producers  # the exit hook has nothing left to wait for
