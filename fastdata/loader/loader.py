@@ -69,7 +69,10 @@ def _close_loaders_at_exit() -> None:
         except Exception:  # exiting: one loader's trouble must not keep the others running
             pass
     for thread in list(_closing_producers):
-        thread.close(time.monotonic() + _EXIT_TIMEOUT_S)
+        try:
+            thread.close(time.monotonic() + _EXIT_TIMEOUT_S)
+        except Exception:
+            pass
 
 
 class Loader:
@@ -214,7 +217,7 @@ class Loader:
         self._warned: set = set()
         self._closed = False
         self._pid = os.getpid()
-        self._creator = threading.get_ident()  # the thread whose __del__ may wait (see __del__)
+        self._creator = weakref.ref(threading.current_thread())  # the thread whose __del__ may wait (__del__)
         _live_loaders.add(self)
 
     # ---- DataLoader-like surface ----
@@ -348,7 +351,7 @@ class Loader:
         # that made the loader closes it here; any other tells the feed to stop and leaves
         # the rest of the close to the producer thread itself.
         try:
-            if threading.get_ident() == self._creator:
+            if threading.current_thread() is self._creator():
                 self.close()
             else:
                 self._close_on_producer()
@@ -368,17 +371,25 @@ class Loader:
         feed, self._feed = self._feed, None
         if feed is not None:
             feed.stop.set()
-        source, pipeline, thread = self.source, self._pipeline, self._thread
+        # This loader's shard stream only: by the time the producer runs the close, another
+        # loader on the same source may have started its own.
+        end_stream = getattr(self.source, "end_stream", None)
+        stream = getattr(self.source, "stream", None) if end_stream is not None else None
+        pipeline, thread = self._pipeline, self._thread
 
         def close_pipeline() -> None:
             try:
-                end_stream = getattr(source, "end_stream", None)
-                if end_stream is not None:
-                    end_stream()
-                pipeline.close()
+                if stream is not None:
+                    end_stream(stream)
             finally:
-                _closing_producers.discard(thread)
+                try:
+                    pipeline.close()
+                finally:
+                    _closing_producers.discard(thread)
 
+        if not thread.started:  # never iterated: nothing runs that could be waited for
+            close_pipeline()
+            return
         _closing_producers.add(thread)
         atexit.unregister(_close_loaders_at_exit)  # as __iter__ does: before DALI's exit hook
         atexit.register(_close_loaders_at_exit)
@@ -465,7 +476,7 @@ class _EpochIterator:
         self._serial = serial
         self._total = loader.order.num_batches
         self._thread = loader._thread
-        self._creator = threading.get_ident()  # the consumer: the thread whose __del__ may wait
+        self._creator = weakref.ref(threading.current_thread())  # the consumer: the thread whose __del__ may wait
         loader._stats.start_clock()
 
     @property
@@ -524,7 +535,7 @@ class _EpochIterator:
         # feed; on any other (a garbage collection there) the feed is only told to stop. What
         # comes next (iter, set_epoch, load_state_dict, close, the exit hook) waits for it.
         try:
-            self._stop(wait=threading.get_ident() == self._creator)
+            self._stop(wait=threading.current_thread() is self._creator())
         except Exception:
             pass
 

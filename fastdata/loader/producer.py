@@ -383,6 +383,7 @@ class ProducerThread:
         self._jobs: "queue.Queue[Union[Feed, Callable[[], None], None]]" = queue.Queue()
         self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name=name, daemon=True)
         self._started = False
+        self._finishing = False  # finish_with was called: no job after its last one
 
     @staticmethod
     def _loop(jobs: "queue.Queue[Union[Feed, Callable[[], None], None]]") -> None:
@@ -390,14 +391,15 @@ class ProducerThread:
             job = jobs.get()
             if job is None:
                 return
-            if not isinstance(job, Feed):  # a last task (finish_with), then the thread ends
-                try:
-                    job()
-                except Exception:  # a close nobody waits for: nobody to tell
-                    pass
+            if not isinstance(job, Feed):  # the last task (finish_with); an error in it is the
+                job()  # thread's to report (threading.excepthook), then the thread ends
                 return
             job.run()
             del job
+
+    @property
+    def started(self) -> bool:
+        return self._started
 
     def submit(self, feed: Feed) -> None:
         self._put_job(feed)
@@ -406,8 +408,11 @@ class ProducerThread:
         """Run ``last`` on this thread once the feeds queued so far have returned, then end it:
         a close for a caller that must not wait (see Loader.__del__)."""
         self._put_job(last)
+        self._finishing = True
 
     def _put_job(self, job: "Union[Feed, Callable[[], None]]") -> None:
+        if self._finishing:
+            raise RuntimeError("internal: a job for a producer thread that is finishing")
         if not self._started:
             self._started = True
             self._thread.start()

@@ -191,6 +191,13 @@ class TarShards:
             old.close()
         return stream
 
+    @property
+    def stream(self) -> Optional[EpochStream]:
+        """The epoch stream reading ahead now (None when none): what a later ``end_stream``
+        may name so as to end that stream only."""
+        with self._lock:
+            return self._stream
+
     def end_stream(self, stream: Optional[EpochStream] = None, wait: bool = True) -> None:
         """Stop reading ahead (only ``stream``, when given and still current); ``wait``: join
         the reader threads too (see EpochStream.close)."""

@@ -298,22 +298,25 @@ class GatedDecoder(OddIndexDecoder):
         super().close()
 
 
-def _free_on_another_thread(held: list, decoder: GatedDecoder) -> bool:
+def _free_on_another_thread(held: list, decoder: GatedDecoder, release: bool = True) -> bool:
     """Drop the last references (``held``) on a thread other than the one that made them, then
-    release the decoder, as a decoder's own thread would after a garbage collection there.
-    True when that thread got stuck (it waited for the producer, which waited for it)."""
+    (``release``) release the decoder, as a decoder's own thread would after a garbage
+    collection there. True when that thread got stuck (it waited for the producer, which
+    waited for it)."""
     assert decoder.entered.wait(30)  # the producer waits in finish() now
 
     def free_then_release():
         held.clear()  # the last references: __del__ runs on this thread
-        decoder.release.set()
+        if release:
+            decoder.release.set()
 
     worker = threading.Thread(target=free_then_release, name="not-the-consumer")
     worker.start()
     worker.join(10)
     stuck = worker.is_alive()
-    decoder.release.set()  # let a stuck worker end, so that a failure does not hang the suite
-    worker.join(60)
+    if stuck:
+        decoder.release.set()  # let a stuck worker end, so that a failure does not hang the suite
+        worker.join(60)
     return stuck
 
 
@@ -351,3 +354,46 @@ def test_a_loader_freed_on_another_thread_is_closed_by_its_producer(folder):
     assert not producer.is_alive() and decoder.closed  # it left the feed, closed the pipeline, ended
     from fastdata.loader import loader as loader_module
     assert not loader_module._closing_producers  # the exit hook has nothing left to wait for
+
+
+def test_a_loader_never_iterated_and_freed_on_another_thread_is_closed_there(folder):
+    # Nothing of it ran, so nothing is waited for: closed at once, and no producer thread is
+    # started from a finalizer.
+    decoder = GatedDecoder()
+    held = [make(folder, decoder, clean=True)]
+    producer = held[0]._thread._thread
+    worker = threading.Thread(target=held.clear, name="not-the-creator")
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive() and decoder.closed and producer.ident is None  # never started
+
+
+def test_a_deferred_close_ends_only_its_own_shard_stream(tmp_path):
+    # A loader over TarShards freed off its thread is closed later by its producer; by then a
+    # newer loader on the same source reads its own epoch stream, which that close must not end.
+    from shardserver import write_shards
+    folder = tmp_path / "shards"
+    write_shards(folder, [40] * 4)
+    source = fastdata.TarShards(str(folder) + "/train-{000000..000003}.tar", shuffle_buffer=8)
+    cfg = dict(transform=TRANSFORM, device="cpu", dtype=torch.uint8, batch_size=5, threads=1, prefetch=2, seed=3)
+    decoder = GatedDecoder()
+    old = fastdata.Loader(source, backend=decoder, **cfg)
+    it = iter(old)
+    next(it)
+    producer = old._thread._thread
+    held = [old, it]
+    del old, it
+    assert not _free_on_another_thread(held, decoder, release=False)
+    new = fastdata.Loader(source, backend="native", **cfg)
+    try:
+        it = iter(new)
+        batches = [next(it)]
+        stream = source.stream
+        decoder.release.set()  # the old producer leaves its batch and runs the close
+        producer.join(30)
+        assert not producer.is_alive() and decoder.closed
+        assert source.stream is stream and stream is not None  # the newer loader's stream goes on
+        batches += list(it)
+        assert sum(len(labels) for _, labels in batches) == 160
+    finally:
+        new.close()
