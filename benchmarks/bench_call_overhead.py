@@ -1,4 +1,5 @@
-"""Fixed cost of one native batch call: ``decode_batch`` and ``Engine.run`` on tiny images.
+"""Fixed cost of one native batch call: ``decode_batch`` and ``Engine.run`` on tiny images;
+and the routing a pipeline with a GPU decoder does per batch.
 
 Exact command (the number issue #13's typed engine contract was checked against):
 
@@ -12,6 +13,11 @@ time (``time.thread_time``) is the whole cost of a call and, unlike wall time, d
 when other processes take the cores. Each round times ``--calls`` calls; reported: median
 CPU and wall microseconds per call over ``--repeats`` rounds, with the CPU min and max.
 Compare builds by running this script against each in turn, several times interleaved.
+
+The ``route`` row: ``fastdata.decoders.routing.route`` over a planned batch of ``--route-rows``
+photo-like 500x375 JPEGs (16 distinct ones repeated) between a decoder taking
+``gpu_decodable`` rows (nvJPEG's and DALI's rule) and the native one: the producer thread's
+Python per batch for the choice of decoder (measured on the calling thread, as above).
 """
 from __future__ import annotations
 
@@ -21,12 +27,16 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
 
 import fastdata
+from fastdata.cli.demo import photo_like_jpeg
+from fastdata.decoders.base import PlannedBatch
+from fastdata.decoders.native import NativeDecoder
+from fastdata.decoders.routing import gpu_decodable, plan_batch, route
 
 
 def tiny_jpegs(n: int, size: int = 32) -> List[bytes]:
@@ -37,6 +47,24 @@ def tiny_jpegs(n: int, size: int = 32) -> List[bytes]:
         Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(buf, "JPEG", quality=90)
         datas.append(buf.getvalue())
     return datas
+
+
+class _GpuDecodable:
+    """A stand-in GPU decoder for routing: it takes what nvJPEG and DALI take."""
+
+    name = "gpu-decodable"
+
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:
+        return gpu_decodable(batch)
+
+
+def routed_batch(engine: "fastdata.Engine", rows: int) -> Tuple[PlannedBatch, list]:
+    """A planned batch of ``rows`` photo-like JPEGs and the decoders to route it between."""
+    distinct = [photo_like_jpeg(0, i, 500, 375) for i in range(16)]
+    items = [distinct[i % 16] for i in range(rows)]
+    transform = fastdata.RandomResizedCrop(224)
+    batch = plan_batch(items, np.arange(rows), 0, [None] * rows, engine, transform, seed=0)
+    return batch, [_GpuDecodable(), NativeDecoder(engine, transform, seed=0)]
 
 
 def per_call_us(fn: Callable[[], object], calls: int, repeats: int) -> Dict[str, float]:
@@ -57,6 +85,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--route-rows", type=int, default=256)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
 
@@ -71,10 +100,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "Engine.run": per_call_us(lambda: engine.run(datas, rrc, out), args.calls, args.repeats),
         "Engine.run([])": per_call_us(lambda: engine.run([], rrc, empty), args.calls, args.repeats),
     }
+    batch, deciders = routed_batch(engine, args.route_rows)
+    rows["route"] = per_call_us(lambda: route(batch, deciders), max(1, args.calls // 10), args.repeats)
     engine.close()
     for name, r in rows.items():
+        what = (f"batch of {args.route_rows} 500x375" if name == "route" else f"batch {args.batch} of 32x32")
         print(f"{name:15s} CPU {r['cpu_median_us']:6.1f} us/call (min {r['cpu_min_us']:.1f}, max {r['cpu_max_us']:.1f}), "
-              f"wall {r['wall_median_us']:6.1f}; {args.repeats} rounds of {args.calls} calls, batch {args.batch} of 32x32")
+              f"wall {r['wall_median_us']:6.1f}; {args.repeats} rounds, {what}")
     if args.json is not None:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=2) + "\n")
     return 0

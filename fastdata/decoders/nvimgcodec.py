@@ -192,7 +192,7 @@ class NvImageCodecDecoder:
     # ---- the Decoder protocol ----
     def accepts(self, batch: PlannedBatch) -> np.ndarray:
         ok = gpu_decodable(batch)
-        if not ok.any():
+        if not ok.any():  # also a batch without a plan, whose header facts are not there
             return ok
         plan = batch.plan
         # Gray JPEGs go native: decoded on the H200's engines (nvImageCodec 0.9) the demo set's

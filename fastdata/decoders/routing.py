@@ -4,7 +4,7 @@
 native header reader for every sample's crop box, flip, size and orientation, keyed by
 (seed, epoch, index): the crops are the native engine's whichever decoder runs a row.
 ``route`` then gives each row to the first decoder that ``accepts`` it (each decoder answers
-for the whole batch at once, from the plan's arrays: no Python per row); the native decoder
+for the whole batch at once from the plan's arrays; only the EOI check reads each row); the native decoder
 comes last and takes the rest (non-JPEG, CMYK/YCCK, 12-bit, truncated files, and anything a
 GPU decoder rejects later), so a batch is never lost.
 """
@@ -26,6 +26,9 @@ def ends_with_eoi(data: Union[bytes, memoryview, np.ndarray]) -> bool:
     A file without EOI (the common truncation) goes to the native decoder: GPU decoders do
     not report libjpeg's corrupt-data warnings (strict mode) and DALI fails whole batches.
     """
+    # The usual file ends in FF D9: two reads, no view (routing asks this of every GPU row).
+    if getattr(data, "itemsize", 1) == 1 and len(data) >= 2 and data[-2] == 0xFF and data[-1] == 0xD9:
+        return True
     view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     end = len(view)
     limit = max(0, end - 4096)
@@ -117,9 +120,6 @@ def gpu_decodable(batch: PlannedBatch) -> np.ndarray:
     ok = ((np.asarray(plan.precisions) == 8) & np.isin(plan.components, (1, 3))
           & ~np.asarray(plan.arithmetic, dtype=bool))
     ok[sorted(batch.not_jpeg | batch.unplanned)] = False
-    for row in np.flatnonzero(ok).tolist():
-        data = batch.datas[row]
-        # Most files end in FF D9: two byte reads; padded or truncated ones take the full check.
-        if not (data.size >= 2 and data[-1] == 0xD9 and data[-2] == 0xFF) and not ends_with_eoi(data):
-            ok[row] = False
+    rows = np.flatnonzero(ok).tolist()
+    ok[rows] = [ends_with_eoi(batch.datas[row]) for row in rows]
     return ok

@@ -24,23 +24,24 @@ Each side keeps at least ``probe`` of the batch so that its rate stays measured.
 step beside a loader is slowed more by the loader's GPU work than by its CPU work. Measured
 on the H200 box (2026-12-02, resnet18 bf16 at 13,158 img/s on synthetic data, one run each):
 a second process taking 10,000 img/s from a gpu-backend Loader slowed it to 82%, one taking
-9,283 img/s from a native Loader to 92%; in-process, gpu-only trained at 72-75%, the balanced
-hybrid at 68-78%, and this split at 76-83%. My reading, not measured apart: the decode's
-kernels and copies share the GPU with the step, while its CPU threads mostly take cores the
-step does not use (and run at nice 10). So the producer reports each hand-over of a batch to the consumer (``observe_handover``):
-the seconds since the one before, and whether it had to wait for room in the queue. Waiting
-means the loader is ahead and the hand-over rate is the consumer's; the native threads then
-take as many rows as they can while the batch still takes at most 1 / ``HEADROOM`` of the
-consumer's time per batch, and the GPU gets the rest (never more than its balanced share).
-Not waiting means the consumer is waiting or about to: the balanced share, the most rows per
-second, for every batch submitted from then on. A native rate measured too high can
-therefore make the loader fall behind for a batch or two, never stay behind. (The rates the balanced share comes from
-were measured on the batches before: after a stretch ahead in which the GPU took only a few
-rows per batch, its rate, fixed costs per call included, reads low, and the balanced share
-takes a few batches to come back.) The pace is forgotten when a feed starts and at each
-epoch's end (``pace_reset``), and the producer does not count the hand-overs until its queue
-has turned over once more: their waits include the consumer's first step or the pause
-between epochs, not its pace.
+9,283 img/s from a native Loader to 92%; in-process, gpu-only trained at 72-75%, the
+balanced hybrid at 68-78%, and this split at 76-83%. My reading, not measured apart: the
+decode's kernels and copies share the GPU with the step, while its CPU threads mostly take
+cores the step does not use (and run at nice 10). So the producer reports each hand-over of
+a batch to the consumer (``observe_handover``): the seconds since the one before, and
+whether it had to wait for room in the queue. Waiting means the loader is ahead and the
+hand-over rate is the consumer's; the native threads then take as many rows as they can
+while the batch still takes at most 1 / ``HEADROOM`` of the consumer's time per batch, and
+the GPU gets the rest (never more than its balanced share). Not waiting means the consumer
+is waiting or about to: the balanced share, the most rows per second, for every batch
+submitted from then on. A native rate measured too high can therefore make the loader fall
+behind for a batch or two, never stay behind. (The rates the balanced share comes from were
+measured on the batches before: after a stretch ahead in which the GPU took only a few rows
+per batch, its rate, fixed costs per call included, reads low, and the balanced share takes
+a few batches to come back.) The pace is forgotten when a feed starts and at each epoch's
+end (``pace_reset``), and the producer does not count the hand-overs until its queue has
+turned over once more: their waits include the consumer's first step or the pause between
+epochs, not its pace.
 """
 from __future__ import annotations
 

@@ -313,28 +313,53 @@ class Loader:
         """Stop the producer and join the native threads. Idempotent."""
         self._close(timeout=None)
 
-    def _close(self, timeout: Optional[float]) -> None:
-        """``close``, waiting at most ``timeout`` seconds for the producer to stop (at exit);
-        past it, the rest is left to the process's end (the native side never aborts it)."""
+    def _close(self, timeout: Optional[float], wait: bool = True) -> None:
+        """``close``, waiting at most ``timeout`` seconds for the producer to stop (at exit;
+        past it, the rest is left to the process's end: the native side never aborts it), or
+        not at all (``wait=False``: __del__ off the loader's own thread). Then the feed is only
+        told to stop, and the producer thread closes the rest and ends once it has left it."""
         if self._closed:
             return
         self._closed = True
         if os.getpid() != self._pid:  # a forked child: the threads to stop and join are not here
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
         cur = self._current() if self._current is not None else None
         if cur is not None:
             cur.finished = True
         self._current = None
         feed, self._feed = self._feed, None
-        if feed is not None and not feed.halt(self._thread, deadline):
-            return
-        if not self._thread.close(deadline):
-            return
+        # A streaming source's readers are ended and joined here (its generator's end only
+        # signals them). A deferred close names this loader's stream: by the time it runs,
+        # another loader on the same source may be reading its own.
         end_stream = getattr(self.source, "end_stream", None)
-        if end_stream is not None:  # a streaming source's readers: joined here (its generator's end only signals them)
-            end_stream()
-        self._pipeline.close()
+        stream = getattr(self.source, "stream", None) if end_stream is not None else None
+        pipeline, thread = self._pipeline, self._thread
+
+        def close_rest() -> None:
+            try:
+                if end_stream is not None and (wait or stream is not None):
+                    end_stream(stream)
+            finally:
+                try:
+                    pipeline.close()
+                finally:
+                    _closing_producers.discard(thread)
+
+        if not wait and thread.started:
+            if feed is not None:
+                feed.stop.set()
+            _closing_producers.add(thread)
+            atexit.unregister(_close_loaders_at_exit)  # as __iter__ does: before DALI's exit hook
+            atexit.register(_close_loaders_at_exit)
+            thread.finish_with(close_rest)
+            return
+        # (Never iterated, the producer thread never started: nothing to wait for.)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if feed is not None and not feed.halt(thread, deadline):
+            return
+        if not thread.close(deadline):
+            return
+        close_rest()
 
     def __enter__(self) -> "Loader":
         return self
@@ -348,52 +373,11 @@ class Loader:
         # it to a collection on any thread, also on one the producer is waiting for (a
         # decoder's worker, a source's reader). Waiting there for the producer deadlocks (seen:
         # the gpu decoder's resample thread, and the process hung at exit). So only the thread
-        # that made the loader closes it here; any other tells the feed to stop and leaves
-        # the rest of the close to the producer thread itself.
+        # that made the loader waits here.
         try:
-            if threading.current_thread() is self._creator():
-                self.close()
-            else:
-                self._close_on_producer()
+            self._close(timeout=None, wait=threading.current_thread() is self._creator())
         except Exception:  # interpreter shutdown: modules may already be gone
             pass
-
-    def _close_on_producer(self) -> None:
-        """``close`` without waiting: the feed stops, and the producer thread closes the
-        pipeline and ends once it has left the feed."""
-        if self._closed or os.getpid() != self._pid:
-            return
-        self._closed = True
-        cur = self._current() if self._current is not None else None
-        if cur is not None:
-            cur.finished = True
-        self._current = None
-        feed, self._feed = self._feed, None
-        if feed is not None:
-            feed.stop.set()
-        # This loader's shard stream only: by the time the producer runs the close, another
-        # loader on the same source may have started its own.
-        end_stream = getattr(self.source, "end_stream", None)
-        stream = getattr(self.source, "stream", None) if end_stream is not None else None
-        pipeline, thread = self._pipeline, self._thread
-
-        def close_pipeline() -> None:
-            try:
-                if stream is not None:
-                    end_stream(stream)
-            finally:
-                try:
-                    pipeline.close()
-                finally:
-                    _closing_producers.discard(thread)
-
-        if not thread.started:  # never iterated: nothing runs that could be waited for
-            close_pipeline()
-            return
-        _closing_producers.add(thread)
-        atexit.unregister(_close_loaders_at_exit)  # as __iter__ does: before DALI's exit hook
-        atexit.register(_close_loaders_at_exit)
-        thread.finish_with(close_pipeline)
 
     # ---- internals ----
     @property

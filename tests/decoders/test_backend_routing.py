@@ -171,6 +171,11 @@ def test_a_decoder_that_answers_per_row_is_refused_with_the_reason():
 def test_ends_with_eoi():
     jpeg = photo_like_jpeg(0, 0, 40, 30)
     assert ends_with_eoi(jpeg) and ends_with_eoi(jpeg + b"\x00\x00") and not ends_with_eoi(jpeg[:-10])
+    as_array = np.frombuffer(jpeg, np.uint8)  # what plan_batch hands the decoders
+    assert ends_with_eoi(as_array) and ends_with_eoi(np.frombuffer(jpeg + b"\x00" * 3, np.uint8))
+    assert not ends_with_eoi(as_array[:-10]) and not ends_with_eoi(as_array[:1])
+    # A view of wider items is read as its bytes: 0xD9 as the last 16-bit item is bytes D9 00.
+    assert not ends_with_eoi(np.array([0xFF, 0xD9], np.uint16))
 
 
 def test_make_backend_rejects_unknown_names_and_cpu_nvjpeg():
