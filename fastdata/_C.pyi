@@ -127,6 +127,9 @@ class PendingRun:
     def wait(self) -> BatchReport:
         """Wait (GIL released) and return the run's report. Once only."""
 
+# The names of CropPlan.subsamplings' codes: "other", "gray", "4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1".
+SUBSAMPLING_NAMES: tuple[str, ...]
+
 class CropPlan:
     """Where each sample's output comes from (Engine.plan); failed rows keep zeros."""
 
@@ -154,6 +157,9 @@ class CropPlan:
     @property
     def progressive(self) -> npt.NDArray[np.bool_]:
         """[N]: multi-scan (progressive) entropy data."""
+    @property
+    def subsamplings(self) -> npt.NDArray[np.int32]:
+        """[N]: chroma subsampling, an index into SUBSAMPLING_NAMES."""
     @property
     def failures(self) -> list[SampleFailure]: ...
 

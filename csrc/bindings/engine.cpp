@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -24,6 +26,14 @@
 namespace fastdata::bindings {
 
 namespace {
+
+// The index of a JpegInfo::subsampling name in kSubsamplingNames (0, "other", for one not there).
+int32_t subsampling_code(const char* name) {
+  for (int32_t k = 0; k < static_cast<int32_t>(std::size(kSubsamplingNames)); ++k) {
+    if (std::strcmp(name, kSubsamplingNames[k]) == 0) return k;
+  }
+  return 0;
+}
 
 py::array_t<int64_t> sample_crop_boxes(int height, int width, std::pair<double, double> scale,
                                        std::pair<double, double> ratio, double hflip, uint64_t seed, uint64_t epoch,
@@ -89,6 +99,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   plan.precisions = py::array_t<int32_t>(rows);
   plan.arithmetic = py::array_t<bool>(rows);
   plan.progressive = py::array_t<bool>(rows);
+  plan.subsamplings = py::array_t<int32_t>(rows);
   auto b = plan.boxes.mutable_unchecked<2>();
   auto f = plan.flips.mutable_unchecked<1>();
   auto s = plan.sizes.mutable_unchecked<2>();
@@ -97,6 +108,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   auto bits = plan.precisions.mutable_unchecked<1>();
   auto arith = plan.arithmetic.mutable_unchecked<1>();
   auto prog = plan.progressive.mutable_unchecked<1>();
+  auto samp = plan.subsamplings.mutable_unchecked<1>();
   for (size_t i = 0; i < n; ++i) {
     const auto& p = plans[i];
     const auto r = static_cast<py::ssize_t>(i);
@@ -105,6 +117,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
     s(r, 0) = p.height, s(r, 1) = p.width;
     o(r) = p.orientation;
     c(r) = p.components, bits(r) = p.precision, arith(r) = p.arithmetic, prog(r) = p.progressive;
+    samp(r) = subsampling_code(p.subsampling);
   }
   plan.failures = failures_of(results);
   return plan;

@@ -156,12 +156,15 @@ void register_types(py::module_& m) {
       .def_readonly("decode_seconds", &BatchReport::decode_seconds)
       .def_readonly("wall_seconds", &BatchReport::wall_seconds);
 
+  py::tuple subsampling_names(std::size(kSubsamplingNames));
+  for (size_t k = 0; k < std::size(kSubsamplingNames); ++k) subsampling_names[k] = kSubsamplingNames[k];
+  m.attr("SUBSAMPLING_NAMES") = subsampling_names;
   py::class_<CropPlan>(m, "CropPlan",
                        "Where each sample's output comes from (Engine.plan): boxes float64 [N, 4] (x0, y0, x1, y1 "
                        "in EXIF-oriented pixels), flips bool [N], sizes int32 [N, 2] (oriented height, width), "
                        "orientations int32 [N], from each header components int32 [N], precisions (bits per "
-                       "sample) int32 [N] and arithmetic (coding) bool [N], progressive (multi-scan) bool [N], and the samples whose header could "
-                       "not be read.")
+                       "sample) int32 [N] and arithmetic (coding) bool [N], progressive (multi-scan) bool [N], subsamplings int32 [N] (an index into "
+                       "SUBSAMPLING_NAMES), and the samples whose header could not be read.")
       .def_readonly("boxes", &CropPlan::boxes)
       .def_readonly("flips", &CropPlan::flips)
       .def_readonly("sizes", &CropPlan::sizes)
@@ -170,6 +173,7 @@ void register_types(py::module_& m) {
       .def_readonly("precisions", &CropPlan::precisions)
       .def_readonly("arithmetic", &CropPlan::arithmetic)
       .def_readonly("progressive", &CropPlan::progressive)
+      .def_readonly("subsamplings", &CropPlan::subsamplings)
       .def_readonly("failures", &CropPlan::failures);
 }
 

@@ -310,6 +310,7 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
       p.precision = info.precision;
       p.arithmetic = info.arithmetic;
       p.progressive = info.progressive;
+      p.subsampling = info.subsampling;
     } catch (const DecodeError& e) {
       res.status = SampleStatus::kDecodeError;
       res.message = e.what();

@@ -19,9 +19,10 @@ of 256, hundreds of GIL hand-overs beside the training thread. On the H200, gpu-
 ran 57-60% of synthetic through that API and 71-75% through this call (docs/results.md).
 
 Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
-``gpu_decodable``; gray files go native, see ``accepts``), and not progressive: the hardware
-engines decode baseline scans only, and a progressive file on them comes back refused after
-the batch (a serial native re-decode), so it is routed to the native threads up front. Rows
+``gpu_decodable``; gray files go native, see ``accepts``), 4:2:0 (``ENGINE_SUBSAMPLINGS``: other
+subsamplings cost the engines' call more host time than a native decode), and not progressive:
+the hardware engines decode baseline scans only, and a progressive file on them comes back
+refused after the batch (a serial native re-decode), so it is routed to the native threads up front. Rows
 the engines still refuse, whose header nvImageCodec cannot read, or whose size differs from
 the plan's are handed back to the native decoder (``DecodedRows.rejected``), counted in
 ``Loader.stats().gpu_rejected``.
@@ -43,6 +44,7 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import torch
 
+from .. import _C
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .gpu_resize import ImageLayout, resample_batch
@@ -54,6 +56,15 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
 
 # nvImageCodec backend kinds the gpu decoder uses: the hardware engines alone (see above).
 ENGINE_KINDS = ("HW_GPU_ONLY",)
+# Chroma subsamplings the engines are given. On the H200 (nvImageCodec 0.9, 2026-12-03, decode
+# only, batch 256; docs/results.md, eighth session) the demo mix's baseline 4:2:0 files ran
+# 15,077-17,849 img/s at ~120 us of CPU each, but with its 4:2:2 and 4:4:4 files among them (12%
+# of the rows) the same batches ran 7,241-7,347 img/s at ~350 us: those rows cost about 2,000 us
+# of host CPU each there, more than the native threads' whole decode + crop (~1,300 us), and
+# they stall the batch they are in. So they go to the native threads: on that mix hybrid then
+# ran 9,088 img/s on 11.4 cores against 8,153 on 12.2 with them on the engines (one call).
+ENGINE_SUBSAMPLINGS = ("4:2:0",)
+ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
@@ -63,6 +74,12 @@ MAX_GPU_PIXELS = 4096 * 4096
 # fastdata's own call (no GIL per image) hybrid ran 18,639 img/s with two against 16,301 with
 # one (2026-12-02, fourth session); through nvImageCodec's Python API two had lost as often as won.
 DECODE_THREADS = {"gpu": 2, "hybrid": 2}
+# Batches in flight per gpu decoder, by backend (the decoder's ``depth``). gpu-only: a third batch
+# ran 20,317-20,382 img/s against two's 17,317-17,565 (H200, 8,192 set, two alternating pairs of
+# runs in one call, 2026-12-03), at the same CPU time per image (177 vs 181 us). Hybrid: the
+# native threads already overlap the engines, and a third batch cost a core for no rate
+# (21,440 vs 21,529 img/s, 2026-12-02, one run each).
+DEPTH = {"gpu": 3, "hybrid": 2}
 
 
 def gpu_extra_installed() -> bool:
@@ -120,22 +137,22 @@ class NvImageCodecDecoder:
     decode_threads: nvImageCodec decoder instances, each called from a thread of its own on its
     own CUDA stream with a slice of the batch: the call is host-bound (its calling thread is
     busy 83-99% of the call), so one caller caps the engines at one thread's rate.
+    depth: batches in flight (default: the class's ``depth``).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
     engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
     machine without a GPU (``_allow_cpu``): host memory instead of the device's.
     """
 
     name = "gpu"
-    # Two batches in flight: the worker decodes batch N+1 while the producer finishes batch N
-    # (its native rows, the upload), so the engines do not idle while the next batch is planned.
+    # Batches in flight (default; ``depth=`` and DEPTH set it per backend): the worker decodes
+    # batch N+1 while the producer finishes batch N (its native rows, the upload), so the engines
+    # do not idle while the next batch is planned.
     depth = 2
     _allow_cpu = False
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
-                 decode_threads: Optional[int] = None,
+                 decode_threads: Optional[int] = None, depth: Optional[int] = None,
                  backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
-        from .. import _C
-
         nvimgcodec = nvimgcodec_module()
         if nvimgcodec is None:
             raise ImportError(GPU_MISSING)
@@ -150,6 +167,10 @@ class NvImageCodecDecoder:
                 device = torch.device("cuda", torch.cuda.current_device())
         if cpu_threads < 1:
             raise ValueError("cpu_threads must be at least 1")
+        if depth is not None:
+            if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+                raise ValueError(f"depth must be an int of at least 1, got {depth!r}")
+            self.depth = depth
         decode_threads = DECODE_THREADS["gpu"] if decode_threads is None else decode_threads
         if isinstance(decode_threads, bool) or not isinstance(decode_threads, int) or decode_threads < 1:
             raise ValueError(f"decode_threads must be an int of at least 1, got {decode_threads!r}")
@@ -205,6 +226,7 @@ class NvImageCodecDecoder:
         ok &= sizes[:, 0] * sizes[:, 1] <= MAX_GPU_PIXELS
         if self.hardware_only:
             ok &= ~np.asarray(plan.progressive, dtype=bool)
+            ok &= np.isin(plan.subsamplings, ENGINE_SUBSAMPLING_CODES)
         return ok
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> "Future[DecodedRows]":

@@ -107,8 +107,8 @@ class Loader:
             decoder) or "dali" (NVIDIA DALI, optional extra); same order, crops, labels and
             outputs. ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``;
             the gpu decoder's ``decode_threads``, nvImageCodec instances called at once, default
-            2 for "gpu" and 1 for "hybrid", and ``cpu_threads``, nvImageCodec's host threads per
-            instance; the hybrid default of native threads keeps three cores for them whatever
+            2; ``depth``, batches in flight, default 3 for "gpu" and 2 for "hybrid"; and
+            ``cpu_threads``, nvImageCodec's host threads per instance; the hybrid default of native threads keeps three cores for them whatever
             their number). A GPU backend decodes the rows it can take;
             the native threads decode the rest. A ``fastdata.decoders.Decoder`` object plugs
             in a decoder of your own the same way.

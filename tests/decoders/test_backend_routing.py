@@ -120,10 +120,12 @@ def test_routing_reads_the_header_facts_the_native_reader_parsed():
     plan = batch.plan
     decodable = gpu_decodable(batch)
     assert decodable.dtype == bool and decodable.shape == (len(items),)
-    for row, (name, (_, comps, bits, arith, gpu)) in enumerate(cases.items()):
+    for row, (name, (data, comps, bits, arith, gpu)) in enumerate(cases.items()):
         got = (int(plan.components[row]), int(plan.precisions[row]), bool(plan.arithmetic[row]))
         assert got == (comps, bits, arith), name
         assert decodable[row] == gpu, name
+        # the plan's subsampling is the header reader's, as probe() names it
+        assert fastdata._C.SUBSAMPLING_NAMES[plan.subsamplings[row]] == fastdata.probe(data).subsampling, name
     # libjpeg-turbo's 8-bit header reader refuses 12-bit, so such a file is unplanned: native.
     twelve, png = len(cases), len(cases) + 1
     assert batch.unplanned == {twelve} and batch.not_jpeg == {png}

@@ -20,7 +20,8 @@ import fastdata
 from fastdata.decoders.nvimgcodec import NvImageCodecDecoder
 from fastdata.loader.balance import HEADROOM, SplitBalancer
 from fastdata.loader.pipeline import make_backend, resolve_backend
-from imagegen import hard_case_folder, psnr
+from fastdata.decoders.routing import plan_batch
+from imagegen import encode_jpeg, hard_case_folder, photo_like, psnr
 
 pytest.importorskip("nvidia.nvimgcodec")
 
@@ -85,6 +86,29 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
             assert (a[row] == 0).all()
         else:  # same crop box (the plan's): a box one pixel off scores far below this
             assert psnr(a[row], b[row]) >= 35, (name, psnr(a[row], b[row]))
+
+
+def test_the_engines_take_baseline_4_2_0_colour_files_only():
+    """4:2:2 and 4:4:4 rows cost the engines' call more host time than a native decode (H200,
+    ENGINE_SUBSAMPLINGS), so the gpu decoder routes them native, as it does gray and progressive."""
+    img = photo_like(48, 64)
+    files = {"4:2:0": encode_jpeg(img), "4:2:2": encode_jpeg(img, subsampling="4:2:2"),
+             "4:4:4": encode_jpeg(img, subsampling="4:4:4"), "progressive": encode_jpeg(img, progressive=True),
+             "gray": encode_jpeg(img.convert("L")), "4:2:0 exif 6": encode_jpeg(img, orientation=6)}
+    transform = fastdata.RandomResizedCrop(32)
+    with fastdata.Engine(1) as engine:
+        batch = plan_batch(list(files.values()), np.arange(len(files)), 0, [None] * len(files), engine, transform, seed=0)
+    decoder = CpuEngines(transform)
+    try:
+        taken = dict(zip(files, decoder.accepts(batch).tolist()))
+        decoder.hardware_only = False  # another backend kind than the engines: any subsampling
+        any_kind = dict(zip(files, decoder.accepts(batch).tolist()))
+    finally:
+        decoder.close()
+    assert taken == {"4:2:0": True, "4:2:2": False, "4:4:4": False, "progressive": False, "gray": False,
+                     "4:2:0 exif 6": True}
+    assert any_kind == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": True, "gray": False,
+                        "4:2:0 exif 6": True}
 
 
 @needs_interpreter

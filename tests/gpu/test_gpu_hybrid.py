@@ -21,7 +21,7 @@ import fastdata
 from fastdata.cli.demo import build_demo
 from fastdata.io.engine import Engine
 from fastdata.loader.pipeline import make_backend
-from gpu_params import needs_gpu_extra
+from gpu_params import needs_dali, needs_gpu_extra
 from imagegen import hard_case_folder, psnr
 
 from repo import ROOT
@@ -70,8 +70,12 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
     engine = Engine(2)
     plan = engine.plan([np.fromfile(p, np.uint8) for p in paths], transform, seed=5, epoch=1, indices=indices)
     engine.close()
-    # Every baseline 3-component JPEG went to the engines (gray goes native); they refused few, counted.
-    assert rows == [r for r in range(len(paths)) if plan.components[r] == 3 and not plan.progressive[r]]
+    # Every baseline 3-component 4:2:0 JPEG went to the engines (gray, 4:2:2 and 4:4:4 go native);
+    # they refused few, counted.
+    ycc420 = fastdata._C.SUBSAMPLING_NAMES.index("4:2:0")
+    assert rows == [r for r in range(len(paths)) if plan.components[r] == 3 and not plan.progressive[r]
+                    and plan.subsamplings[r] == ycc420]
+    assert any(plan.subsamplings[r] != ycc420 and plan.components[r] == 3 for r in range(len(paths)))
     assert stats["gpu_rejected"] == len(refused) <= 0.1 * len(rows) and stats["gpu_rows"] == len(rows) - len(refused)
     # The boxes and flips the GPU used are the native plan's for (seed, epoch, index), bit for bit.
     kept = [r for r in rows if r not in set(refused)]
@@ -149,3 +153,34 @@ def test_break_after_one_batch_then_exit_is_clean(mixed, backend):
         assert "terminate called" not in proc.stderr, proc.stderr
         assert proc.returncode == 0, proc.stderr
         assert "got (16, 3, 224, 224)" in proc.stdout
+
+
+RAISE_AND_EXIT = """
+    import sys, torch, fastdata
+    from pathlib import Path
+    sys.path.insert(0, "tests")
+    from imagegen import hard_case_folder
+    root = Path(sys.argv[1])
+    root.mkdir(parents=True)
+    paths = hard_case_folder(root) * 4
+    loader = fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), batch_size=8, threads=4,
+                             device="cuda", backend=sys.argv[2], dtype=torch.float16, on_error="raise")
+    try:
+        for x, y in loader:
+            pass
+    except fastdata.DecodeError as e:
+        print("raised", type(e).__name__, flush=True)
+    sys.exit(0)  # the iterator is still held by the error's traceback: freed by whichever thread collects it
+"""
+
+
+@pytest.mark.parametrize("backend", ["gpu", "hybrid", "nvjpeg", pytest.param("dali", marks=needs_dali)])
+def test_a_decode_error_then_exit_is_clean(tmp_path, backend):
+    """The hang at exit found on the CPU stand-in (2026-12-02): the epoch iterator, in a cycle through
+    the error's traceback, freed on the gpu decoder's resample thread, waited there for a producer that
+    waited for that thread. Here on the real decoder: three processes, each must raise and exit 0."""
+    for k in range(3):
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(RAISE_AND_EXIT), str(tmp_path / f"d{k}"), backend],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert "terminate called" not in proc.stderr, proc.stderr
+        assert proc.returncode == 0 and "raised DecodeError" in proc.stdout, (proc.returncode, proc.stdout, proc.stderr)
