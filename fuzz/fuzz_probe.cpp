@@ -4,6 +4,8 @@
 // Input: any bytes, as a file's contents. Checks: the header fields are in range, strict
 // and lenient header reads agree when both succeed, the EXIF parser returns 1..8 for any
 // bytes, and the orientation map sends the oriented image's corners into the stored image.
+#include <iterator>
+
 #include "core/exif.h"
 #include "core/sample.h"
 #include "fuzz_common.h"
@@ -14,7 +16,7 @@ void check_info(const fastdata::JpegInfo& info) {
   FUZZ_CHECK(info.width >= 1 && info.height >= 1, "size %dx%d", info.width, info.height);
   FUZZ_CHECK(info.components >= 1 && info.components <= 10, "%d components", info.components);
   FUZZ_CHECK(info.orientation >= 1 && info.orientation <= 8, "orientation %d", info.orientation);
-  FUZZ_CHECK(info.subsampling != nullptr, "no subsampling name");
+  FUZZ_CHECK(static_cast<size_t>(info.subsampling) < std::size(fastdata::kSubsamplingNames), "subsampling out of range");
   const fastdata::OrientationMap m = fastdata::orientation_map(info.orientation, info.width, info.height);
   const int ow = info.oriented_width(), oh = info.oriented_height();
   for (int ox : {0, ow - 1}) {

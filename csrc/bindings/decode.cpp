@@ -40,7 +40,7 @@ py::dict probe(const py::object& data) {
   d["oriented_width"] = info.oriented_width();
   d["oriented_height"] = info.oriented_height();
   d["color_space"] = color_space_name(info.color_space);
-  d["subsampling"] = info.subsampling;
+  d["subsampling"] = subsampling_name(info.subsampling);
   d["progressive"] = info.progressive;
   d["orientation"] = info.orientation;
   d["components"] = info.components;

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <condition_variable>
-#include <cstring>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -26,14 +25,6 @@
 namespace fastdata::bindings {
 
 namespace {
-
-// The index of a JpegInfo::subsampling name in kSubsamplingNames (0, "other", for one not there).
-int32_t subsampling_code(const char* name) {
-  for (int32_t k = 0; k < static_cast<int32_t>(std::size(kSubsamplingNames)); ++k) {
-    if (std::strcmp(name, kSubsamplingNames[k]) == 0) return k;
-  }
-  return 0;
-}
 
 py::array_t<int64_t> sample_crop_boxes(int height, int width, std::pair<double, double> scale,
                                        std::pair<double, double> ratio, double hflip, uint64_t seed, uint64_t epoch,
@@ -117,7 +108,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
     s(r, 0) = p.height, s(r, 1) = p.width;
     o(r) = p.orientation;
     c(r) = p.components, bits(r) = p.precision, arith(r) = p.arithmetic, prog(r) = p.progressive;
-    samp(r) = subsampling_code(p.subsampling);
+    samp(r) = static_cast<int32_t>(p.subsampling);
   }
   plan.failures = failures_of(results);
   return plan;

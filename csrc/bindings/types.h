@@ -32,9 +32,6 @@ struct BatchReport {
   double wall_seconds = 0;  // the run's own duration (an asynchronous run's time on its queue thread)
 };
 
-// The plan's subsampling codes: JpegInfo::subsampling's names, by index (_C.SUBSAMPLING_NAMES).
-inline constexpr const char* kSubsamplingNames[] = {"other", "gray", "4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1"};
-
 // Engine.plan's outcome: per sample, the source box in EXIF-oriented pixels, the flip, the
 // oriented size, the EXIF orientation and the header facts decoders are chosen by (what the
 // header reader parsed, so Python never walks the markers again). Failed rows keep zeros.
@@ -47,7 +44,7 @@ struct CropPlan {
   py::array_t<int32_t> precisions;   // int32 [N]: bits per sample
   py::array_t<bool> arithmetic;      // bool [N]: arithmetic-coded instead of Huffman
   py::array_t<bool> progressive;     // bool [N]: multi-scan (progressive) entropy data
-  py::array_t<int32_t> subsamplings; // int32 [N]: index into kSubsamplingNames
+  py::array_t<int32_t> subsamplings; // int32 [N]: Subsampling codes, indices into kSubsamplingNames
   std::vector<SampleFailure> failures;
 };
 

@@ -27,19 +27,19 @@ void on_emit_message(j_common_ptr cinfo, int level) {
   }
 }
 
-const char* subsampling_name(const jpeg_decompress_struct& c) {
-  if (c.num_components == 1) return "gray";
-  if (c.num_components < 3) return "other";
+Subsampling classify_subsampling(const jpeg_decompress_struct& c) {
+  if (c.num_components == 1) return Subsampling::kGray;
+  if (c.num_components < 3) return Subsampling::kOther;
   const int h0 = c.comp_info[0].h_samp_factor, v0 = c.comp_info[0].v_samp_factor;
   for (int i = 1; i < c.num_components; ++i) {
-    if (c.comp_info[i].h_samp_factor != 1 || c.comp_info[i].v_samp_factor != 1) return "other";
+    if (c.comp_info[i].h_samp_factor != 1 || c.comp_info[i].v_samp_factor != 1) return Subsampling::kOther;
   }
-  if (h0 == 1 && v0 == 1) return "4:4:4";
-  if (h0 == 2 && v0 == 1) return "4:2:2";
-  if (h0 == 2 && v0 == 2) return "4:2:0";
-  if (h0 == 1 && v0 == 2) return "4:4:0";
-  if (h0 == 4 && v0 == 1) return "4:1:1";
-  return "other";
+  if (h0 == 1 && v0 == 1) return Subsampling::k444;
+  if (h0 == 2 && v0 == 1) return Subsampling::k422;
+  if (h0 == 2 && v0 == 2) return Subsampling::k420;
+  if (h0 == 1 && v0 == 2) return Subsampling::k440;
+  if (h0 == 4 && v0 == 1) return Subsampling::k411;
+  return Subsampling::kOther;
 }
 
 }  // namespace
@@ -172,7 +172,7 @@ JpegInfo JpegDecoder::read_header(const uint8_t* data, size_t size, bool strict)
     case JCS_YCCK: info.color_space = ColorSpace::kYCCK; break;
     default: info.color_space = ColorSpace::kOther; break;
   }
-  info.subsampling = subsampling_name(cinfo_);
+  info.subsampling = classify_subsampling(cinfo_);
   info.progressive = jpeg_has_multiple_scans(&cinfo_) != 0;
   info.adobe_inverted = cinfo_.saw_Adobe_marker != 0;
   index_.interval = 0;

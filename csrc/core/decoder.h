@@ -24,13 +24,19 @@ class DecodeError : public std::runtime_error {
 
 enum class ColorSpace : int { kGray = 0, kYCbCr = 1, kRGB = 2, kCMYK = 3, kYCCK = 4, kOther = 5 };
 
+// Chroma subsampling as the header reader classifies it. The value is the code the plan carries
+// per row (CropPlan.subsamplings) and indexes kSubsamplingNames (_C.SUBSAMPLING_NAMES).
+enum class Subsampling : int32_t { kOther = 0, kGray = 1, k444 = 2, k422 = 3, k420 = 4, k440 = 5, k411 = 6 };
+inline constexpr const char* kSubsamplingNames[] = {"other", "gray", "4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1"};
+inline const char* subsampling_name(Subsampling s) { return kSubsamplingNames[static_cast<int32_t>(s)]; }
+
 struct JpegInfo {
   int width = 0, height = 0;  // as stored
   int components = 0;
   int precision = 8;        // bits per sample (SOF)
   bool arithmetic = false;  // arithmetic-coded entropy data (SOF9..SOF15) instead of Huffman
   ColorSpace color_space = ColorSpace::kOther;
-  const char* subsampling = "other";
+  Subsampling subsampling = Subsampling::kOther;
   bool progressive = false;
   int orientation = 1;  // EXIF, 1..8
   bool adobe_inverted = false;

@@ -91,7 +91,7 @@ class Engine {
     int components = 0, precision = 0;
     bool arithmetic = false;
     bool progressive = false;  // multi-scan (SOF2): GPU hardware JPEG engines take baseline only
-    const char* subsampling = "other";  // JpegInfo::subsampling: the engines are fast on 4:2:0 alone
+    Subsampling subsampling = Subsampling::kOther;  // JpegInfo::subsampling: routes rows to the engines
   };
   void plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
             const int64_t* indices, int64_t max_pixels, int64_t max_file_bytes, std::vector<SamplePlan>* plans,
