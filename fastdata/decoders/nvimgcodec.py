@@ -3,8 +3,8 @@
 Per batch, on this decoder's own worker threads (so the native threads decode their share of
 the same batch meanwhile): stage 1 decodes the rows into one device buffer, laid out from the
 native plan's sizes (stored orientation, HWC uint8 RGB, each image at a 256-byte aligned
-offset), with one call per nvImageCodec decoder instance, each on its own thread and CUDA
-stream with a contiguous slice of the batch; stage 2 keeps the rows decoded and runs
+offset), through several nvImageCodec decoder instances, each on its own thread and CUDA
+stream with a share of the batch, in one call per chroma subsampling (``engine_calls``); stage 2 keeps the rows decoded and runs
 ``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
 folded into the gather) over that buffer. The stages overlap across batches. Crops come
 from the native engine's plan, so they equal the native path's for the same (seed, epoch,
@@ -63,6 +63,14 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # of host CPU each there, more than the native threads' whole decode + crop (~1,300 us), and
 # they stall the batch they are in. So they go to the native threads: on that mix hybrid then
 # ran 9,088 img/s on 11.4 cores against 8,153 on 12.2 with them on the engines (one call).
+#
+# Not the subsamplings themselves but their mixing in one call: the same probe later (same box,
+# 2026-12-03, ninth session) gave batches of one subsampling each 17,578 (4:2:0), 16,640 (4:2:2)
+# and 12,455 img/s (4:4:4) at 118-169 us of CPU each, against 7,417 img/s at 343 us for the
+# three mixed at random in every call (7,895 with each batch sorted by subsampling, still one
+# call per instance). So a batch is now decoded in one call per subsampling (engine_calls).
+# Whether hybrid gains from sending 4:2:2 and 4:4:4 rows to the engines that way (calls of a few
+# rows each on a mix) is not measured yet, so they stay native until it is.
 ENGINE_SUBSAMPLINGS = ("4:2:0",)
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
@@ -274,13 +282,13 @@ class NvImageCodecDecoder:
                 # write it only after that stream's work so far (a block it reused, say).
                 decoded.allocated = torch.cuda.Event()
                 decoded.allocated.record(self._decode_streams[0])
-        slices = decode_slices(len(rows), len(self._decoders))
-        calls = [self._decode_helpers.submit(self._decode_slice, k, batch, decoded, lo, hi)
-                 for k, (lo, hi) in enumerate(slices) if k > 0]
+        work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], len(self._decoders))
+        calls = [self._decode_helpers.submit(self._decode_share, k, batch, decoded, work[k])
+                 for k in range(1, len(work)) if work[k]]
         results, error = [], None
-        if slices:
+        if work[0]:  # instance 0 has a share whenever there are rows (engine_calls)
             try:
-                results.append(self._decode_slice(0, batch, decoded, *slices[0]))
+                results.append(self._decode_share(0, batch, decoded, work[0]))
             except Exception as e:
                 error = e
         for call in calls:  # every helper is waited for, also after a failure: they write the buffer
@@ -296,33 +304,39 @@ class NvImageCodecDecoder:
                 if stream is not None:
                     stream.synchronize()
             raise error
-        decoded.status = (np.concatenate([part.status for part in results]) if results
-                          else np.zeros(0, np.uint8))  # slice order = row order
+        decoded.status = np.zeros(len(rows), np.uint8)
+        for part in results:  # every row is in exactly one call (engine_calls)
+            decoded.status[part.positions] = part.status
         decoded.ready = [part.ready for part in results if part.ready is not None]
         decoded.seconds = time.perf_counter() - t0
         self.stage_seconds["decode"] += decoded.seconds
         self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
         return decoded
 
-    def _decode_slice(self, k: int, batch: PlannedBatch, decoded: _Decoded, lo: int, hi: int) -> _Slice:
-        """Decoder instance ``k`` decodes rows ``lo:hi`` of the stage's rows, on its own stream."""
+    def _decode_share(self, k: int, batch: PlannedBatch, decoded: _Decoded, calls: List[np.ndarray]) -> _Share:
+        """Decoder instance ``k`` makes ``calls`` (positions in the stage's rows, one array per
+        call), one after another, on its own stream."""
         c0 = time.thread_time()
-        datas = [batch.datas[r] for r in decoded.rows[lo:hi]]
         layout = decoded.layout
-        args = (datas, decoded.buffer.data_ptr(), decoded.nbytes, layout.base[lo:hi], layout.height[lo:hi],
-                layout.width[lo:hi])
         stream = self._decode_streams[k]
+
+        def call(positions: np.ndarray, cuda_stream: int) -> np.ndarray:
+            datas = [batch.datas[decoded.rows[p]] for p in positions]
+            return np.asarray(self._decoders[k].decode(datas, decoded.buffer.data_ptr(), decoded.nbytes,
+                                                       layout.base[positions], layout.height[positions],
+                                                       layout.width[positions], cuda_stream))
+
         if stream is None:
-            part = _Slice(self._decoders[k].decode(*args, 0))
+            statuses = [call(positions, 0) for positions in calls]
+            ready = None
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
                 if decoded.allocated is not None and k > 0:
                     stream.wait_event(decoded.allocated)
-                part = _Slice(self._decoders[k].decode(*args, stream.cuda_stream))
-                part.ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
-                part.ready.record(stream)
-        part.cpu_seconds = time.thread_time() - c0
-        return part
+                statuses = [call(positions, stream.cuda_stream) for positions in calls]
+                ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
+                ready.record(stream)
+        return _Share(np.concatenate(calls), np.concatenate(statuses), ready, time.thread_time() - c0)
 
     def _take_buffer(self, nbytes: int) -> torch.Tensor:
         """A buffer of at least ``nbytes`` for a batch's images: the smallest spare one that fits,
@@ -396,6 +410,23 @@ class NvImageCodecDecoder:
         return DecodedRows(pixels=pixels, rejected=rejected)
 
 
+def engine_calls(subsamplings: np.ndarray, parts: int) -> List[List[np.ndarray]]:
+    """The decode calls of a batch's engine rows, given each row's subsampling code: per decoder
+    instance (``parts`` of them), a list of calls, each an array of row positions. A call holds
+    one subsampling only: the engines decoded calls mixing 4:2:0, 4:2:2 and 4:4:4 rows at 0.4x
+    the rate of calls of one (H200, ENGINE_SUBSAMPLINGS). Each subsampling's rows are shared out
+    in near-equal contiguous slices, instance 0 always getting one, so the instances finish
+    together. With one subsampling this is one call per instance, as ``decode_slices``."""
+    parts = max(1, parts)
+    calls: List[List[np.ndarray]] = [[] for _ in range(parts)]
+    subsamplings = np.asarray(subsamplings)
+    for code in np.unique(subsamplings):
+        positions = np.flatnonzero(subsamplings == code)
+        for k, (lo, hi) in enumerate(decode_slices(len(positions), parts)):
+            calls[k].append(positions[lo:hi])
+    return calls
+
+
 def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
     """``n`` rows in at most ``parts`` contiguous, near-equal, non-empty slices (start, end)."""
     parts = max(1, min(parts, n))
@@ -404,10 +435,12 @@ def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
 
 
 @dataclass
-class _Slice:
-    """One decoder instance's part of a batch: per-row statuses (``DECODED`` or why not), the
-    event its stream records after the decode, and the CPU seconds of the calling thread."""
+class _Share:
+    """One decoder instance's part of a batch: the rows' positions in the stage's rows, their
+    statuses (``DECODED`` or why not), the event its stream records after its calls, and the CPU
+    seconds of the calling thread."""
 
+    positions: np.ndarray
     status: np.ndarray
     ready: Optional[Any] = None  # torch.cuda.Event
     cpu_seconds: float = 0.0

@@ -42,6 +42,7 @@ class CpuEngines(NvImageCodecDecoder):
                          decode_threads=decode_threads)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
+        self.subsamplings = []  # per call, the subsamplings of the rows given
         refuse = set(refuse)
         lock = threading.Lock()
 
@@ -51,6 +52,7 @@ class CpuEngines(NvImageCodecDecoder):
                 with lock:  # with one instance, "first" is the row's place in everything given so far
                     first = sum(self.given)
                     self.given.append(len(datas))
+                    self.subsamplings.append({fastdata.probe(d).subsampling for d in datas})
                 for i in range(len(datas)):
                     if first + i in refuse:
                         status[i] = 1  # as nvImageCodec reports a row it could not decode
@@ -164,6 +166,53 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
     assert sorted(three.given) == [6, 6, 6] and one.given == [18]
     assert torch.equal(a, b)
     assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
+
+
+@needs_interpreter
+def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tmp_path, monkeypatch):
+    # The engines decoded calls mixing subsamplings at 0.4x the rate of calls of one (H200), so a
+    # batch is decoded in one call per subsampling and instance; the rows' pixels must still land
+    # on their own rows (compared with one instance making one call of everything, and with native).
+    import fastdata.decoders.nvimgcodec as nvimgcodec
+    monkeypatch.setattr(nvimgcodec, "ENGINE_SUBSAMPLING_CODES",
+                        [fastdata._C.SUBSAMPLING_NAMES.index(n) for n in ("4:2:0", "4:2:2", "4:4:4")])
+    kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
+    paths = []
+    for i, kind in enumerate(kinds):
+        path = tmp_path / f"{i}.jpg"
+        path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
+        paths.append(str(path))
+    transform = fastdata.RandomResizedCrop(32)
+    cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
+    two = CpuEngines(transform, decode_threads=2)
+    with make_backend(two, transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
+        a, fa, _ = gpu.run(paths, np.arange(len(paths)), 0)
+        b, _, _ = native.run(paths, np.arange(len(paths)), 0)
+        stats = dict(gpu.stats)
+    assert not fa and stats["gpu_rows"] == len(paths)
+    # one call per subsampling and instance: 4:2:0 (4 rows) and 4:2:2, 4:4:4 (3 and 2) split over two
+    assert all(len(kinds_in_call) == 1 for kinds_in_call in two.subsamplings), two.subsamplings
+    assert sorted(two.given) == [1, 1, 1, 2, 2, 2]
+    for row in range(len(paths)):
+        assert psnr(a[row], b[row]) >= 35, (row, kinds[row], psnr(a[row], b[row]))
+
+
+def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
+    from fastdata.decoders.nvimgcodec import engine_calls
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 5, 40):
+        for parts in (1, 2, 3):
+            codes = rng.choice([2, 3, 4], n, p=[0.1, 0.1, 0.8])
+            calls = engine_calls(codes, parts)
+            assert len(calls) == parts and (n == 0 or calls[0])
+            flat = [p for share in calls for positions in share for p in positions]
+            assert sorted(flat) == list(range(n))
+            for share in calls:
+                assert all(len(positions) and len(set(codes[positions])) == 1 for positions in share)
+                assert all((np.diff(positions) > 0).all() for positions in share)  # row order inside a call
+            for code in set(codes.tolist()):  # each subsampling shared out near-equally
+                sizes = [sum(len(p) for p in share if codes[p[0]] == code) for share in calls]
+                assert max(sizes) - min(sizes) <= 1, (code, sizes)
 
 
 def test_image_buffers_are_reused_and_bounded():
