@@ -164,9 +164,10 @@ class BatchPipeline:
         self._gpu_falls_back = backend == "auto"
         if isinstance(backend, str):
             asked, backend = backend, resolve_backend(backend, self.device)
-            if asked == "auto" and backend == "native" and backend_options:
-                _warn_once("auto options", f"fastdata: backend='auto' decodes on the CPU here; backend_options "
-                                           f"{sorted(backend_options)} are for the GPU decoder and are ignored")
+            if asked in ("auto", "hybrid") and backend == "native" and backend_options:
+                # the fallback to the CPU (no CUDA or no gpu extra) drops what only the GPU decoder takes
+                _warn_once(f"{asked} options", f"fastdata: backend={asked!r} decodes on the CPU here; backend_options "
+                                               f"{sorted(backend_options)} are for the GPU decoder and are ignored")
                 backend_options = None
             try:
                 gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))

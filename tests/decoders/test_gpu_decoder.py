@@ -346,6 +346,11 @@ def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once only
         assert resolve_backend("hybrid", torch.device("cuda")) == "native"
+    # Options for the GPU decoder are dropped with it, said once (they raised TypeError before:
+    # the native decoder takes none). The device is the CPU here, so resolve as on a CUDA box.
+    monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: "native")
+    with pytest.warns(RuntimeWarning, match=r"backend='hybrid' decodes on the CPU here; backend_options \['depth'\]"):
+        make_backend("hybrid", fastdata.RandomResizedCrop(32), device="cpu", dtype=None, depth=3).close()
 
 
 def test_auto_is_hybrid_only_with_cuda_and_the_extra_and_falls_back_once(monkeypatch, tmp_path):
