@@ -24,7 +24,8 @@ step between batches, so the wait of a compute-bound loop can be read).
 
 Time: ``--seconds`` (default 20) is the budget of the measurement phase, split evenly over
 the contenders (or ablation steps) that can run and the rounds; start-up and warm-up count
-against each share; a share can overrun by at most the batch in flight. With ``--rounds``
+against each share (a contender timed for under 2 s is marked * and named below the table:
+its rate means little); a share can overrun by at most the batch in flight. With ``--rounds``
 > 1 the contenders run interleaved (each once per round), so drift on a shared machine hits
 all alike. One-time setup (demo set generation, ~10 s on 2 cores; LMDB conversion; FFCV's
 packed file) is cached and comes on top, so a first no-argument run on a 2-core machine

@@ -99,6 +99,16 @@ def _fmt_rate(x: Optional[float]) -> str:
     return "" if x is None else f"{x:,.0f}"
 
 
+# A contender timed for less than this (its share of --seconds, less its start-up and warm-up)
+# is marked: on the H200, six contenders under --seconds 20 were timed 0.02-2.7 s each, and one
+# printed 22,912 img/s from two batches (2026-12-03).
+SHORT_TIMED_SECONDS = 2.0
+
+
+def _short(r: Dict[str, Any]) -> bool:
+    return r.get("status") == "ok" and r.get("timed_seconds", SHORT_TIMED_SECONDS) < SHORT_TIMED_SECONDS
+
+
 def table_rows(report: Dict[str, Any]) -> List[List[str]]:
     """Header + one row per result (strings), shared by the rich and the plain table."""
     ablation = report["ablation"]
@@ -112,7 +122,7 @@ def table_rows(report: Dict[str, Any]) -> List[List[str]]:
             rows.append(row + [""] * (len(head) - len(row)))
             continue
         s = r["spread"]
-        row = [r["label"], _fmt_rate(r["images_per_s"]), f"{s['min']:,.0f}-{s['max']:,.0f}",
+        row = [r["label"], _fmt_rate(r["images_per_s"]) + ("*" if _short(r) else ""), f"{s['min']:,.0f}-{s['max']:,.0f}",
                f"{s['q1']:,.0f}-{s['q3']:,.0f}", f"{r['cpu_cores_busy']:.2f}", f"{r['peak_rss_mb']:,.0f}"]
         if ablation:
             row += [f"{r['speedup_vs_previous']:.2f}x", f"{r['speedup_vs_baseline']:.2f}x"]
@@ -145,6 +155,20 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
     return line
 
 
+def short_timing_line(report: Dict[str, Any]) -> Optional[str]:
+    """The contenders marked * in the table: timed too briefly for their rates to mean much.
+    ``--seconds`` is the whole measurement's budget, shared by the contenders (and rounds), and
+    each one's start-up and warm-up come out of its share."""
+    short = [r for r in report["results"] if _short(r)]
+    if not short:
+        return None
+    seconds = report.get("config", {}).get("seconds")
+    each = ", ".join(f"{r['name']} {r['timed_seconds']:.1f} s ({r.get('timed_batches', '?')} batches)" for r in short)
+    budget = f" of --seconds {seconds:g}, which all contenders share" if seconds else ""
+    return (f"* timed for under {SHORT_TIMED_SECONDS:g} s{budget}: {each}; "
+            f"these rates are not reliable: raise --seconds or compare fewer contenders")
+
+
 def machine_line(report: Dict[str, Any]) -> str:
     m = report["machine"]
     v = m["versions"]
@@ -159,7 +183,7 @@ def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> Non
     """The results table (rich when installed and writing to a terminal, else plain text)."""
     stream = stream if stream is not None else sys.stdout
     rows = table_rows(report)
-    ceiling = ceiling_line(report)
+    notes = [line for line in (short_timing_line(report), ceiling_line(report)) if line]
     c = report["config"]
     d = report["dataset"]
     title = (f"fastdata-bench {'ablation' if report['ablation'] else 'comparison'}: "
@@ -178,14 +202,14 @@ def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> Non
             table.add_row(*row)
         console = Console(file=stream)
         console.print(table)
-        if ceiling:
-            console.print(ceiling)
+        for line in notes:
+            console.print(line)
         console.print(machine_line(report), style="dim")
         return
     stream.write(title + "\n")
     stream.write(format_plain(rows) + "\n")
-    if ceiling:
-        stream.write(ceiling + "\n")
+    for line in notes:
+        stream.write(line + "\n")
     stream.write(machine_line(report) + "\n")
     stream.flush()
 

@@ -189,6 +189,26 @@ def test_ceiling_line_puts_gpu_against_the_engines():
     assert bench_report.ceiling_line(report) == "ceiling (native + gpu, same run): 22,000 img/s"
 
 
+def test_contenders_timed_too_briefly_are_marked_and_named():
+    from fastdata.cli import bench_report
+
+    def ok(name, rate, seconds, batches):
+        return {"name": name, "label": name, "status": "ok", "images_per_s": rate, "cpu_cores_busy": 1.0,
+                "peak_rss_mb": 100.0, "timed_seconds": seconds, "timed_batches": batches,
+                "spread": {"min": rate, "q1": rate, "q3": rate, "max": rate}}
+
+    report = {"ablation": False, "config": {"seconds": 20.0},
+              "results": [ok("fastdata", 10000.0, 3.0, 40), ok("dali", 22912.0, 0.02, 2),
+                          {"name": "ffcv", "label": "ffcv", "status": "skipped", "reason": "not installed"}]}
+    rows = bench_report.table_rows(report)
+    assert [r[1] for r in rows[1:3]] == ["10,000", "22,912*"]
+    assert bench_report.short_timing_line(report) == (
+        "* timed for under 2 s of --seconds 20, which all contenders share: dali 0.0 s (2 batches); "
+        "these rates are not reliable: raise --seconds or compare fewer contenders")
+    report["results"] = report["results"][:1]
+    assert bench_report.short_timing_line(report) is None
+
+
 def test_shuffled_batches_cover_each_epoch_once_and_reshuffle() -> None:
     from itertools import islice
 
