@@ -17,6 +17,8 @@ void check_info(const fastdata::JpegInfo& info) {
   FUZZ_CHECK(info.components >= 1 && info.components <= 10, "%d components", info.components);
   FUZZ_CHECK(info.orientation >= 1 && info.orientation <= 8, "orientation %d", info.orientation);
   FUZZ_CHECK(static_cast<size_t>(info.subsampling) < std::size(fastdata::kSubsamplingNames), "subsampling out of range");
+  FUZZ_CHECK((info.components == 1) == (info.subsampling == fastdata::Subsampling::kGray),
+             "%d components but subsampling %s", info.components, fastdata::subsampling_name(info.subsampling));
   const fastdata::OrientationMap m = fastdata::orientation_map(info.orientation, info.width, info.height);
   const int ow = info.oriented_width(), oh = info.oriented_height();
   for (int ox : {0, ow - 1}) {
@@ -46,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(ok_lenient, "strict header read succeeded where the lenient one failed");
     FUZZ_CHECK(strict.width == lenient.width && strict.height == lenient.height &&
                    strict.components == lenient.components && strict.orientation == lenient.orientation &&
-                   strict.progressive == lenient.progressive,
+                   strict.progressive == lenient.progressive && strict.subsampling == lenient.subsampling,
                "strict and lenient header reads disagree");
   }
   return 0;

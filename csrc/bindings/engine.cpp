@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <condition_variable>
-#include <iterator>
 #include <memory>
 #include <mutex>
 #include <stdexcept>

@@ -28,6 +28,8 @@ enum class ColorSpace : int { kGray = 0, kYCbCr = 1, kRGB = 2, kCMYK = 3, kYCCK 
 // per row (CropPlan.subsamplings) and indexes kSubsamplingNames (_C.SUBSAMPLING_NAMES).
 enum class Subsampling : int32_t { kOther = 0, kGray = 1, k444 = 2, k422 = 3, k420 = 4, k440 = 5, k411 = 6 };
 inline constexpr const char* kSubsamplingNames[] = {"other", "gray", "4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1"};
+static_assert(sizeof(kSubsamplingNames) / sizeof(kSubsamplingNames[0]) == static_cast<size_t>(Subsampling::k411) + 1,
+              "one name per Subsampling code");
 inline const char* subsampling_name(Subsampling s) { return kSubsamplingNames[static_cast<int32_t>(s)]; }
 
 struct JpegInfo {
