@@ -12,15 +12,15 @@ index).
 
 The decode call is fastdata's own (``_C.NvImageCodecBatch``, csrc/gpu/nvimgcodec_batch.cpp:
 nvImageCodec's C API, loaded from the wheel at run time): code streams, images, decode and
-wait for a whole slice with the GIL released once. Through nvImageCodec's Python API the
+wait for a whole call's rows with the GIL released once. Through nvImageCodec's Python API the
 decoder made a code stream object and read an array interface per image, and the API's
 ``decode`` takes the GIL back for every image it returns (read in its v0.8 source); per batch
 of 256, hundreds of GIL hand-overs beside the training thread. On the H200, gpu-only training
 ran 57-60% of synthetic through that API and 71-75% through this call (docs/results.md).
 
 Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
-``gpu_decodable``; gray files go native, see ``accepts``), 4:2:0 (``ENGINE_SUBSAMPLINGS``: other
-subsamplings cost the engines' call more host time than a native decode), and not progressive:
+``gpu_decodable``; gray files go native, see ``accepts``), 4:2:0 (``ENGINE_SUBSAMPLINGS``: 4:2:2
+and 4:4:4 wait for a measurement, see there), and not progressive:
 the hardware engines decode baseline scans only, and a progressive file on them comes back
 refused after the batch (a serial native re-decode), so it is routed to the native threads up front. Rows
 the engines still refuse, whose header nvImageCodec cannot read, or whose size differs from
@@ -57,20 +57,14 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
 # nvImageCodec backend kinds the gpu decoder uses: the hardware engines alone (see above).
 ENGINE_KINDS = ("HW_GPU_ONLY",)
 # Chroma subsamplings the engines are given. On the H200 (nvImageCodec 0.9, 2026-12-03, decode
-# only, batch 256; docs/results.md, eighth session) the demo mix's baseline 4:2:0 files ran
-# 15,077-17,849 img/s at ~120 us of CPU each, but with its 4:2:2 and 4:4:4 files among them (12%
-# of the rows) the same batches ran 7,241-7,347 img/s at ~350 us: those rows cost about 2,000 us
-# of host CPU each there, more than the native threads' whole decode + crop (~1,300 us), and
-# they stall the batch they are in. So they go to the native threads: on that mix hybrid then
-# ran 9,088 img/s on 11.4 cores against 8,153 on 12.2 with them on the engines (one call).
-#
-# Not the subsamplings themselves but their mixing in one call: the same probe later (same box,
-# 2026-12-03, ninth session) gave batches of one subsampling each 17,578 (4:2:0), 16,640 (4:2:2)
-# and 12,455 img/s (4:4:4) at 118-169 us of CPU each, against 7,417 img/s at 343 us for the
-# three mixed at random in every call (7,895 with each batch sorted by subsampling, still one
-# call per instance). So a batch is now decoded in one call per subsampling (engine_calls).
-# Whether hybrid gains from sending 4:2:2 and 4:4:4 rows to the engines that way (calls of a few
-# rows each on a mix) is not measured yet, so they stay native until it is.
+# only, two instances, batch 256; docs/results.md, eighth and ninth sessions), calls of one
+# subsampling each ran 17,578 (4:2:0), 16,640 (4:2:2) and 12,455 img/s (4:4:4) at 118-169 us of
+# CPU per image, but calls mixing the three at random 7,241-7,417 img/s at ~350 us (7,895 with
+# each call's rows sorted by subsampling). With every call mixed, hybrid on the demo mix ran
+# 9,088 img/s with 4:2:0 alone on the engines against 8,153 with all three (one call, eighth
+# session). So a batch is decoded in one call per subsampling (engine_calls); whether hybrid then
+# gains from taking 4:2:2 and 4:4:4 on the engines (calls of a few rows each on a mix, each with
+# its own wait) is not measured yet, so they go to the native threads until it is.
 ENGINE_SUBSAMPLINGS = ("4:2:0",)
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
@@ -129,8 +123,9 @@ BUFFER_ROUNDING = 2 * 2**20
 # The spare buffers of one decoder hold at most this many bytes together (three batches of
 # 256 photo-like 500x375 images, 144 MB each, fit with room to spare).
 BUFFER_POOL_BYTES = 1024 * 2**20
-# _C.NvImageCodecBatch.decode's per-row statuses.
+# _C.NvImageCodecBatch.decode's per-row statuses; NOT_CALLED: none given (the row was in no call).
 DECODED = 0
+NOT_CALLED = 255
 
 
 class NvImageCodecDecoder:
@@ -143,7 +138,7 @@ class NvImageCodecDecoder:
 
     cpu_threads: nvImageCodec's host threads (parsing, engine submission), per decoder instance.
     decode_threads: nvImageCodec decoder instances, each called from a thread of its own on its
-    own CUDA stream with a slice of the batch: the call is host-bound (its calling thread is
+    own CUDA stream with a share of the batch: the call is host-bound (its calling thread is
     busy 83-99% of the call), so one caller caps the engines at one thread's rate.
     depth: batches in flight (default: the class's ``depth``).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
@@ -270,8 +265,8 @@ class NvImageCodecDecoder:
     # is resampled (stage 2, the pipeline's stream, after an event from stage 1), batch N+1 is
     # decoded on the engines (stage 1, the instances' own streams).
     def _decode_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
-        """Stage 1: the rows' images into one buffer, in contiguous slices, one per decoder
-        instance; this thread calls instance 0 while the helpers call the others."""
+        """Stage 1: the rows' images into one buffer, each decoder instance with a share of the
+        rows (``engine_calls``); this thread calls instance 0 while the helpers call the others."""
         t0 = time.perf_counter()
         layout = ImageLayout.packed(np.stack(stored_sizes(batch.plan, rows), axis=1), chw=False, align=IMAGE_ALIGN)
         decoded = _Decoded(rows, layout)
@@ -304,8 +299,10 @@ class NvImageCodecDecoder:
                 if stream is not None:
                     stream.synchronize()
             raise error
-        decoded.status = np.zeros(len(rows), np.uint8)
-        for part in results:  # every row is in exactly one call (engine_calls)
+        # Every row is in exactly one call (engine_calls); one that were not would keep NOT_CALLED
+        # and go back to the native threads, never be resampled from an unwritten buffer.
+        decoded.status = np.full(len(rows), NOT_CALLED, np.uint8)
+        for part in results:
             decoded.status[part.positions] = part.status
         decoded.ready = [part.ready for part in results if part.ready is not None]
         decoded.seconds = time.perf_counter() - t0
@@ -413,8 +410,8 @@ class NvImageCodecDecoder:
 def engine_calls(subsamplings: np.ndarray, parts: int) -> List[List[np.ndarray]]:
     """The decode calls of a batch's engine rows, given each row's subsampling code: per decoder
     instance (``parts`` of them), a list of calls, each an array of row positions. A call holds
-    one subsampling only: the engines decoded calls mixing 4:2:0, 4:2:2 and 4:4:4 rows at 0.4x
-    the rate of calls of one (H200, ENGINE_SUBSAMPLINGS). Each subsampling's rows are shared out
+    one subsampling only: the engines decoded calls mixing 4:2:0, 4:2:2 and 4:4:4 rows at about
+    half the rate of calls of one (H200, ENGINE_SUBSAMPLINGS). Each subsampling's rows are shared out
     in near-equal contiguous slices, instance 0 always getting one, so the instances finish
     together. With one subsampling this is one call per instance, as ``decode_slices``."""
     parts = max(1, parts)

@@ -8,6 +8,7 @@ native backend. tests/gpu runs the same decoder on the engines.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import warnings
@@ -49,6 +50,7 @@ class CpuEngines(NvImageCodecDecoder):
         def counting(decoder):  # records what reached nvImageCodec; refuses some rows as the engines may
             def call(datas, *args):
                 status = decoder.decode(datas, *args)
+                ptr, _, offsets, heights, widths = args[:5]
                 with lock:  # with one instance, "first" is the row's place in everything given so far
                     first = sum(self.given)
                     self.given.append(len(datas))
@@ -56,6 +58,8 @@ class CpuEngines(NvImageCodecDecoder):
                 for i in range(len(datas)):
                     if first + i in refuse:
                         status[i] = 1  # as nvImageCodec reports a row it could not decode
+                        # and its pixels are not there: resampled by mistake, the row would be black
+                        ctypes.memset(ptr + int(offsets[i]), 0, int(heights[i]) * int(widths[i]) * 3)
                 return status
             return type("Counting", (), {"decode": staticmethod(call)})()
 
@@ -170,9 +174,9 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
 
 @needs_interpreter
 def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tmp_path, monkeypatch):
-    # The engines decoded calls mixing subsamplings at 0.4x the rate of calls of one (H200), so a
-    # batch is decoded in one call per subsampling and instance; the rows' pixels must still land
-    # on their own rows (compared with one instance making one call of everything, and with native).
+    # The engines decoded calls mixing subsamplings at about half the rate of calls of one (H200),
+    # so a batch is decoded in one call per subsampling and instance; the rows' pixels and
+    # statuses must still land on their own rows.
     import fastdata.decoders.nvimgcodec as nvimgcodec
     monkeypatch.setattr(nvimgcodec, "ENGINE_SUBSAMPLING_CODES",
                         [fastdata._C.SUBSAMPLING_NAMES.index(n) for n in ("4:2:0", "4:2:2", "4:4:4")])
@@ -195,6 +199,17 @@ def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tm
     assert sorted(two.given) == [1, 1, 1, 2, 2, 2]
     for row in range(len(paths)):
         assert psnr(a[row], b[row]) >= 35, (row, kinds[row], psnr(a[row], b[row]))
+    # A refused row's status reaches that row: with one instance the calls go by subsampling code
+    # (4:4:4 rows 2 and 6, then 4:2:2, then 4:2:0), so the second row given is row 6, whose
+    # decoded pixels the stand-in also blanks. Were its status put on another row, row 6 would be
+    # resampled black (and the other decoded twice).
+    one = CpuEngines(transform, refuse={1})
+    with make_backend(one, transform, **cfg) as gpu:
+        c, fc, _ = gpu.run(paths, np.arange(len(paths)), 0)
+        stats = dict(gpu.stats)
+    assert not fc and stats["gpu_rejected"] == 1 and one.given == [2, 3, 4]
+    for row in range(len(paths)):
+        assert psnr(c[row], b[row]) >= 35, (row, kinds[row], psnr(c[row], b[row]))
 
 
 def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
@@ -349,8 +364,14 @@ def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):
     # Options for the GPU decoder are dropped with it, said once (they raised TypeError before:
     # the native decoder takes none). The device is the CPU here, so resolve as on a CUDA box.
     monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: "native")
+    transform = fastdata.RandomResizedCrop(32)
     with pytest.warns(RuntimeWarning, match=r"backend='hybrid' decodes on the CPU here; backend_options \['depth'\]"):
-        make_backend("hybrid", fastdata.RandomResizedCrop(32), device="cpu", dtype=None, depth=3).close()
+        make_backend("hybrid", transform, device="cpu", dtype=None, depth=3).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once only
+        make_backend("hybrid", transform, device="cpu", dtype=None, depth=3).close()
+    with pytest.raises(TypeError, match="takes no options"):  # asked for by name, options are an error
+        make_backend("native", transform, device="cpu", dtype=None, depth=3)
 
 
 def test_auto_is_hybrid_only_with_cuda_and_the_extra_and_falls_back_once(monkeypatch, tmp_path):
