@@ -162,11 +162,12 @@ def short_timing_line(report: Dict[str, Any]) -> Optional[str]:
     short = [r for r in report["results"] if _short(r)]
     if not short:
         return None
+    what = "steps" if report.get("ablation") else "contenders"
     seconds = report.get("config", {}).get("seconds")
-    each = ", ".join(f"{r['name']} {r['timed_seconds']:.1f} s ({r.get('timed_batches', '?')} batches)" for r in short)
-    budget = f" of --seconds {seconds:g}, which all contenders share" if seconds else ""
-    return (f"* timed for under {SHORT_TIMED_SECONDS:g} s{budget}: {each}; "
-            f"these rates are not reliable: raise --seconds or compare fewer contenders")
+    each = "; ".join(f"{r['label']} {r['timed_seconds']:.2f} s ({r.get('timed_batches', '?')} batches)" for r in short)
+    budget = f" of --seconds {seconds:g}, which all {what} share" if seconds else ""
+    return (f"* timed for under {SHORT_TIMED_SECONDS:g} s{budget}: {each}. "
+            f"These rates are not reliable: raise --seconds or compare fewer {what}")
 
 
 def machine_line(report: Dict[str, Any]) -> str:

@@ -203,8 +203,8 @@ def test_contenders_timed_too_briefly_are_marked_and_named():
     rows = bench_report.table_rows(report)
     assert [r[1] for r in rows[1:3]] == ["10,000", "22,912*"]
     assert bench_report.short_timing_line(report) == (
-        "* timed for under 2 s of --seconds 20, which all contenders share: dali 0.0 s (2 batches); "
-        "these rates are not reliable: raise --seconds or compare fewer contenders")
+        "* timed for under 2 s of --seconds 20, which all contenders share: dali 0.02 s (2 batches). "
+        "These rates are not reliable: raise --seconds or compare fewer contenders")
     report["results"] = report["results"][:1]
     assert bench_report.short_timing_line(report) is None
 
