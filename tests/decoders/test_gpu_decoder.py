@@ -9,7 +9,10 @@ native backend. tests/gpu runs the same decoder on the engines.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -23,6 +26,7 @@ from fastdata.loader.balance import HEADROOM, SplitBalancer
 from fastdata.loader.pipeline import make_backend, resolve_backend
 from fastdata.decoders.routing import plan_batch
 from imagegen import encode_jpeg, hard_case_folder, photo_like, psnr
+from repo import ROOT
 
 pytest.importorskip("nvidia.nvimgcodec")
 
@@ -228,6 +232,25 @@ def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
             for code in set(codes.tolist()):  # each subsampling shared out near-equally
                 sizes = [sum(len(p) for p in share if codes[p[0]] == code) for share in calls]
                 assert max(sizes) - min(sizes) <= 1, (code, sizes)
+
+
+def test_bench_engines_runs_every_subset_and_both_call_layouts(tmp_path):
+    # benchmarks/bench_engines.py (the engines per subsampling, docs/results.md) with nvImageCodec's
+    # CPU backend in the engines' place: a check that the script runs, not of its numbers.
+    img = photo_like(48, 64)
+    for i, kind in enumerate(["4:2:0", "4:2:0", "4:4:4", "4:2:2"]):
+        (tmp_path / f"{i}.jpg").write_bytes(encode_jpeg(img, subsampling=kind))
+    (tmp_path / "p.jpg").write_bytes(encode_jpeg(img, progressive=True))  # not the engines': no subset
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "benchmarks/bench_engines.py", str(tmp_path), "--cpu", "--seconds", "0.2",
+                           "--batch", "8", "--native-threads", "1", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["subset"], r["variant"]): r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {(s, v) for s in ("4:2:0", "4:2:2", "4:4:4") for v in ("one call", "native 1")} | \
+        {("mixed", "one call"), ("mixed", "per subsampling")}
+    assert rows[("mixed", "per subsampling")]["files"] == 4
+    assert all(r["img_s"] > 0 and r["refused"] == 0 for r in rows.values())
 
 
 def test_image_buffers_are_reused_and_bounded():
