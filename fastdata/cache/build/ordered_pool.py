@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections import deque
 from typing import Iterator, Optional, Sequence, Tuple
 
@@ -23,14 +24,37 @@ def processed_in_order(todo: Sequence[Tuple[int, str]], workers: int, max_side: 
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers, initializer=worker_init, initargs=(max_side, quality, keep_progressive)) as pool:
         inflight: deque = deque()
-        it = iter(chunks)
-        for c in it:
-            inflight.append(pool.apply_async(worker_chunk, (c,)))
-            if len(inflight) >= workers * 4:
-                break
-        while inflight:
-            results = inflight.popleft().get()
-            nxt = next(it, None)
-            if nxt is not None:
-                inflight.append(pool.apply_async(worker_chunk, (nxt,)))
-            yield from results
+        try:
+            it = iter(chunks)
+            for c in it:
+                inflight.append(pool.apply_async(worker_chunk, (c,)))
+                if len(inflight) >= workers * 4:
+                    break
+            while inflight:
+                results = inflight.popleft().get()
+                nxt = next(it, None)
+                if nxt is not None:
+                    inflight.append(pool.apply_async(worker_chunk, (nxt,)))
+                yield from results
+        finally:
+            _drain(pool, inflight)
+
+
+# How long a pool left early (an error, or a consumer that stopped) waits for its chunks in flight.
+DRAIN_SECONDS = 60.0
+
+
+def _drain(pool, inflight: deque) -> None:
+    """Let the workers finish the chunks in flight and exit, so that the ``with`` block's
+    ``Pool.terminate`` finds no busy worker. Terminating a worker that is putting its result
+    can leave the result queue's lock held, and then ``terminate`` waits for a task-handler
+    thread blocked on that lock: a CI run sat ~8 minutes there after a conversion raised
+    (2026-12-03; Python's docs warn that a terminated process can break the queues and locks it
+    was using). Chunks still running after DRAIN_SECONDS (a worker stuck on a file) are left
+    to ``terminate``."""
+    pool.close()
+    deadline = time.monotonic() + DRAIN_SECONDS
+    for pending in inflight:
+        pending.wait(max(0.0, deadline - time.monotonic()))
+    if all(pending.ready() for pending in inflight):
+        pool.join()
