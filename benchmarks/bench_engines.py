@@ -42,6 +42,7 @@ import torch
 
 import fastdata
 from fastdata import _C
+from fastdata.decoders.gpu_resize import ImageLayout
 from fastdata.decoders.nvimgcodec import (BACKEND_KINDS, IMAGE_ALIGN, decode_slices, engine_calls,
                                           nvimgcodec_library, nvimgcodec_module)
 
@@ -85,12 +86,11 @@ class Engines:
 
     def decode(self, batch: Sequence[Dict[str, Any]], per_subsampling: bool) -> np.ndarray:
         """One batch; returns the per-row statuses (0: decoded)."""
-        slots = [-(-r["height"] * r["width"] * 3 // IMAGE_ALIGN) * IMAGE_ALIGN for r in batch]
-        offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
-        heights = np.array([r["height"] for r in batch], np.int64)
-        widths = np.array([r["width"] for r in batch], np.int64)
-        if self.buffer.numel() < sum(slots):
-            self.buffer = torch.empty(int(sum(slots) * 1.25), dtype=torch.uint8, device=self.device)
+        # the gpu decoder's layout: HWC, each image at an IMAGE_ALIGN-aligned offset
+        layout = ImageLayout.packed([(r["height"], r["width"]) for r in batch], chw=False, align=IMAGE_ALIGN)
+        offsets, heights, widths = layout.base, layout.height, layout.width
+        if self.buffer.numel() < layout.nbytes():
+            self.buffer = torch.empty(int(layout.nbytes() * 1.25), dtype=torch.uint8, device=self.device)
         n = len(self.decoders)
         if per_subsampling:
             shares = engine_calls(np.array([r["code"] for r in batch]), n)

@@ -171,12 +171,9 @@ class NvImageCodecDecoder:
         if cpu_threads < 1:
             raise ValueError("cpu_threads must be at least 1")
         if depth is not None:
-            if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-                raise ValueError(f"depth must be an int of at least 1, got {depth!r}")
-            self.depth = depth
-        decode_threads = DECODE_THREADS["gpu"] if decode_threads is None else decode_threads
-        if isinstance(decode_threads, bool) or not isinstance(decode_threads, int) or decode_threads < 1:
-            raise ValueError(f"decode_threads must be an int of at least 1, got {decode_threads!r}")
+            self.depth = _at_least_one("depth", depth)
+        decode_threads = _at_least_one("decode_threads", DECODE_THREADS["gpu"] if decode_threads is None
+                                       else decode_threads)
         unknown = [kind for kind in backend_kinds if kind not in BACKEND_KINDS]
         if unknown or not backend_kinds:
             raise ValueError(f"unknown nvImageCodec backend kinds {unknown or list(backend_kinds)}; "
@@ -405,6 +402,13 @@ class NvImageCodecDecoder:
                                 self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
         self.stage_seconds["resample"] += time.perf_counter() - t0
         return DecodedRows(pixels=pixels, rejected=rejected)
+
+
+def _at_least_one(name: str, value: Any) -> int:
+    """``value`` if it is an int of at least 1 (a bool is not), else ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int of at least 1, got {value!r}")
+    return value
 
 
 def engine_calls(subsamplings: np.ndarray, parts: int) -> List[List[np.ndarray]]:
