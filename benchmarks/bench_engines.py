@@ -20,8 +20,10 @@ CPU cores of the whole process and CPU microseconds per image. The variants:
 * ``one call``: each instance decodes its contiguous slice of the batch in one call (the gpu
   decoder before 2026-12-03);
 * ``per subsampling``: each instance makes one call per chroma subsampling
-  (``fastdata.decoders.nvimgcodec.engine_calls``, what the gpu decoder does now); on a
-  subset of one subsampling it is the same as ``one call``, so it runs on "mixed" only;
+  (``fastdata.decoders.nvimgcodec.engine_calls``, what the gpu decoder does); on a subset of
+  one subsampling it is the same as ``one call``, so it runs on "mixed" only;
+* ``own instances``: each subsampling has ``--instances`` instances of its own, so an
+  instance's calls always hold the same subsampling (``INSTANCES_PER_SUBSAMPLING``); "mixed" only;
 * ``native N``: the native engine decoding the same subset with RandomResizedCrop(224) on
   ``--native-threads`` threads, for the CPU cost of the same files without the engines.
 
@@ -35,7 +37,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -44,7 +46,7 @@ import fastdata
 from fastdata import _C
 from fastdata.decoders.gpu_resize import ImageLayout
 from fastdata.decoders.nvimgcodec import (BACKEND_KINDS, IMAGE_ALIGN, decode_slices, engine_calls,
-                                          nvimgcodec_library, nvimgcodec_module)
+                                          instances_by_code, nvimgcodec_library, nvimgcodec_module)
 
 
 def catalog(folder: Path) -> List[Dict[str, Any]]:
@@ -84,16 +86,17 @@ class Engines:
         self.pool = ThreadPoolExecutor(instances)
         self.buffer = torch.empty(0, dtype=torch.uint8)
 
-    def decode(self, batch: Sequence[Dict[str, Any]], per_subsampling: bool) -> np.ndarray:
-        """One batch; returns the per-row statuses (0: decoded)."""
+    def decode(self, batch: Sequence[Dict[str, Any]], by_code: Optional[Dict[int, List[int]]]) -> np.ndarray:
+        """One batch, in one call per instance, or (``by_code``: the instances of each subsampling
+        code) in engine_calls' calls; returns the per-row statuses (0: decoded)."""
         # the gpu decoder's layout: HWC, each image at an IMAGE_ALIGN-aligned offset
         layout = ImageLayout.packed([(r["height"], r["width"]) for r in batch], chw=False, align=IMAGE_ALIGN)
         offsets, heights, widths = layout.base, layout.height, layout.width
         if self.buffer.numel() < layout.nbytes():
             self.buffer = torch.empty(int(layout.nbytes() * 1.25), dtype=torch.uint8, device=self.device)
         n = len(self.decoders)
-        if per_subsampling:
-            shares = engine_calls(np.array([r["code"] for r in batch]), n)
+        if by_code is not None:
+            shares = engine_calls(np.array([r["code"] for r in batch]), by_code)
         else:
             shares = [[np.arange(lo, hi)] for lo, hi in decode_slices(len(batch), n)]
 
@@ -152,6 +155,9 @@ def main() -> None:
     print(f"{args.folder}: {len(rows)} JPEGs; subsets " + ", ".join(f"{k} {len(v)}" for k, v in sets.items()),
           flush=True)
     engines = Engines(args.instances, args.cpu)
+    codes = sorted({r["code"] for name, subset in sets.items() if name != "mixed" for r in subset})
+    shared, own = (instances_by_code(codes, args.instances, dedicated) for dedicated in (False, True))
+    own_engines = Engines(len(codes) * args.instances, args.cpu) if "mixed" in sets else None
     rng = np.random.default_rng(0)
     results = []
     try:
@@ -159,10 +165,12 @@ def main() -> None:
             def draw() -> List[Dict[str, Any]]:
                 return [subset[i] for i in rng.choice(len(subset), args.batch, replace=len(subset) < args.batch)]
 
-            variants = [("one call", False)] + ([("per subsampling", True)] if name == "mixed" else [])
-            for label, grouped in variants:
-                def step(grouped: bool = grouped):
-                    status = engines.decode(draw(), grouped)
+            variants = [("one call", engines, None)]
+            if name == "mixed":
+                variants += [("per subsampling", engines, shared), ("own instances", own_engines, own)]
+            for label, runner, by_code in variants:
+                def step(runner: Engines = runner, by_code: Optional[Dict[int, List[int]]] = by_code):
+                    status = runner.decode(draw(), by_code)
                     return int((status == 0).sum()), int((status != 0).sum())
                 results.append(dict(subset=name, files=len(subset), variant=label, **timed(step, args.seconds)))
                 print(json.dumps(results[-1]), flush=True)
@@ -179,7 +187,9 @@ def main() -> None:
                                         **timed(native_step, args.seconds)))
                 print(json.dumps(results[-1]), flush=True)
     finally:
-        engines.close()
+        for runner in (engines, own_engines):
+            if runner is not None:
+                runner.close()
     print(f"\n{'subset':<8} {'files':>6} {'variant':<16} {'img/s':>8} {'refused':>8} {'cores':>6} {'CPU us/img':>10}")
     for r in results:
         print(f"{r['subset']:<8} {r['files']:>6} {r['variant']:<16} {r['img_s']:>8,} {r['refused']:>8} "

@@ -19,8 +19,8 @@ of 256, hundreds of GIL hand-overs beside the training thread. On the H200, gpu-
 ran 57-60% of synthetic through that API and 71-75% through this call (docs/results.md).
 
 Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
-``gpu_decodable``; gray files go native, see ``accepts``), 4:2:0 (``ENGINE_SUBSAMPLINGS``: 4:2:2
-and 4:4:4 wait for a measurement, see there), and not progressive:
+``gpu_decodable``; gray files go native, see ``accepts``), 4:2:0, 4:2:2 or 4:4:4
+(``ENGINE_SUBSAMPLINGS``: 4:4:0 and 4:1:1 go native), and not progressive:
 the hardware engines decode baseline scans only, and a progressive file on them comes back
 refused after the batch (a serial native re-decode), so it is routed to the native threads up front. Rows
 the engines still refuse, whose header nvImageCodec cannot read, or whose size differs from
@@ -39,7 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -56,16 +56,14 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
 
 # nvImageCodec backend kinds the gpu decoder uses: the hardware engines alone (see above).
 ENGINE_KINDS = ("HW_GPU_ONLY",)
-# Chroma subsamplings the engines are given. On the H200 (nvImageCodec 0.9, 2026-12-03, decode
-# only, two instances, batch 256; docs/results.md, eighth and ninth sessions), calls of one
-# subsampling each ran 17,578 (4:2:0), 16,640 (4:2:2) and 12,455 img/s (4:4:4) at 118-169 us of
-# CPU per image, but calls mixing the three at random 7,241-7,417 img/s at ~350 us (7,895 with
-# each call's rows sorted by subsampling). With every call mixed, hybrid on the demo mix ran
-# 9,088 img/s with 4:2:0 alone on the engines against 8,153 with all three (one call, eighth
-# session). So a batch is decoded in one call per subsampling (engine_calls); whether hybrid then
-# gains from taking 4:2:2 and 4:4:4 on the engines (calls of a few rows each on a mix, each with
-# its own wait) is not measured yet, so they go to the native threads until it is.
-ENGINE_SUBSAMPLINGS = ("4:2:0",)
+# Chroma subsamplings the engines are given. On the H200 (nvImageCodec 0.9, decode only, two
+# instances, batch 256; docs/results.md, eighth to tenth sessions), calls of one subsampling each
+# ran 17,578 (4:2:0), 16,640 (4:2:2) and 12,455 img/s (4:4:4) at 118-169 us of CPU per image, but
+# calls mixing the three at random 7,241-7,417 img/s at ~350 us. So a batch is decoded in one call
+# per subsampling (engine_calls), and with that hybrid on the demo mix ran 8,574 and 8,709 img/s
+# with all three on the engines against 7,484 and 7,903 with 4:2:0 alone (alternating runs, one
+# call, 2026-12-03; gpu-only 1,907-2,047 against 1,614-1,627).
+ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
@@ -82,6 +80,8 @@ DECODE_THREADS = {"gpu": 2, "hybrid": 2}
 # native threads already overlap the engines, and a third batch cost a core for no rate
 # (21,440 vs 21,529 img/s, 2026-12-02, one run each).
 DEPTH = {"gpu": 3, "hybrid": 2}
+# Whether each subsampling the engines take has decoder instances of its own (engine_calls).
+INSTANCES_PER_SUBSAMPLING = False
 
 
 def gpu_extra_installed() -> bool:
@@ -184,22 +184,30 @@ class NvImageCodecDecoder:
         self.hardware_only = tuple(backend_kinds) == ENGINE_KINDS
         device_id = device.index if device.type == "cuda" else None  # None: host buffers
         library = nvimgcodec_library(nvimgcodec)
+        # decode_threads instances per subsampling the engines take (engine_calls); the CPU
+        # stand-in takes every subsampling, the ones the engines do not on the first instances.
+        self._instances_by_code = instances_by_code(ENGINE_SUBSAMPLING_CODES, decode_threads,
+                                                    INSTANCES_PER_SUBSAMPLING)
+        if not self.hardware_only:
+            for code in range(len(_C.SUBSAMPLING_NAMES)):
+                self._instances_by_code.setdefault(code, list(range(decode_threads)))
+        instances = 1 + max(k for ks in self._instances_by_code.values() for k in ks)
         try:
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
             # libjpeg): the same pixels as its Python API's decode gave.
             self._decoders = [_C.NvImageCodecBatch(library, device_id, int(cpu_threads),
                                                    [BACKEND_KINDS[k] for k in backend_kinds], "")
-                              for _ in range(decode_threads)]
+                              for _ in range(instances)]
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
         self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
         # The other instances' callers: the decode stage calls instance 0 itself.
-        self._decode_helpers = (ThreadPoolExecutor(decode_threads - 1, thread_name_prefix="fastdata-gpu-decode")
-                                if decode_threads > 1 else None)
+        self._decode_helpers = (ThreadPoolExecutor(instances - 1, thread_name_prefix="fastdata-gpu-decode")
+                                if instances > 1 else None)
         self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
-        self._decode_streams = ([torch.cuda.Stream(device) for _ in range(decode_threads)]
-                                if device.type == "cuda" else [None] * decode_threads)
+        self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
+                                if device.type == "cuda" else [None] * instances)
         self._closed = False
         self._lock = threading.Lock()
         self._spare_buffers: List[torch.Tensor] = []  # finished batches' image buffers (_take_buffer)
@@ -274,11 +282,11 @@ class NvImageCodecDecoder:
                 # write it only after that stream's work so far (a block it reused, say).
                 decoded.allocated = torch.cuda.Event()
                 decoded.allocated.record(self._decode_streams[0])
-        work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], len(self._decoders))
+        work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], self._instances_by_code)
         calls = [self._decode_helpers.submit(self._decode_share, k, batch, decoded, work[k])
                  for k in range(1, len(work)) if work[k]]
         results, error = [], None
-        if work[0]:  # instance 0 has a share whenever there are rows (engine_calls)
+        if work[0]:
             try:
                 results.append(self._decode_share(0, batch, decoded, work[0]))
             except Exception as e:
@@ -411,21 +419,32 @@ def _at_least_one(name: str, value: Any) -> int:
     return value
 
 
-def engine_calls(subsamplings: np.ndarray, parts: int) -> List[List[np.ndarray]]:
+def engine_calls(subsamplings: np.ndarray, instances_by_code: Dict[int, Sequence[int]]) -> List[List[np.ndarray]]:
     """The decode calls of a batch's engine rows, given each row's subsampling code: per decoder
-    instance (``parts`` of them), a list of calls, each an array of row positions. A call holds
-    one subsampling only: the engines decoded calls mixing 4:2:0, 4:2:2 and 4:4:4 rows at about
-    half the rate of calls of one (H200, ENGINE_SUBSAMPLINGS). Each subsampling's rows are shared out
-    in near-equal contiguous slices, instance 0 always getting one, so the instances finish
-    together. With one subsampling this is one call per instance, as ``decode_slices``."""
-    parts = max(1, parts)
-    calls: List[List[np.ndarray]] = [[] for _ in range(parts)]
+    instance, a list of calls, each an array of row positions. A call holds one subsampling only:
+    the engines decoded calls mixing 4:2:0, 4:2:2 and 4:4:4 rows at about half the rate of calls
+    of one (H200, ENGINE_SUBSAMPLINGS). Each subsampling's rows are shared out in near-equal
+    contiguous slices over its instances (``instances_by_code``), its first slice to the first of
+    them, so those instances finish together."""
+    count = 1 + max((k for instances in instances_by_code.values() for k in instances), default=0)
+    calls: List[List[np.ndarray]] = [[] for _ in range(count)]
     subsamplings = np.asarray(subsamplings)
     for code in np.unique(subsamplings):
+        instances = instances_by_code.get(int(code))
+        if not instances:
+            raise ValueError(f"no decoder instance takes chroma subsampling code {int(code)}")
         positions = np.flatnonzero(subsamplings == code)
-        for k, (lo, hi) in enumerate(decode_slices(len(positions), parts)):
+        for k, (lo, hi) in zip(instances, decode_slices(len(positions), len(instances))):
             calls[k].append(positions[lo:hi])
     return calls
+
+
+def instances_by_code(codes: Sequence[int], per_code: int, dedicated: bool) -> Dict[int, List[int]]:
+    """Which decoder instances decode each subsampling: ``per_code`` of them for each code, shared
+    by every code (instances 0..per_code-1) or, ``dedicated``, a set of its own per code, so that
+    an instance's calls always hold the same subsampling."""
+    return {int(code): list(range(i * per_code if dedicated else 0, (i + 1) * per_code if dedicated else per_code))
+            for i, code in enumerate(codes)}
 
 
 def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:

@@ -48,10 +48,11 @@ class CpuEngines(NvImageCodecDecoder):
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
         self.subsamplings = []  # per call, the subsamplings of the rows given
+        self.instances = []  # per call, the decoder instance called
         refuse = set(refuse)
         lock = threading.Lock()
 
-        def counting(decoder):  # records what reached nvImageCodec; refuses some rows as the engines may
+        def counting(k, decoder):  # records what reached nvImageCodec; refuses some rows as the engines may
             def call(datas, *args):
                 status = decoder.decode(datas, *args)
                 ptr, _, offsets, heights, widths = args[:5]
@@ -59,6 +60,7 @@ class CpuEngines(NvImageCodecDecoder):
                     first = sum(self.given)
                     self.given.append(len(datas))
                     self.subsamplings.append({fastdata.probe(d).subsampling for d in datas})
+                    self.instances.append(k)
                 for i in range(len(datas)):
                     if first + i in refuse:
                         status[i] = 1  # as nvImageCodec reports a row it could not decode
@@ -67,7 +69,7 @@ class CpuEngines(NvImageCodecDecoder):
                 return status
             return type("Counting", (), {"decode": staticmethod(call)})()
 
-        self._decoders = [counting(d) for d in self._decoders]
+        self._decoders = [counting(k, d) for k, d in enumerate(self._decoders)]
 
 
 PLAIN = 6  # hard_case_folder: 6 photo-like baseline JPEGs first
@@ -98,9 +100,11 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
             assert psnr(a[row], b[row]) >= 35, (name, psnr(a[row], b[row]))
 
 
-def test_the_engines_take_baseline_4_2_0_colour_files_only():
-    """4:2:2 and 4:4:4 rows cost the engines' call more host time than a native decode (H200,
-    ENGINE_SUBSAMPLINGS), so the gpu decoder routes them native, as it does gray and progressive."""
+def test_the_engines_take_baseline_colour_files_of_their_subsamplings_only():
+    """4:2:0, 4:2:2 and 4:4:4 (ENGINE_SUBSAMPLINGS) go to the engines; gray and progressive files
+    go native, as do subsamplings outside ENGINE_SUBSAMPLINGS."""
+    from fastdata.decoders import nvimgcodec
+
     img = photo_like(48, 64)
     files = {"4:2:0": encode_jpeg(img), "4:2:2": encode_jpeg(img, subsampling="4:2:2"),
              "4:4:4": encode_jpeg(img, subsampling="4:4:4"), "progressive": encode_jpeg(img, progressive=True),
@@ -108,6 +112,7 @@ def test_the_engines_take_baseline_4_2_0_colour_files_only():
     transform = fastdata.RandomResizedCrop(32)
     with fastdata.Engine(1) as engine:
         batch = plan_batch(list(files.values()), np.arange(len(files)), 0, [None] * len(files), engine, transform, seed=0)
+    assert nvimgcodec.ENGINE_SUBSAMPLINGS == ("4:2:0", "4:2:2", "4:4:4")
     decoder = CpuEngines(transform)
     try:
         taken = dict(zip(files, decoder.accepts(batch).tolist()))
@@ -115,10 +120,22 @@ def test_the_engines_take_baseline_4_2_0_colour_files_only():
         any_kind = dict(zip(files, decoder.accepts(batch).tolist()))
     finally:
         decoder.close()
-    assert taken == {"4:2:0": True, "4:2:2": False, "4:4:4": False, "progressive": False, "gray": False,
+    assert taken == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": False, "gray": False,
                      "4:2:0 exif 6": True}
     assert any_kind == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": True, "gray": False,
                         "4:2:0 exif 6": True}
+    # a subsampling taken off the list goes native
+    codes = list(nvimgcodec.ENGINE_SUBSAMPLING_CODES)
+    try:
+        nvimgcodec.ENGINE_SUBSAMPLING_CODES = [fastdata._C.SUBSAMPLING_NAMES.index("4:2:0")]
+        decoder = CpuEngines(transform)
+        try:
+            fewer = dict(zip(files, decoder.accepts(batch).tolist()))
+        finally:
+            decoder.close()
+    finally:
+        nvimgcodec.ENGINE_SUBSAMPLING_CODES = codes
+    assert fewer == {**taken, "4:2:2": False, "4:4:4": False}
 
 
 @needs_interpreter
@@ -217,21 +234,60 @@ def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tm
 
 
 def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
-    from fastdata.decoders.nvimgcodec import engine_calls
+    from fastdata.decoders.nvimgcodec import engine_calls, instances_by_code
     rng = np.random.default_rng(0)
     for n in (0, 1, 5, 40):
-        for parts in (1, 2, 3):
-            codes = rng.choice([2, 3, 4], n, p=[0.1, 0.1, 0.8])
-            calls = engine_calls(codes, parts)
-            assert len(calls) == parts and (n == 0 or calls[0])
-            flat = [p for share in calls for positions in share for p in positions]
-            assert sorted(flat) == list(range(n))
-            for share in calls:
-                assert all(len(positions) and len(set(codes[positions])) == 1 for positions in share)
-                assert all((np.diff(positions) > 0).all() for positions in share)  # row order inside a call
-            for code in set(codes.tolist()):  # each subsampling shared out near-equally
-                sizes = [sum(len(p) for p in share if codes[p[0]] == code) for share in calls]
-                assert max(sizes) - min(sizes) <= 1, (code, sizes)
+        for per_code in (1, 2, 3):
+            for dedicated in (False, True):
+                by_code = instances_by_code([2, 3, 4], per_code, dedicated)
+                codes = rng.choice([2, 3, 4], n, p=[0.1, 0.1, 0.8])
+                calls = engine_calls(codes, by_code)
+                assert len(calls) == per_code * (3 if dedicated else 1)
+                flat = [p for share in calls for positions in share for p in positions]
+                assert sorted(flat) == list(range(n))
+                for k, share in enumerate(calls):
+                    assert all(len(positions) and len(set(codes[positions])) == 1 for positions in share)
+                    assert all((np.diff(positions) > 0).all() for positions in share)  # row order inside a call
+                    assert all(k in by_code[int(codes[positions[0]])] for positions in share)
+                for code in set(codes.tolist()):  # each subsampling shared out near-equally over its instances
+                    sizes = [sum(len(p) for p in calls[k] if codes[p[0]] == code) for k in by_code[code]]
+                    assert max(sizes) - min(sizes) <= 1, (code, sizes)
+                    assert sizes[0] > 0  # its first instance always gets a slice
+    assert instances_by_code([4, 2], 2, True) == {4: [0, 1], 2: [2, 3]}
+    assert instances_by_code([4, 2], 2, False) == {4: [0, 1], 2: [0, 1]}
+    with pytest.raises(ValueError, match="code 3"):
+        engine_calls(np.array([4, 3]), {4: [0]})
+
+
+@needs_interpreter
+def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_path, monkeypatch):
+    # INSTANCES_PER_SUBSAMPLING: each subsampling has decoder instances of its own, so an instance
+    # sees one subsampling in every call of every batch; the pixels still land on their rows.
+    import fastdata.decoders.nvimgcodec as nvimgcodec
+    monkeypatch.setattr(nvimgcodec, "INSTANCES_PER_SUBSAMPLING", True)
+    kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
+    paths = []
+    for i, kind in enumerate(kinds):
+        path = tmp_path / f"{i}.jpg"
+        path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
+        paths.append(str(path))
+    transform = fastdata.RandomResizedCrop(32)
+    cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
+    decoder = CpuEngines(transform, decode_threads=2)
+    assert len(decoder._decoders) == 6
+    with make_backend(decoder, transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
+        a, fa, _ = gpu.run(paths, np.arange(len(paths)), 0)
+        gpu.run(paths[::-1], np.arange(len(paths)), 1)  # a second batch: each instance keeps its subsampling
+        b, _, _ = native.run(paths, np.arange(len(paths)), 0)
+        stats = dict(gpu.stats)
+    assert not fa and stats["gpu_rows"] == 2 * len(paths)
+    seen = {}
+    for k, kinds_in_call in zip(decoder.instances, decoder.subsamplings):
+        assert len(kinds_in_call) == 1
+        seen.setdefault(k, set()).update(kinds_in_call)
+    assert all(len(v) == 1 for v in seen.values()) and len(seen) == 6, seen
+    for row in range(len(paths)):
+        assert psnr(a[row], b[row]) >= 35, (row, kinds[row], psnr(a[row], b[row]))
 
 
 def test_bench_engines_runs_every_subset_and_both_call_layouts(tmp_path):
@@ -248,7 +304,7 @@ def test_bench_engines_runs_every_subset_and_both_call_layouts(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {(r["subset"], r["variant"]): r for r in json.loads(out.read_text())["results"]}
     assert set(rows) == {(s, v) for s in ("4:2:0", "4:2:2", "4:4:4") for v in ("one call", "native 1")} | \
-        {("mixed", "one call"), ("mixed", "per subsampling")}
+        {("mixed", "one call"), ("mixed", "per subsampling"), ("mixed", "own instances")}
     assert rows[("mixed", "per subsampling")]["files"] == 4
     assert all(r["img_s"] > 0 and r["refused"] == 0 for r in rows.values())
 
