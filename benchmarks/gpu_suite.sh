@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_suite.sh decode  # CPU decode tests, core_contention probe, bench_decode (1..16 threads); no DALI
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench to CUDA: all contenders; DataLoader/FFCV/fastdata per dtype
-#   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling, and hybrid with 4:2:2/4:4:4 on them
+#   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling and call layout; hybrid per layout
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -53,11 +53,13 @@ case "$stage" in
     [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
     python3 benchmarks/bench_engines.py /tmp/mixed --seconds 6 --json "$OUT/bench_engines.json" 2>&1 \
       | tee "$OUT/bench_engines.log" | grep -v '^{'
-    # The open question of ENGINE_SUBSAMPLINGS: hybrid with 4:2:2 and 4:4:4 on the engines (one call per
-    # subsampling) against 4:2:0 alone, alternating, in one call.
-    for codes in "[4]" "[4,3,2]" "[4]" "[4,3,2]"; do
-      echo "== ENGINE_SUBSAMPLING_CODES=$codes"
-      python3 -c "import runpy, sys; import fastdata.decoders.nvimgcodec as n; n.ENGINE_SUBSAMPLING_CODES = $codes
+    # Hybrid and gpu-only on the mix with the engines' layouts decided by this stage (docs/results.md,
+    # ninth and tenth sessions), alternating: 4:2:0 alone on the engines; all three subsamplings on
+    # instances shared by them; all three, each on instances of its own (the default).
+    for setting in "ENGINE_SUBSAMPLING_CODES = [4]" "INSTANCES_PER_SUBSAMPLING = False" "INSTANCES_PER_SUBSAMPLING = True" \
+                   "ENGINE_SUBSAMPLING_CODES = [4]" "INSTANCES_PER_SUBSAMPLING = False" "INSTANCES_PER_SUBSAMPLING = True"; do
+      echo "== $setting"
+      python3 -c "import runpy, sys; import fastdata.decoders.nvimgcodec as n; n.$setting
 sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')" \
         /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 40 \
         --compare fastdata-gpu,fastdata-hybrid 2>&1 | grep -v '^\[' | tail -6

@@ -4,7 +4,8 @@ Per batch, on this decoder's own worker threads (so the native threads decode th
 the same batch meanwhile): stage 1 decodes the rows into one device buffer, laid out from the
 native plan's sizes (stored orientation, HWC uint8 RGB, each image at a 256-byte aligned
 offset), through several nvImageCodec decoder instances, each on its own thread and CUDA
-stream with a share of the batch, in one call per chroma subsampling (``engine_calls``); stage 2 keeps the rows decoded and runs
+stream with a share of the batch; each chroma subsampling has instances of its own, so each instance
+makes one call per batch and always of one subsampling (``engine_calls``); stage 2 keeps the rows decoded and runs
 ``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
 folded into the gather) over that buffer. The stages overlap across batches. Crops come
 from the native engine's plan, so they equal the native path's for the same (seed, epoch,
@@ -80,8 +81,14 @@ DECODE_THREADS = {"gpu": 2, "hybrid": 2}
 # native threads already overlap the engines, and a third batch cost a core for no rate
 # (21,440 vs 21,529 img/s, 2026-12-02, one run each).
 DEPTH = {"gpu": 3, "hybrid": 2}
-# Whether each subsampling the engines take has decoder instances of its own (engine_calls).
-INSTANCES_PER_SUBSAMPLING = False
+# Whether each subsampling the engines take has DECODE_THREADS decoder instances of its own
+# (engine_calls), so that an instance's calls always hold one subsampling and the small calls of
+# 4:2:2/4:4:4 rows run beside the 4:2:0 ones instead of after them. On the H200 (2026-12-03, tenth
+# session, decode only, the demo mix's baseline colour files at random, batch 256):
+# 15,487 img/s at 173 us of CPU per image against 8,384 at 190 us with the instances shared; hybrid
+# on the demo mix 9,473 against 8,773 (one pair of runs). The cost: six instances to create
+# instead of two (the first batch came 8.5 s after the start against 4.5 s).
+INSTANCES_PER_SUBSAMPLING = True
 
 
 def gpu_extra_installed() -> bool:
@@ -137,8 +144,9 @@ class NvImageCodecDecoder:
     stage's wall time for the batch (the hybrid split's GPU rate).
 
     cpu_threads: nvImageCodec's host threads (parsing, engine submission), per decoder instance.
-    decode_threads: nvImageCodec decoder instances, each called from a thread of its own on its
-    own CUDA stream with a share of the batch: the call is host-bound (its calling thread is
+    decode_threads: nvImageCodec decoder instances per chroma subsampling the engines take
+    (INSTANCES_PER_SUBSAMPLING), each called from a thread of its own on its own CUDA stream
+    with a share of that subsampling's rows: the call is host-bound (its calling thread is
     busy 83-99% of the call), so one caller caps the engines at one thread's rate.
     depth: batches in flight (default: the class's ``depth``).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware

@@ -42,14 +42,16 @@ class CpuEngines(NvImageCodecDecoder):
 
     _allow_cpu = True
 
-    def __init__(self, transform, refuse=(), decode_threads=1):
+    def __init__(self, transform, refuse=(), decode_threads=1, refuse_files=()):
+        # refuse: rows by their place in everything given so far (one instance, calls in order);
+        # refuse_files: rows by their file's bytes (any instances, in any order)
         super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",),
                          decode_threads=decode_threads)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
         self.subsamplings = []  # per call, the subsamplings of the rows given
         self.instances = []  # per call, the decoder instance called
-        refuse = set(refuse)
+        refuse, refuse_files = set(refuse), {bytes(f) for f in refuse_files}
         lock = threading.Lock()
 
         def counting(k, decoder):  # records what reached nvImageCodec; refuses some rows as the engines may
@@ -62,7 +64,7 @@ class CpuEngines(NvImageCodecDecoder):
                     self.subsamplings.append({fastdata.probe(d).subsampling for d in datas})
                     self.instances.append(k)
                 for i in range(len(datas)):
-                    if first + i in refuse:
+                    if first + i in refuse or bytes(memoryview(datas[i])) in refuse_files:
                         status[i] = 1  # as nvImageCodec reports a row it could not decode
                         # and its pixels are not there: resampled by mistake, the row would be black
                         ctypes.memset(ptr + int(offsets[i]), 0, int(heights[i]) * int(widths[i]) * 3)
@@ -201,6 +203,9 @@ def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tm
     import fastdata.decoders.nvimgcodec as nvimgcodec
     monkeypatch.setattr(nvimgcodec, "ENGINE_SUBSAMPLING_CODES",
                         [fastdata._C.SUBSAMPLING_NAMES.index(n) for n in ("4:2:0", "4:2:2", "4:4:4")])
+    # the instances shared by every subsampling (the layout before INSTANCES_PER_SUBSAMPLING): one
+    # instance's calls are made in order, which the refusal check below relies on
+    monkeypatch.setattr(nvimgcodec, "INSTANCES_PER_SUBSAMPLING", False)
     kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
     paths = []
     for i, kind in enumerate(kinds):
@@ -264,7 +269,7 @@ def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_pa
     # INSTANCES_PER_SUBSAMPLING: each subsampling has decoder instances of its own, so an instance
     # sees one subsampling in every call of every batch; the pixels still land on their rows.
     import fastdata.decoders.nvimgcodec as nvimgcodec
-    monkeypatch.setattr(nvimgcodec, "INSTANCES_PER_SUBSAMPLING", True)
+    assert nvimgcodec.INSTANCES_PER_SUBSAMPLING  # the default
     kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
     paths = []
     for i, kind in enumerate(kinds):
@@ -288,6 +293,15 @@ def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_pa
     assert all(len(v) == 1 for v in seen.values()) and len(seen) == 6, seen
     for row in range(len(paths)):
         assert psnr(a[row], b[row]) >= 35, (row, kinds[row], psnr(a[row], b[row]))
+    # A refused row's status reaches that row across instances called at once: the stand-in
+    # blanks row 6's pixels (4:4:4) and refuses it; resampled by mistake it would be black.
+    refusing = CpuEngines(transform, decode_threads=2, refuse_files=[(tmp_path / "6.jpg").read_bytes()])
+    with make_backend(refusing, transform, **cfg) as gpu:
+        c, fc, _ = gpu.run(paths, np.arange(len(paths)), 0)
+        stats = dict(gpu.stats)
+    assert not fc and stats["gpu_rejected"] == 1 and stats["gpu_rows"] == len(paths) - 1
+    for row in range(len(paths)):
+        assert psnr(c[row], b[row]) >= 35, (row, kinds[row], psnr(c[row], b[row]))
 
 
 def test_bench_engines_runs_every_subset_and_both_call_layouts(tmp_path):
