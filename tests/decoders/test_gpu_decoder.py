@@ -195,6 +195,18 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
     assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
 
 
+def three_subsamplings(folder):
+    """Nine baseline JPEGs of odd sizes, 4:2:0, 4:2:2 and 4:4:4 interleaved: (kinds, paths), row i
+    in ``folder/i.jpg``."""
+    kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
+    paths = []
+    for i, kind in enumerate(kinds):
+        path = folder / f"{i}.jpg"
+        path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
+        paths.append(str(path))
+    return kinds, paths
+
+
 @needs_interpreter
 def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tmp_path, monkeypatch):
     # The engines decoded calls mixing subsamplings at about half the rate of calls of one (H200),
@@ -206,12 +218,7 @@ def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tm
     # the instances shared by every subsampling (the layout before INSTANCES_PER_SUBSAMPLING): one
     # instance's calls are made in order, which the refusal check below relies on
     monkeypatch.setattr(nvimgcodec, "INSTANCES_PER_SUBSAMPLING", False)
-    kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
-    paths = []
-    for i, kind in enumerate(kinds):
-        path = tmp_path / f"{i}.jpg"
-        path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
-        paths.append(str(path))
+    kinds, paths = three_subsamplings(tmp_path)
     transform = fastdata.RandomResizedCrop(32)
     cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
     two = CpuEngines(transform, decode_threads=2)
@@ -270,12 +277,7 @@ def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_pa
     # sees one subsampling in every call of every batch; the pixels still land on their rows.
     import fastdata.decoders.nvimgcodec as nvimgcodec
     assert nvimgcodec.INSTANCES_PER_SUBSAMPLING  # the default
-    kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
-    paths = []
-    for i, kind in enumerate(kinds):
-        path = tmp_path / f"{i}.jpg"
-        path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
-        paths.append(str(path))
+    kinds, paths = three_subsamplings(tmp_path)
     transform = fastdata.RandomResizedCrop(32)
     cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
     decoder = CpuEngines(transform, decode_threads=2)
