@@ -10,7 +10,8 @@ FOLDER: any folder of JPEGs (the demo mix: ``python -m fastdata.cli.demo --count
 (progressive, CMYK and gray ones go native); of those, each chroma subsampling present is
 a subset of its own, and "mixed" is all of them together.
 
-Method: two ``_C.NvImageCodecBatch`` instances (the gpu decoder's call, ``--instances``) on
+Method: two ``_C.NvImageCodecBatch`` instances (the gpu decoder's call, ``--instances``; per
+subsampling in the ``own instances`` variant) on
 nvImageCodec's ``HW_GPU_ONLY`` backend, each on its own thread and CUDA stream; batches of
 ``--batch`` files drawn at random from the subset (with replacement when it has fewer), the
 batch shared by the instances as the gpu decoder shares it, each batch waited for; two
@@ -20,10 +21,12 @@ CPU cores of the whole process and CPU microseconds per image. The variants:
 * ``one call``: each instance decodes its contiguous slice of the batch in one call (the gpu
   decoder before 2026-12-03);
 * ``per subsampling``: each instance makes one call per chroma subsampling
-  (``fastdata.decoders.nvimgcodec.engine_calls``, what the gpu decoder does); on a subset of
+  (``fastdata.decoders.nvimgcodec.engine_calls`` on shared instances, the gpu decoder's layout
+  on 2026-12-03 before ``own instances``); on a subset of
   one subsampling it is the same as ``one call``, so it runs on "mixed" only;
 * ``own instances``: each subsampling has ``--instances`` instances of its own, so an
-  instance's calls always hold the same subsampling (``INSTANCES_PER_SUBSAMPLING``); "mixed" only;
+  instance's calls always hold the same subsampling (``INSTANCES_PER_SUBSAMPLING``, what the gpu
+  decoder does); "mixed" only;
 * ``native N``: the native engine decoding the same subset with RandomResizedCrop(224) on
   ``--native-threads`` threads, for the CPU cost of the same files without the engines.
 

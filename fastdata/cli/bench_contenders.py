@@ -784,9 +784,13 @@ class TorchvisionGPUContender:
 class EnginesContender:
     """nvImageCodec on the hardware JPEG engines, decode only: up to ``MAX_FILES`` of the files
     (an even sample) parsed into code streams once, up front, then each batch decoded as the
-    ``gpu`` backend's stage 2 does it (``HW_GPU_ONLY``, 4 host threads per instance,
-    ``DECODE_THREADS["gpu"]`` instances called at once on slices of the batch, each decoding
-    into its images of the batch before; stored orientation, RGB), waited for on the GPU. No
+    ``gpu`` backend's stage 1 did it before 2026-12-03 (``HW_GPU_ONLY``, 4 host threads per
+    instance, ``DECODE_THREADS["gpu"]`` instances called at once on slices of the batch, each
+    decoding into its images of the batch before; stored orientation, RGB), waited for on the
+    GPU. On a set of one chroma subsampling (the 8,192 set) that is the backend's layout; on a
+    mix of subsamplings the backend now gives each one instances of its own
+    (``INSTANCES_PER_SUBSAMPLING``), which decoded the demo mix ~1.85x faster than slices of mixed
+    rows (``benchmarks/bench_engines.py``), so there this row understates the engines. No
     reading, parsing, crop, resize or normalize in the loop: what the engines themselves
     deliver, the ceiling ``backend="gpu"`` is measured against. Yields a [k] tensor per batch, k = the images the engines decoded
     (those they refuse do not count)."""

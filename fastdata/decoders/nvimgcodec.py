@@ -4,8 +4,8 @@ Per batch, on this decoder's own worker threads (so the native threads decode th
 the same batch meanwhile): stage 1 decodes the rows into one device buffer, laid out from the
 native plan's sizes (stored orientation, HWC uint8 RGB, each image at a 256-byte aligned
 offset), through several nvImageCodec decoder instances, each on its own thread and CUDA
-stream with a share of the batch; each chroma subsampling has instances of its own, so each instance
-makes one call per batch and always of one subsampling (``engine_calls``); stage 2 keeps the rows decoded and runs
+stream with a share of the batch; on the engines each chroma subsampling has instances of its own, so
+each instance makes one call per batch and always of one subsampling (``engine_calls``); stage 2 keeps the rows decoded and runs
 ``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
 folded into the gather) over that buffer. The stages overlap across batches. Crops come
 from the native engine's plan, so they equal the native path's for the same (seed, epoch,
@@ -194,12 +194,13 @@ class NvImageCodecDecoder:
         library = nvimgcodec_library(nvimgcodec)
         # decode_threads instances per subsampling the engines take (engine_calls); the CPU
         # stand-in takes every subsampling, the ones the engines do not on the first instances.
-        self._instances_by_code = instances_by_code(ENGINE_SUBSAMPLING_CODES, decode_threads,
-                                                    INSTANCES_PER_SUBSAMPLING)
+        # What accepts() routes to the engines is fixed here with the instances that decode it.
+        self._engine_codes = list(ENGINE_SUBSAMPLING_CODES)
+        self._instances_by_code = instances_by_code(self._engine_codes, decode_threads, INSTANCES_PER_SUBSAMPLING)
         if not self.hardware_only:
             for code in range(len(_C.SUBSAMPLING_NAMES)):
                 self._instances_by_code.setdefault(code, list(range(decode_threads)))
-        instances = 1 + max(k for ks in self._instances_by_code.values() for k in ks)
+        instances = 1 + max((k for ks in self._instances_by_code.values() for k in ks), default=decode_threads - 1)
         try:
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
             # libjpeg): the same pixels as its Python API's decode gave.
@@ -221,7 +222,7 @@ class NvImageCodecDecoder:
         self._spare_buffers: List[torch.Tensor] = []  # finished batches' image buffers (_take_buffer)
         # Where the workers' time goes, summed over batches (seconds of wall time): the
         # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
-        # calling thread, summed over the instances: near decode_threads x the wall time means
+        # calling thread, summed over the instances: near the number of instances called x the wall time means
         # the calls work or spin on the host, near zero that they sleep while the engines
         # decode), queueing the resample, and waiting for the stream (the GPU work left).
         self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
@@ -242,7 +243,7 @@ class NvImageCodecDecoder:
         ok &= sizes[:, 0] * sizes[:, 1] <= MAX_GPU_PIXELS
         if self.hardware_only:
             ok &= ~np.asarray(plan.progressive, dtype=bool)
-            ok &= np.isin(plan.subsamplings, ENGINE_SUBSAMPLING_CODES)
+            ok &= np.isin(plan.subsamplings, self._engine_codes)
         return ok
 
     def start(self, batch: PlannedBatch, rows: List[int]) -> "Future[DecodedRows]":

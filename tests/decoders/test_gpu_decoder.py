@@ -126,17 +126,18 @@ def test_the_engines_take_baseline_colour_files_of_their_subsamplings_only():
                      "4:2:0 exif 6": True}
     assert any_kind == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": True, "gray": False,
                         "4:2:0 exif 6": True}
-    # a subsampling taken off the list goes native
+    # A subsampling taken off the list goes native; the list is read when the decoder is made,
+    # with the instances that decode it, so widening it later cannot route rows to no instance.
     codes = list(nvimgcodec.ENGINE_SUBSAMPLING_CODES)
     try:
         nvimgcodec.ENGINE_SUBSAMPLING_CODES = [fastdata._C.SUBSAMPLING_NAMES.index("4:2:0")]
         decoder = CpuEngines(transform)
-        try:
-            fewer = dict(zip(files, decoder.accepts(batch).tolist()))
-        finally:
-            decoder.close()
     finally:
         nvimgcodec.ENGINE_SUBSAMPLING_CODES = codes
+    try:
+        fewer = dict(zip(files, decoder.accepts(batch).tolist()))
+    finally:
+        decoder.close()
     assert fewer == {**taken, "4:2:2": False, "4:4:4": False}
 
 
@@ -304,6 +305,15 @@ def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_pa
     assert not fc and stats["gpu_rejected"] == 1 and stats["gpu_rows"] == len(paths) - 1
     for row in range(len(paths)):
         assert psnr(c[row], b[row]) >= 35, (row, kinds[row], psnr(c[row], b[row]))
+    # A batch without 4:2:0 rows leaves instance 0 (which the decode stage calls itself) idle.
+    only_444 = [r for r, kind in enumerate(kinds) if kind == "4:4:4"]
+    decoder = CpuEngines(transform, decode_threads=2)
+    with make_backend(decoder, transform, **cfg) as gpu:
+        d, fd, _ = gpu.run([paths[r] for r in only_444], np.array(only_444), 0)
+        stats = dict(gpu.stats)
+    assert not fd and stats["gpu_rows"] == len(only_444) and 0 not in decoder.instances
+    for k, row in enumerate(only_444):
+        assert psnr(d[k], b[row]) >= 35, (row, psnr(d[k], b[row]))
 
 
 def test_bench_engines_runs_every_subset_and_both_call_layouts(tmp_path):
