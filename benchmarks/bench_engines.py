@@ -21,11 +21,11 @@ CPU cores of the whole process and CPU microseconds per image. The variants:
 * ``one call``: each instance decodes its contiguous slice of the batch in one call (the gpu
   decoder before 2026-12-03);
 * ``per subsampling``: each instance makes one call per chroma subsampling
-  (``fastdata.decoders.nvimgcodec.engine_calls`` on shared instances, the gpu decoder's layout
-  on 2026-12-03 before ``own instances``); on a subset of
+  (``fastdata.decoders.nvimgcodec.engine_calls`` on instances shared by every subsampling, the
+  gpu decoder's layout on 2026-12-03 before ``own instances``); on a subset of
   one subsampling it is the same as ``one call``, so it runs on "mixed" only;
 * ``own instances``: each subsampling has ``--instances`` instances of its own, so an
-  instance's calls always hold the same subsampling (``INSTANCES_PER_SUBSAMPLING``, what the gpu
+  instance's calls always hold the same subsampling (``instances_by_code``, what the gpu
   decoder does); "mixed" only;
 * ``native N``: the native engine decoding the same subset with RandomResizedCrop(224) on
   ``--native-threads`` threads, for the CPU cost of the same files without the engines.
@@ -159,7 +159,8 @@ def main() -> None:
           flush=True)
     engines = Engines(args.instances, args.cpu)
     codes = sorted({r["code"] for name, subset in sets.items() if name != "mixed" for r in subset})
-    shared, own = (instances_by_code(codes, args.instances, dedicated) for dedicated in (False, True))
+    shared = {code: list(range(args.instances)) for code in codes}
+    own = instances_by_code(codes, args.instances)
     own_engines = Engines(len(codes) * args.instances, args.cpu) if "mixed" in sets else None
     rng = np.random.default_rng(0)
     results = []

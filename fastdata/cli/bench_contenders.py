@@ -789,8 +789,9 @@ class EnginesContender:
     decoding into its images of the batch before; stored orientation, RGB), waited for on the
     GPU. On a set of one chroma subsampling (the 8,192 set) that is the backend's layout; on a
     mix of subsamplings the backend now gives each one instances of its own
-    (``INSTANCES_PER_SUBSAMPLING``), which decoded the demo mix ~1.85x faster than slices of mixed
-    rows (``benchmarks/bench_engines.py``), so there this row understates the engines. No
+    (``instances_by_code``), which decoded the demo mix 2.1x faster than slices of mixed rows
+    (15,487 against 7,345 img/s, ``benchmarks/bench_engines.py``, H200), so there this row
+    understates the engines. No
     reading, parsing, crop, resize or normalize in the loop: what the engines themselves
     deliver, the ceiling ``backend="gpu"`` is measured against. Yields a [k] tensor per batch, k = the images the engines decoded
     (those they refuse do not count)."""

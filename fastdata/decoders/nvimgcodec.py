@@ -57,13 +57,18 @@ GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gp
 
 # nvImageCodec backend kinds the gpu decoder uses: the hardware engines alone (see above).
 ENGINE_KINDS = ("HW_GPU_ONLY",)
-# Chroma subsamplings the engines are given. On the H200 (nvImageCodec 0.9, decode only, two
-# instances, batch 256; docs/results.md, eighth to tenth sessions), calls of one subsampling each
-# ran 17,578 (4:2:0), 16,640 (4:2:2) and 12,455 img/s (4:4:4) at 118-169 us of CPU per image, but
-# calls mixing the three at random 7,241-7,417 img/s at ~350 us. So a batch is decoded in one call
-# per subsampling (engine_calls), and with that hybrid on the demo mix ran 8,574 and 8,709 img/s
-# with all three on the engines against 7,484 and 7,903 with 4:2:0 alone (alternating runs, one
-# call, 2026-12-03; gpu-only 1,907-2,047 against 1,614-1,627).
+# Chroma subsamplings the engines are given, each on DECODE_THREADS decoder instances of its own
+# (instances_by_code). On the H200 (nvImageCodec 0.9, decode only, two instances per call layout,
+# batch 256; docs/results.md, eighth to tenth sessions), calls of one subsampling each ran
+# 17,578-17,955 (4:2:0), 15,606-16,896 (4:2:2) and 12,028-12,455 img/s (4:4:4) at 117-174 us of
+# CPU per image, but calls mixing the three at random 6,675-7,417 img/s at 341-378 us, and one
+# call per subsampling on instances shared by the three 6,853-8,384 (each instance's small
+# 4:2:2/4:4:4 calls waited one after another). With instances of their own the mix decoded at
+# 15,487 img/s (173 us). Hybrid on the demo mix ran 8,574 and 8,709 img/s with the three on
+# shared instances against 7,484 and 7,903 with 4:2:0 alone (alternating runs, one call), and
+# 9,473 with instances of their own against 8,773 shared (one pair, another call). The cost: six
+# instances to create instead of two (hybrid's first batch came 8.5 s after its start against
+# 4.5 s, one run each).
 ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
@@ -81,14 +86,6 @@ DECODE_THREADS = {"gpu": 2, "hybrid": 2}
 # native threads already overlap the engines, and a third batch cost a core for no rate
 # (21,440 vs 21,529 img/s, 2026-12-02, one run each).
 DEPTH = {"gpu": 3, "hybrid": 2}
-# Whether each subsampling the engines take has DECODE_THREADS decoder instances of its own
-# (engine_calls), so that an instance's calls always hold one subsampling and the small calls of
-# 4:2:2/4:4:4 rows run beside the 4:2:0 ones instead of after them. On the H200 (2026-12-03, tenth
-# session, decode only, the demo mix's baseline colour files at random, batch 256):
-# 15,487 img/s at 173 us of CPU per image against 8,384 at 190 us with the instances shared; hybrid
-# on the demo mix 9,473 against 8,773 (one pair of runs). The cost: six instances to create
-# instead of two (the first batch came 8.5 s after the start against 4.5 s).
-INSTANCES_PER_SUBSAMPLING = True
 
 
 def gpu_extra_installed() -> bool:
@@ -145,7 +142,7 @@ class NvImageCodecDecoder:
 
     cpu_threads: nvImageCodec's host threads (parsing, engine submission), per decoder instance.
     decode_threads: nvImageCodec decoder instances per chroma subsampling the engines take
-    (INSTANCES_PER_SUBSAMPLING), each called from a thread of its own on its own CUDA stream
+    (instances_by_code), each called from a thread of its own on its own CUDA stream
     with a share of that subsampling's rows: the call is host-bound (its calling thread is
     busy 83-99% of the call), so one caller caps the engines at one thread's rate.
     depth: batches in flight (default: the class's ``depth``).
@@ -196,7 +193,7 @@ class NvImageCodecDecoder:
         # stand-in takes every subsampling, the ones the engines do not on the first instances.
         # What accepts() routes to the engines is fixed here with the instances that decode it.
         self._engine_codes = list(ENGINE_SUBSAMPLING_CODES)
-        self._instances_by_code = instances_by_code(self._engine_codes, decode_threads, INSTANCES_PER_SUBSAMPLING)
+        self._instances_by_code = instances_by_code(self._engine_codes, decode_threads)
         if not self.hardware_only:
             for code in range(len(_C.SUBSAMPLING_NAMES)):
                 self._instances_by_code.setdefault(code, list(range(decode_threads)))
@@ -448,12 +445,11 @@ def engine_calls(subsamplings: np.ndarray, instances_by_code: Dict[int, Sequence
     return calls
 
 
-def instances_by_code(codes: Sequence[int], per_code: int, dedicated: bool) -> Dict[int, List[int]]:
-    """Which decoder instances decode each subsampling: ``per_code`` of them for each code, shared
-    by every code (instances 0..per_code-1) or, ``dedicated``, a set of its own per code, so that
-    an instance's calls always hold the same subsampling."""
-    return {int(code): list(range(i * per_code if dedicated else 0, (i + 1) * per_code if dedicated else per_code))
-            for i, code in enumerate(codes)}
+def instances_by_code(codes: Sequence[int], per_code: int) -> Dict[int, List[int]]:
+    """Which decoder instances decode each subsampling: ``per_code`` of its own for each code, so
+    that an instance's calls always hold the same subsampling and the few-row calls of the rarer
+    subsamplings run beside the others' instead of after them (see ENGINE_SUBSAMPLINGS)."""
+    return {int(code): list(range(i * per_code, (i + 1) * per_code)) for i, code in enumerate(codes)}
 
 
 def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,29 +43,27 @@ class CpuEngines(NvImageCodecDecoder):
 
     _allow_cpu = True
 
-    def __init__(self, transform, refuse=(), decode_threads=1, refuse_files=()):
-        # refuse: rows by their place in everything given so far (one instance, calls in order);
-        # refuse_files: rows by their file's bytes (any instances, in any order)
+    def __init__(self, transform, refuse=(), decode_threads=1):
+        # refuse: the files (their bytes) whose rows it refuses, whichever instance gets them
         super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",),
                          decode_threads=decode_threads)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
         self.subsamplings = []  # per call, the subsamplings of the rows given
         self.instances = []  # per call, the decoder instance called
-        refuse, refuse_files = set(refuse), {bytes(f) for f in refuse_files}
+        refuse = {bytes(f) for f in refuse}
         lock = threading.Lock()
 
         def counting(k, decoder):  # records what reached nvImageCodec; refuses some rows as the engines may
             def call(datas, *args):
                 status = decoder.decode(datas, *args)
                 ptr, _, offsets, heights, widths = args[:5]
-                with lock:  # with one instance, "first" is the row's place in everything given so far
-                    first = sum(self.given)
+                with lock:
                     self.given.append(len(datas))
                     self.subsamplings.append({fastdata.probe(d).subsampling for d in datas})
                     self.instances.append(k)
                 for i in range(len(datas)):
-                    if first + i in refuse or bytes(memoryview(datas[i])) in refuse_files:
+                    if bytes(memoryview(datas[i])) in refuse:
                         status[i] = 1  # as nvImageCodec reports a row it could not decode
                         # and its pixels are not there: resampled by mistake, the row would be black
                         ctypes.memset(ptr + int(offsets[i]), 0, int(heights[i]) * int(widths[i]) * 3)
@@ -146,7 +145,8 @@ def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
     paths = hard_case_folder(tmp_path)[:PLAIN]
     transform = fastdata.RandomResizedCrop(48)
     cfg = dict(device="cpu", dtype=None, seed=1, threads=2)
-    with make_backend(CpuEngines(transform, refuse={1, 4}), transform, **cfg) as gpu, \
+    refuse = [Path(paths[r]).read_bytes() for r in (1, 4)]
+    with make_backend(CpuEngines(transform, refuse=refuse), transform, **cfg) as gpu, \
             make_backend("native", transform, **cfg) as native:
         a, fa, _ = gpu.run(paths, np.arange(PLAIN), 0)
         b, _, _ = native.run(paths, np.arange(PLAIN), 0)
@@ -196,66 +196,17 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
     assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
 
 
-def three_subsamplings(folder):
-    """Nine baseline JPEGs of odd sizes, 4:2:0, 4:2:2 and 4:4:4 interleaved: (kinds, paths), row i
-    in ``folder/i.jpg``."""
-    kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
-    paths = []
-    for i, kind in enumerate(kinds):
-        path = folder / f"{i}.jpg"
-        path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
-        paths.append(str(path))
-    return kinds, paths
-
-
-@needs_interpreter
-def test_each_engine_call_holds_one_subsampling_and_the_rows_keep_their_order(tmp_path, monkeypatch):
-    # The engines decoded calls mixing subsamplings at about half the rate of calls of one (H200),
-    # so a batch is decoded in one call per subsampling and instance; the rows' pixels and
-    # statuses must still land on their own rows.
-    import fastdata.decoders.nvimgcodec as nvimgcodec
-    monkeypatch.setattr(nvimgcodec, "ENGINE_SUBSAMPLING_CODES",
-                        [fastdata._C.SUBSAMPLING_NAMES.index(n) for n in ("4:2:0", "4:2:2", "4:4:4")])
-    # the instances shared by every subsampling (the layout before INSTANCES_PER_SUBSAMPLING): one
-    # instance's calls are made in order, which the refusal check below relies on
-    monkeypatch.setattr(nvimgcodec, "INSTANCES_PER_SUBSAMPLING", False)
-    kinds, paths = three_subsamplings(tmp_path)
-    transform = fastdata.RandomResizedCrop(32)
-    cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
-    two = CpuEngines(transform, decode_threads=2)
-    with make_backend(two, transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
-        a, fa, _ = gpu.run(paths, np.arange(len(paths)), 0)
-        b, _, _ = native.run(paths, np.arange(len(paths)), 0)
-        stats = dict(gpu.stats)
-    assert not fa and stats["gpu_rows"] == len(paths)
-    # one call per subsampling and instance: 4:2:0 (4 rows) and 4:2:2, 4:4:4 (3 and 2) split over two
-    assert all(len(kinds_in_call) == 1 for kinds_in_call in two.subsamplings), two.subsamplings
-    assert sorted(two.given) == [1, 1, 1, 2, 2, 2]
-    for row in range(len(paths)):
-        assert psnr(a[row], b[row]) >= 35, (row, kinds[row], psnr(a[row], b[row]))
-    # A refused row's status reaches that row: with one instance the calls go by subsampling code
-    # (4:4:4 rows 2 and 6, then 4:2:2, then 4:2:0), so the second row given is row 6, whose
-    # decoded pixels the stand-in also blanks. Were its status put on another row, row 6 would be
-    # resampled black (and the other decoded twice).
-    one = CpuEngines(transform, refuse={1})
-    with make_backend(one, transform, **cfg) as gpu:
-        c, fc, _ = gpu.run(paths, np.arange(len(paths)), 0)
-        stats = dict(gpu.stats)
-    assert not fc and stats["gpu_rejected"] == 1 and one.given == [2, 3, 4]
-    for row in range(len(paths)):
-        assert psnr(c[row], b[row]) >= 35, (row, kinds[row], psnr(c[row], b[row]))
-
-
 def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
     from fastdata.decoders.nvimgcodec import engine_calls, instances_by_code
     rng = np.random.default_rng(0)
     for n in (0, 1, 5, 40):
         for per_code in (1, 2, 3):
-            for dedicated in (False, True):
-                by_code = instances_by_code([2, 3, 4], per_code, dedicated)
+            own = instances_by_code([2, 3, 4], per_code)
+            shared = {code: list(range(per_code)) for code in (2, 3, 4)}  # bench_engines' other layout
+            for by_code in (own, shared):
                 codes = rng.choice([2, 3, 4], n, p=[0.1, 0.1, 0.8])
                 calls = engine_calls(codes, by_code)
-                assert len(calls) == per_code * (3 if dedicated else 1)
+                assert len(calls) == 1 + max(k for ks in by_code.values() for k in ks)
                 flat = [p for share in calls for positions in share for p in positions]
                 assert sorted(flat) == list(range(n))
                 for k, share in enumerate(calls):
@@ -266,19 +217,23 @@ def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
                     sizes = [sum(len(p) for p in calls[k] if codes[p[0]] == code) for k in by_code[code]]
                     assert max(sizes) - min(sizes) <= 1, (code, sizes)
                     assert sizes[0] > 0  # its first instance always gets a slice
-    assert instances_by_code([4, 2], 2, True) == {4: [0, 1], 2: [2, 3]}
-    assert instances_by_code([4, 2], 2, False) == {4: [0, 1], 2: [0, 1]}
+    assert instances_by_code([4, 2], 2) == {4: [0, 1], 2: [2, 3]}
     with pytest.raises(ValueError, match="code 3"):
         engine_calls(np.array([4, 3]), {4: [0]})
 
 
 @needs_interpreter
-def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_path, monkeypatch):
-    # INSTANCES_PER_SUBSAMPLING: each subsampling has decoder instances of its own, so an instance
-    # sees one subsampling in every call of every batch; the pixels still land on their rows.
-    import fastdata.decoders.nvimgcodec as nvimgcodec
-    assert nvimgcodec.INSTANCES_PER_SUBSAMPLING  # the default
-    kinds, paths = three_subsamplings(tmp_path)
+def test_each_subsampling_has_instances_of_its_own_and_the_rows_keep_their_places(tmp_path):
+    # The engines decoded calls mixing subsamplings at about half the rate of calls of one (H200),
+    # so each subsampling has decoder instances of its own (instances_by_code) and an instance sees
+    # one subsampling in every call of every batch; the rows' pixels and statuses must still land
+    # on their own rows.
+    kinds = ["4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2", "4:2:0", "4:4:4", "4:2:0", "4:2:2"]
+    paths = []
+    for i, kind in enumerate(kinds):
+        path = tmp_path / f"{i}.jpg"
+        path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
+        paths.append(str(path))
     transform = fastdata.RandomResizedCrop(32)
     cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
     decoder = CpuEngines(transform, decode_threads=2)
@@ -289,6 +244,8 @@ def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_pa
         b, _, _ = native.run(paths, np.arange(len(paths)), 0)
         stats = dict(gpu.stats)
     assert not fa and stats["gpu_rows"] == 2 * len(paths)
+    # the first batch: 4:2:0 (4 rows), 4:2:2 (3) and 4:4:4 (2), each split over its two instances
+    assert sorted(decoder.given[:6]) == [1, 1, 1, 2, 2, 2], decoder.given
     seen = {}
     for k, kinds_in_call in zip(decoder.instances, decoder.subsamplings):
         assert len(kinds_in_call) == 1
@@ -298,7 +255,7 @@ def test_instances_of_their_own_per_subsampling_keep_one_subsampling_each(tmp_pa
         assert psnr(a[row], b[row]) >= 35, (row, kinds[row], psnr(a[row], b[row]))
     # A refused row's status reaches that row across instances called at once: the stand-in
     # blanks row 6's pixels (4:4:4) and refuses it; resampled by mistake it would be black.
-    refusing = CpuEngines(transform, decode_threads=2, refuse_files=[(tmp_path / "6.jpg").read_bytes()])
+    refusing = CpuEngines(transform, decode_threads=2, refuse=[(tmp_path / "6.jpg").read_bytes()])
     with make_backend(refusing, transform, **cfg) as gpu:
         c, fc, _ = gpu.run(paths, np.arange(len(paths)), 0)
         stats = dict(gpu.stats)
