@@ -2,12 +2,9 @@
 
 One batch, on the producer thread::
 
-    prepared = pipeline.prepare(items, indices, epoch, names)
+    pending = pipeline.submit(items, indices, epoch, names)
         plan: read bytes and plan crops from the headers (only when a GPU decoder is configured;
-        the native decoder alone plans inside its one native call), on the planner thread: the
-        Loader's producer prepares batch n + 1 before it starts batch n (PLAN_AHEAD), so the read
-        is off the path between two starts
-    pending = pipeline.start(prepared)           # or submit(...): both at once, on this thread
+        the native decoder alone plans inside its one native call)
         route: each row to the first decoder that accepts it (fastdata.decoders.routing);
         "hybrid": the GPU keeps the share of its rows that the split balancer asks for
         (fastdata.loader.balance), the rest go native
@@ -43,7 +40,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
@@ -83,28 +79,6 @@ INLINE_THREADS_GPU = 8
 # Loader's other threads: with every native thread busy (the queued runs keep them so), the threads that
 # feed the GPU decoder, and the training loop, must never wait for a core behind them.
 GPU_NATIVE_NICE = 10
-
-
-# Batches the Loader's producer plans ahead of the one it starts, on the pipeline's planner
-# thread, when a GPU decoder is configured (planning reads every row's bytes: 30 MB per batch of
-# 256 photo-like 500x375 JPEGs). Planned on the producer thread itself, the read sat between
-# every two batches' starts: gpu-only and hybrid both handed over one batch per 11-12 ms on the
-# H200 box's 8,192 set (21,408 and 22,864 img/s at batch 256, docs/results.md, ninth session)
-# whatever their GPU share, with the native threads and the engines each idle part of the time.
-PLAN_AHEAD = 1
-
-
-@dataclass
-class PreparedBatch:
-    """A batch fetched and being planned (``BatchPipeline.prepare``); ``start`` starts it.
-    ``planned``: the PlannedBatch and the seconds its planning took, as a future of the planner
-    thread or at once; None when the native decoder alone decodes (it plans inside its own call)."""
-
-    items: Sequence[Item]
-    indices: np.ndarray
-    epoch: int
-    names: Sequence[Optional[str]]
-    planned: Optional["Future[Tuple[PlannedBatch, float]]"] = None
 
 
 @dataclass
@@ -229,11 +203,6 @@ class BatchPipeline:
         self.native = NativeDecoder(self.engine, transform, **native)
         self.inline = NativeDecoder(self.inline_engine, transform, **native)
         self.decoders: List[Decoder] = ([gpu] if gpu is not None else []) + [self.native]
-        # The planner thread (prepare with ``ahead``): plans on the inline engine, whose calls
-        # are serialized, so the producer's own inline work (rows handed back, replacements)
-        # waits at most one plan.
-        self._planner: Optional[ThreadPoolExecutor] = \
-            ThreadPoolExecutor(1, thread_name_prefix="fastdata-plan") if gpu is not None else None
         self.depth = max(d.depth for d in self.decoders)
         # A slot is taken when its batch is submitted: ``depth`` batches hold one at once.
         self.ring = PinnedRing(ring_slots + self.depth - 1, batch_size, self.out_hw,
@@ -248,24 +217,11 @@ class BatchPipeline:
         # submit, written by its queued native run), so there may be at most one per slot.
         self._in_flight = 0
 
-    @property
-    def plans(self) -> bool:
-        """Whether batches are planned before they are decoded (a GPU decoder is configured):
-        ``prepare`` with ``ahead`` then plans on the planner thread."""
-        return self._planner is not None
-
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
                names: Optional[Sequence[Optional[str]]] = None) -> PendingBatch:
         """Plan and route a batch, start its GPU rows and queue its native rows. ``names`` label
         failures (default: the path of path items)."""
-        return self.start(self.prepare(items, indices, epoch, names, ahead=False))
-
-    def prepare(self, items: Sequence[Item], indices: Sequence[int], epoch: int,
-                names: Optional[Sequence[Optional[str]]] = None, *, ahead: bool = True) -> PreparedBatch:
-        """Check a batch and plan it (reading its bytes): with ``ahead`` on the planner thread,
-        while the caller starts and hands over the batches before it (``start`` waits for the
-        plan); else at once. Batches are planned in the order they are prepared."""
         if self._closed:
             raise RuntimeError("the pipeline is closed")
         index_arr = np.ascontiguousarray(indices, dtype=np.int64)
@@ -275,36 +231,20 @@ class BatchPipeline:
             raise ValueError("epoch must be non-negative")
         if len(items) > self.ring.shape[0]:
             raise ValueError(f"a batch of {len(items)} does not fit the ring's {self.ring.shape[0]} rows")
-        if names is None:
-            names = [it if isinstance(it, str) else None for it in items]
-        prepared = PreparedBatch(items, index_arr, epoch, names)
-        if len(self.decoders) > 1:  # the native decoder alone reads, plans and decodes in one call
-            if ahead and self._planner is not None:
-                prepared.planned = self._planner.submit(self._plan, prepared)
-            else:
-                done: "Future[Tuple[PlannedBatch, float]]" = Future()
-                done.set_result(self._plan(prepared))
-                prepared.planned = done
-        return prepared
-
-    def start(self, prepared: PreparedBatch) -> PendingBatch:
-        """Route a prepared batch, start its GPU rows and queue its native rows (batches in the
-        order they were prepared)."""
-        if self._closed:
-            raise RuntimeError("the pipeline is closed")
         if self._in_flight >= len(self.ring):
             raise RuntimeError(f"{self._in_flight} batches are submitted and not yet collected, as many as the "
                                f"ring's slots: collect (decode) one before submitting another")
-        if prepared.planned is None:
-            slot = self.ring.acquire()
-            batch, rows = PlannedBatch(prepared.items, prepared.indices, prepared.epoch, prepared.names), \
-                list(range(len(prepared.items)))
+        if names is None:
+            names = [it if isinstance(it, str) else None for it in items]
+        slot = self.ring.acquire()
+        if len(self.decoders) == 1:  # the native decoder alone: the engine reads, plans and decodes in one call
+            batch, rows = PlannedBatch(items, index_arr, epoch, names), list(range(len(items)))
             pending = PendingBatch(batch, slot, [], rows, self._start_native(batch, rows, slot))
             self._in_flight += 1
             return pending
-        batch, plan_seconds = prepared.planned.result()
-        slot = self.ring.acquire()
         t0 = time.perf_counter()
+        batch = plan_batch(items, index_arr, epoch, names, self.inline_engine, self.transform, seed=self.seed,
+                           max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes)
         routes = route(batch, self.decoders)
         if self.balancer is not None:  # hybrid: the GPU keeps its balanced share, in batch order
             keep = self.balancer.gpu_rows(len(batch), len(routes[0]))
@@ -315,23 +255,10 @@ class BatchPipeline:
             for decoder, rows in zip(self.decoders[:-1], routes[:-1]):
                 if rows:
                     started.append((decoder, rows, decoder.start(batch, rows)))
-        self._count(decode_seconds=plan_seconds + time.perf_counter() - t0)
+        self._count(decode_seconds=time.perf_counter() - t0)
         pending = PendingBatch(batch, slot, started, routes[-1], self._start_native(batch, routes[-1], slot))
         self._in_flight += 1
         return pending
-
-    def forget(self, prepared: PreparedBatch) -> None:
-        """Drop a prepared batch that will not be started (its planning, if not begun, is not done)."""
-        if prepared.planned is not None:
-            prepared.planned.cancel()
-
-    def _plan(self, prepared: PreparedBatch) -> Tuple[PlannedBatch, float]:
-        """Read and plan a prepared batch (on the planner thread, or the caller's); the plan and its seconds."""
-        t0 = time.perf_counter()
-        batch = plan_batch(prepared.items, prepared.indices, prepared.epoch, prepared.names, self.inline_engine,
-                           self.transform, seed=self.seed, max_pixels=self.max_pixels,
-                           max_file_bytes=self.max_file_bytes)
-        return batch, time.perf_counter() - t0
 
     def _start_native(self, batch: PlannedBatch, rows: List[int], slot: Slot) -> Any:
         """Queue ``rows`` on the native engine into slot rows 0.. (None when there are none)."""
@@ -475,8 +402,6 @@ class BatchPipeline:
         if self._closed:
             return
         self._closed = True
-        if self._planner is not None:  # before the inline engine it plans on
-            self._planner.shutdown(wait=True, cancel_futures=True)
         for decoder in self.decoders:
             decoder.close()
         self.ring.close()

@@ -33,8 +33,7 @@ from ..diagnostics.tracing import stage
 from ..errors import BatchDecodeError, DecodeError
 from ..sources.base import Source
 from .cuda import copy_seconds
-from . import pipeline as _pipeline
-from .pipeline import BatchPipeline, PendingBatch, PreparedBatch
+from .pipeline import BatchPipeline, PendingBatch
 from .stats import StatsCounter
 
 # How many following indices a failed sample may be replaced by before giving up.
@@ -82,15 +81,6 @@ class OutcomeCounter:
         return held
 
 
-class _StartFailed:
-    """A batch whose start raised: its error, in the place of the batch."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
 class BatchProducer:
     """One batch through the pipeline, with the loader's source, labels and error policy.
 
@@ -108,32 +98,13 @@ class BatchProducer:
         self.outcomes = outcomes
         self.on_error = on_error
         self.depth = pipeline.depth
-        # Batches fetched and planned ahead of the one started (PLAN_AHEAD where the pipeline
-        # plans, for a GPU decoder; the native decoder alone plans inside its own call).
-        self.plan_ahead = _pipeline.PLAN_AHEAD if pipeline.plans else 0
         self._timings: Deque[Tuple[Any, Any]] = collections.deque()  # (start, done) of copies not yet counted
 
-    def prepare(self, indices: np.ndarray, epoch: int) -> Union[PreparedBatch, _StartFailed]:
-        """Fetch a batch and have it planned (ahead, on the pipeline's planner thread, when the
-        producer plans ahead); an error is kept for ``start``, so it is raised in its batch's place."""
-        try:
-            items = self._fetch(indices)
-            return self.pipeline.prepare(items, indices, epoch, _Names(self.source, indices),
-                                         ahead=self.plan_ahead > 0)
-        except Exception as e:
-            return _StartFailed(e)
-
-    def start(self, prepared: Union[PreparedBatch, _StartFailed]) -> PendingBatch:
-        """Route a prepared batch and start its GPU rows (and queue its native rows)."""
-        if isinstance(prepared, _StartFailed):
-            raise prepared.error
+    def start(self, indices: np.ndarray, epoch: int) -> PendingBatch:
+        """Fetch, plan and route a batch and start its GPU rows."""
+        items = self._fetch(indices)
         with stage("fastdata.decode"):
-            return self.pipeline.start(prepared)
-
-    def forget(self, prepared: Union[PreparedBatch, _StartFailed]) -> None:
-        """A prepared batch that will not be started (the feed stopped or failed first)."""
-        if not isinstance(prepared, _StartFailed):
-            self.pipeline.forget(prepared)
+            return self.pipeline.submit(items, indices, epoch, _Names(self.source, indices))
 
     def finish(self, pending: PendingBatch) -> Batch:
         """The batch as the consumer receives it (images, labels, CUDA event, replaced failures,
@@ -202,6 +173,15 @@ class BatchProducer:
 END = object()  # closes an epoch in the feed's queue
 
 
+class _StartFailed:
+    """A batch whose start raised: its error, in the place of the batch."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 class Feed:
     """Epochs of batches for the producer thread, and the queue it fills.
 
@@ -257,7 +237,6 @@ class Feed:
         """Produce every queued segment in order (on the producer thread)."""
         producer = self._producer
         in_flight: Deque[Tuple[int, Any]] = collections.deque()  # (serial, started batch | _StartFailed | END)
-        ahead: Deque[Any] = collections.deque()  # prepared batches of this segment, not yet started
         serial = -1
         self._restart_pace(producer)
         try:
@@ -273,26 +252,25 @@ class Feed:
                             return
                     continue
                 serial, epoch, batches = segment
-                started = True
                 for indices in batches:
                     if self.stop.is_set():
                         return
-                    ahead.append(producer.prepare(indices, epoch))
-                    if isinstance(ahead[-1], _StartFailed):  # fetch nothing after it: its start raises below
+                    try:
+                        in_flight.append((serial, producer.start(indices, epoch)))
+                    except Exception as e:  # raised after the batches before it, as a synchronous start would
+                        in_flight.append((serial, _StartFailed(e)))
                         break
-                    if len(ahead) > producer.plan_ahead:
-                        started = self._start(producer, serial, ahead.popleft(), in_flight)
-                        if started is None:
+                    if sum(1 for _, p in in_flight if p is not END) >= producer.depth:
+                        # Hand over the oldest batch, and the end markers queued before and after it.
+                        while in_flight:
+                            s, payload = in_flight.popleft()
+                            if not self._hand_over(producer, s, payload):
+                                return
+                            if payload is not END:
+                                break
+                        if not self._put_ends(in_flight):
                             return
-                        if not started:
-                            break
-                while started and ahead:  # the epoch's last batches (planning ahead stops at its end)
-                    if self.stop.is_set():
-                        return
-                    started = self._start(producer, serial, ahead.popleft(), in_flight)
-                    if started is None:
-                        return
-                if started:
+                else:
                     in_flight.append((serial, END))
                     if not self._put_ends(in_flight):  # nothing before it in flight: the epoch ends now
                         return
@@ -304,8 +282,6 @@ class Feed:
             self._failed = True
             self._put((serial, e))
         finally:
-            while ahead:
-                producer.forget(ahead.popleft())
             while in_flight:
                 _, payload = in_flight.popleft()
                 if payload is not END and not isinstance(payload, _StartFailed):
@@ -317,28 +293,6 @@ class Feed:
                     self._running = False
                 if not self._running:  # else extend has already asked for the next run
                     self._idle.set()
-
-    def _start(self, producer: BatchProducer, serial: int, prepared: Any,
-               in_flight: Deque[Tuple[int, Any]]) -> Optional[bool]:
-        """Start a prepared batch and, with ``depth`` batches in flight, hand over the oldest.
-        True: go on; False: the start failed (its error is queued after the batches before it);
-        None: the feed ends here."""
-        try:
-            in_flight.append((serial, producer.start(prepared)))
-        except Exception as e:  # raised after the batches before it, as a synchronous start would
-            in_flight.append((serial, _StartFailed(e)))
-            return False
-        if sum(1 for _, p in in_flight if p is not END) >= producer.depth:
-            # Hand over the oldest batch, and the end markers queued before and after it.
-            while in_flight:
-                s, payload = in_flight.popleft()
-                if not self._hand_over(producer, s, payload):
-                    return None
-                if payload is not END:
-                    break
-            if not self._put_ends(in_flight):
-                return None
-        return True
 
     def _put_ends(self, in_flight: Deque[Tuple[int, Any]]) -> bool:
         """Queue the end markers at the head of ``in_flight`` (their epochs are complete)."""

@@ -18,19 +18,12 @@ class PaceRecorder:
     """A BatchProducer stand-in: batches of 4 rows, every hand-over and reset recorded."""
 
     depth = 1
-    plan_ahead = 0
 
     def __init__(self) -> None:
         self.calls: List[Tuple[Any, ...]] = []
 
-    def prepare(self, indices: np.ndarray, epoch: int) -> Any:
+    def start(self, indices: np.ndarray, epoch: int) -> Any:
         return indices
-
-    def start(self, prepared: Any) -> Any:
-        return prepared
-
-    def forget(self, prepared: Any) -> None:
-        pass
 
     def finish(self, pending: Any) -> Any:
         return (None, np.asarray(pending), None, [], {})

@@ -399,62 +399,6 @@ def test_a_deferred_close_ends_only_its_own_shard_stream(tmp_path):
         new.close()
 
 
-class PlanAheadDecoder(OddIndexDecoder):
-    """Records, when each batch is started, whether the next batch of its epoch (``batch_size``
-    indices on, unshuffled) is being planned by then: its start waits up to ``PLAN_WAIT_S`` for
-    that plan to begin, so a producer that plans a batch only after starting the one before
-    fails the check (slowly) instead of passing by luck."""
-
-    PLAN_WAIT_S = 10.0
-
-    def __init__(self, batch_size: int, epoch_len: int):
-        super().__init__()
-        self.batch_size, self.epoch_len = batch_size, epoch_len
-        self.plans: List[Tuple[int, int, str]] = []  # (epoch, first index, thread name) per plan begun
-        self.planned = threading.Condition()
-        self.next_planned: List[bool] = []  # per start of a batch that has a next one in its epoch
-
-    def plan_begun(self, epoch: int, first: int) -> None:
-        with self.planned:
-            self.plans.append((epoch, first, threading.current_thread().name))
-            self.planned.notify_all()
-
-    def start(self, batch: PlannedBatch, rows: List[int]) -> Any:
-        first = int(batch.indices[0])
-        if first + self.batch_size < self.epoch_len:
-            key = (batch.epoch, first + self.batch_size)
-            with self.planned:
-                self.next_planned.append(self.planned.wait_for(
-                    lambda: any(p[:2] == key for p in self.plans), timeout=self.PLAN_WAIT_S))
-        return super().start(batch, rows)
-
-
-def test_the_next_batch_is_planned_on_the_planner_thread_while_one_is_started(folder, monkeypatch):
-    # Planning reads every row's bytes; on the producer thread it sat between every two
-    # batches' starts (the GPU decoders idle meanwhile). Now batch k + 1 is fetched and planned
-    # on the pipeline's planner thread before batch k is started, and the rows still land in
-    # their places.
-    from fastdata.loader import pipeline
-
-    fake = PlanAheadDecoder(batch_size=5, epoch_len=26)
-    real_plan_batch = pipeline.plan_batch
-
-    def watched_plan_batch(items, indices, epoch, *args, **kw):
-        fake.plan_begun(epoch, int(indices[0]))
-        return real_plan_batch(items, indices, epoch, *args, **kw)
-
-    monkeypatch.setattr(pipeline, "plan_batch", watched_plan_batch)
-    assert pipeline.PLAN_AHEAD >= 1
-    with make(folder, fake, clean=True, shuffle=False) as plugged, \
-            make(folder, "native", clean=True, shuffle=False) as native:
-        assert len(plugged) == 6  # the 26 good JPEGs in batches of 5
-        got = epochs(plugged, [0, 1])
-        want = epochs(native, [0, 1])
-    assert_same(got, want)
-    assert fake.next_planned and all(fake.next_planned), fake.next_planned
-    assert {name.split("_")[0] for _, _, name in fake.plans} == {"fastdata-plan"}
-
-
 class FailingFetchList(fastdata.FileList):
     """A FileList whose lookup of the batch starting at ``bad`` raises (an unreachable store);
     it records the first index of every lookup."""
@@ -473,8 +417,8 @@ class FailingFetchList(fastdata.FileList):
 
 @pytest.mark.parametrize("backend", ["native", "plugged"])
 def test_a_failed_lookup_is_raised_after_the_batches_before_it_and_nothing_after_it_is_fetched(folder, backend):
-    # Planned ahead or not, a batch whose lookup fails ends the epoch in its place: the batches
-    # before it are delivered, and no later batch is looked up.
+    # With a plugged decoder (the pipeline plans) or without, a batch whose lookup fails ends
+    # the epoch in its place: the batches before it are delivered, no later batch is looked up.
     good = sorted(str(p) for p in folder.rglob("*.jpg") if "_" not in p.name)
     source = FailingFetchList(good, [0] * len(good), bad=10)
     with fastdata.Loader(source, batch_size=5, transform=TRANSFORM, seed=SEED, threads=2, device="cpu",
