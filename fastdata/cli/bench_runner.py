@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from fastdata.io.host import process_cpu_seconds, thread_cpu_seconds, usable_cores
+from fastdata.io.host import process_cpu_seconds, thread_cpu_seconds, thread_runqueue_seconds, usable_cores
 
 MAX_WINDOWS = 5
 
@@ -69,6 +69,10 @@ class Usage:
 
     def thread_seconds(self) -> Dict[str, float]:
         return {k: v for k, v in thread_cpu_seconds().items() if self._thread.name not in k}
+
+    def thread_waits(self) -> Dict[str, float]:
+        """Run-queue seconds by thread kind (``thread_runqueue_seconds``), the sampler's left out."""
+        return {k: v for k, v in thread_runqueue_seconds().items() if self._thread.name not in k}
 
     def stop(self) -> None:
         self._stop.set()
@@ -157,7 +161,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
                 break
         t_begin = clock()
         cpu0 = usage.cpu_seconds()
-        threads0 = _thread_seconds(usage)
+        threads0, waits0 = _thread_seconds(usage), _thread_waits(usage)
         times: List[float] = []
         counts: List[int] = []
         waits: List[float] = []
@@ -173,7 +177,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
             if step_seconds:
                 sleep(step_seconds)
         cpu1 = usage.cpu_seconds()
-        threads1 = _thread_seconds(usage)
+        threads1, waits1 = _thread_seconds(usage), _thread_waits(usage)
     except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
         result.update(status="failed", reason=f"{type(e).__name__}: {e}")
         return result
@@ -190,6 +194,9 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
         total_seconds=clock() - t0,
         cpu_seconds=cpu1 - cpu0,
         thread_cpu_seconds={k: v - threads0.get(k, 0.0) for k, v in threads1.items() if v - threads0.get(k, 0.0) > 0},
+        # seconds each thread kind was runnable but waited for a core (the gpu decoder's feeder
+        # threads beside the native ones, say), over the same timed window
+        thread_runqueue_seconds={k: v - waits0.get(k, 0.0) for k, v in waits1.items() if v - waits0.get(k, 0.0) > 0},
         peak_rss_mb=usage.peak_rss / 2**20,
         output=output,
         detail=dict(getattr(contender, "detail", {})),
@@ -216,6 +223,7 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         "total_seconds": sum(r["total_seconds"] for r in runs),
         "cpu_seconds": sum(r["cpu_seconds"] for r in runs),
         "thread_cpu_seconds": _summed([r.get("thread_cpu_seconds", {}) for r in runs]),
+        "thread_runqueue_seconds": _summed([r.get("thread_runqueue_seconds", {}) for r in runs]),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "output": first["output"],
         "detail": first["detail"],
@@ -227,6 +235,12 @@ def _thread_seconds(usage: Any) -> Dict[str, float]:
     """CPU seconds by thread kind (``Usage.thread_seconds``), or nothing where the usage
     sampler does not tell (a test's stand-in)."""
     read = getattr(usage, "thread_seconds", None)
+    return read() if read is not None else {}
+
+
+def _thread_waits(usage: Any) -> Dict[str, float]:
+    """Run-queue seconds by thread kind (``Usage.thread_waits``), or nothing (as ``_thread_seconds``)."""
+    read = getattr(usage, "thread_waits", None)
     return read() if read is not None else {}
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Dict
+from typing import Dict, List
 
 import psutil
 
-__all__ = ["usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds"]
+__all__ = ["usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds",
+           "thread_runqueue_seconds"]
 
 
 def usable_cores() -> int:
@@ -75,21 +76,55 @@ def thread_cpu_seconds() -> Dict[str, float]:
     so a pool is one entry), a native thread (the decode engine's, CUDA's, a codec library's, torch's
     intra-op threads) by its OS name. Threads that ended are not counted: take differences
     over a window in which the loader's threads stay alive. Linux only (empty elsewhere)."""
-    python_names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
     totals: Dict[str, float] = {}
     try:
         threads = psutil.Process().threads()
     except (psutil.Error, AttributeError):
         return totals
+    labels = _thread_labels([t.id for t in threads])
     for t in threads:
-        name = python_names.get(t.id)
-        if name is not None:
-            label = "py:" + re.sub(r"(_\d+|-[0-9a-f]{8,})$", "", name)
-        else:
-            try:
-                with open(f"/proc/self/task/{t.id}/comm") as f:
-                    label = f.read().strip() or "?"
-            except OSError:
-                continue  # ended between listing and reading
-        totals[label] = totals.get(label, 0.0) + t.user_time + t.system_time
+        if t.id in labels:
+            totals[labels[t.id]] = totals.get(labels[t.id], 0.0) + t.user_time + t.system_time
     return totals
+
+
+def thread_runqueue_seconds() -> Dict[str, float]:
+    """Seconds this process's live threads spent runnable but waiting for a core (the
+    kernel's run-queue delay, ``/proc/self/task/*/schedstat``), summed by the labels of
+    ``thread_cpu_seconds``. A thread that waits for a lock, an event or the GPU is not
+    runnable and does not count: this is contention for cores alone (more runnable threads
+    than cores, or threads of higher priority taking them). Take differences over a window,
+    as for ``thread_cpu_seconds``. Linux only, and empty where the kernel keeps no schedstat."""
+    totals: Dict[str, float] = {}
+    try:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return totals
+    labels = _thread_labels(tids)
+    for tid, label in labels.items():
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                fields = f.read().split()  # ns on a core, ns waiting on a run queue, timeslices
+        except OSError:
+            continue  # ended between listing and reading, or no schedstat in this kernel
+        if len(fields) >= 2:
+            totals[label] = totals.get(label, 0.0) + int(fields[1]) / 1e9
+    return totals
+
+
+def _thread_labels(tids: List[int]) -> Dict[int, str]:
+    """What each thread is (see ``thread_cpu_seconds``), by native thread id; threads that
+    ended before their OS name was read are left out."""
+    python_names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    labels: Dict[int, str] = {}
+    for tid in tids:
+        name = python_names.get(tid)
+        if name is not None:
+            labels[tid] = "py:" + re.sub(r"(_\d+|-[0-9a-f]{8,})$", "", name)
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                labels[tid] = f.read().strip() or "?"
+        except OSError:
+            continue  # ended between listing and reading
+    return labels

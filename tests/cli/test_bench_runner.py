@@ -174,6 +174,46 @@ def test_thread_cpu_seconds_names_python_and_native_threads():
     assert "fastdata-native" in seconds  # the engine's second thread, named by the C++ pool (its time may round to 0)
 
 
+def test_thread_runqueue_seconds_is_time_runnable_without_a_core():
+    """fastdata-bench's per-thread run-queue wait: about none for one busy thread, and more
+    than half its CPU time for each of more busy threads than there are cores (hashlib hashes
+    with the GIL released, so they compete for cores, not for the GIL)."""
+    import hashlib
+    import threading
+
+    from fastdata.io.host import thread_cpu_seconds, thread_runqueue_seconds, usable_cores
+
+    data = bytes(4 << 20)
+
+    def busy(go: threading.Event, seconds: float) -> None:
+        go.wait()
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            hashlib.sha256(data).digest()
+
+    def cpu_and_wait(n: int, name: str):
+        go = threading.Event()
+        threads = [threading.Thread(target=busy, args=(go, 1.5), name=f"{name}_{k}") for k in range(n)]
+        for t in threads:
+            t.start()
+        try:
+            cpu0, wait0 = thread_cpu_seconds(), thread_runqueue_seconds()  # all alive, all blocked
+            go.set()
+            time.sleep(1.0)
+            cpu1, wait1 = thread_cpu_seconds(), thread_runqueue_seconds()  # all alive, all busy
+        finally:
+            go.set()
+            for t in threads:
+                t.join()
+        label = "py:" + name
+        return cpu1[label] - cpu0.get(label, 0.0), wait1[label] - wait0.get(label, 0.0)
+
+    cpu, wait = cpu_and_wait(1, "one-hasher")
+    assert cpu > 0.5 and wait < 0.5 * cpu, (cpu, wait)
+    cpu, wait = cpu_and_wait(2 * usable_cores() + 1, "many-hashers")
+    assert cpu > 0.5 and wait > 0.5 * cpu, (cpu, wait)
+
+
 def test_ceiling_line_puts_gpu_against_the_engines():
     from fastdata.cli import bench_report
 
