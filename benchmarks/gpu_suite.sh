@@ -6,6 +6,7 @@
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench to CUDA: all contenders; DataLoader/FFCV/fastdata per dtype
 #   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling and call layout; hybrid per layout
+#   bash benchmarks/gpu_suite.sh contention # hybrid on the 8,192 set: do the gpu decoder's threads wait for cores?
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -13,7 +14,7 @@ OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage=${1:?stage: setup|decode|tests|bench|engines|train|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|train|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -62,6 +63,40 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
         /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 40 \
         --compare fastdata-gpu,fastdata-hybrid 2>&1 | grep -v '^\[' | tail -6
     done
+    ;;
+  contention)
+    # Hybrid's GPU side ran each of its rows 1.4x slower than gpu-only did (decode stage wall per
+    # row, H200, eleventh session) with less CPU per row: are its threads waiting for cores beside
+    # the native ones? gpu-only once, then hybrid alternating the default against one change at a
+    # time (set before the Loader is made); each run's JSON has every thread kind's CPU and
+    # run-queue seconds (thread_runqueue_seconds), summarized last.
+    [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
+from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+    k=0
+    for run in "fastdata-gpu|pass" "fastdata-hybrid|pass" \
+               "fastdata-hybrid|import fastdata.loader.pipeline as p; p.GPU_NATIVE_NICE = 19" "fastdata-hybrid|pass" \
+               "fastdata-hybrid|import fastdata.loader.pipeline as p; p.HYBRID_HOST_CORES = 6" "fastdata-hybrid|pass" \
+               "fastdata-hybrid|import fastdata.decoders.nvimgcodec as n; n.NvImageCodecDecoder.__init__.__kwdefaults__['cpu_threads'] = 1"; do
+      k=$((k + 1)); contender=${run%%|*}; setting=${run#*|}
+      echo "== $k $contender: $setting"
+      python3 -c "import runpy, sys; $setting
+sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')" \
+        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
+        --compare "$contender" --json "$OUT/contention_$k.json" 2>&1 | grep -E "backend=" | grep -v '^\[' | tail -1
+    done
+    python3 - "$OUT" <<'PY' | tee "$OUT/contention.txt"
+import glob, json, sys
+feeders = ("py:fastdata-gpu-decode", "py:fastdata-gpu-resample", "[NVIMGCODEC][TP", "py:fastdata-loader")
+print("run  contender        img/s  GPU share  decode us/GPU row  feeders runq/CPU  native runq/CPU")
+for path in sorted(glob.glob(sys.argv[1] + "/contention_*.json"), key=lambda p: int(p.split("_")[-1][:-5])):
+    r = json.load(open(path))["results"][0]
+    d, cpu, runq = r.get("detail", {}), r.get("thread_cpu_seconds", {}), r.get("thread_runqueue_seconds", {})
+    stage = d.get("gpu_stage_seconds", {})
+    per_row = 1e6 * stage.get("decode", 0) / max(1, d.get("gpu_rows", 0))
+    share = lambda kinds: sum(runq.get(k, 0) for k in kinds) / max(1e-9, sum(cpu.get(k, 0) for k in kinds))
+    print(f"{path.split('_')[-1][:-5]:>3}  {r['name']:<15} {r.get('images_per_s', 0):7,.0f}  {d.get('gpu_share', 0):9.2f}"
+          f"  {per_row:17.1f}  {share(feeders):16.2f}  {share(('fastdata-native',)):15.2f}")
+PY
     ;;
   train)
     python3 -m fastdata.cli.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null
