@@ -68,8 +68,8 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # Hybrid's GPU side ran each of its rows 1.4x slower than gpu-only did (decode stage wall per
     # row, H200, eleventh session) with less CPU per row: are its threads waiting for cores beside
     # the native ones? gpu-only once, then hybrid alternating the default against one change at a
-    # time (set before the Loader is made); each run's JSON has every thread kind's CPU and
-    # run-queue seconds (thread_runqueue_seconds), summarized last.
+    # time (set before the Loader is made); summarized last by the bench's own GPU-side line
+    # (bench_report.gpu_side_lines: the decode stage per row, its threads' run-queue wait).
     [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
     k=0
@@ -86,16 +86,13 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     done
     python3 - "$OUT" <<'PY' | tee "$OUT/contention.txt"
 import glob, json, sys
-feeders = ("py:fastdata-gpu-decode", "py:fastdata-gpu-resample", "[NVIMGCODEC][TP", "py:fastdata-loader")
-print("run  contender        img/s  GPU share  decode us/GPU row  feeders runq/CPU  native runq/CPU")
+from fastdata.cli.bench_report import gpu_side_lines
 for path in sorted(glob.glob(sys.argv[1] + "/contention_*.json"), key=lambda p: int(p.split("_")[-1][:-5])):
-    r = json.load(open(path))["results"][0]
-    d, cpu, runq = r.get("detail", {}), r.get("thread_cpu_seconds", {}), r.get("thread_runqueue_seconds", {})
-    stage = d.get("gpu_stage_seconds", {})
-    per_row = 1e6 * stage.get("decode", 0) / max(1, d.get("gpu_rows", 0))
-    share = lambda kinds: sum(runq.get(k, 0) for k in kinds) / max(1e-9, sum(cpu.get(k, 0) for k in kinds))
-    print(f"{path.split('_')[-1][:-5]:>3}  {r['name']:<15} {r.get('images_per_s', 0):7,.0f}  {d.get('gpu_share', 0):9.2f}"
-          f"  {per_row:17.1f}  {share(feeders):16.2f}  {share(('fastdata-native',)):15.2f}")
+    report = json.load(open(path))
+    r = report["results"][0]
+    print(f"run {path.split('_')[-1][:-5]}: {r.get('images_per_s', 0):,.0f} img/s, {r.get('cpu_cores_busy', 0):.1f} cores")
+    for line in gpu_side_lines(report):
+        print("   ", line)
 PY
     ;;
   train)

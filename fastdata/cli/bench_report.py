@@ -155,6 +155,42 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
     return line
 
 
+# Thread kinds of the gpu decoder (fastdata.decoders.nvimgcodec): its decode and resample
+# workers and nvImageCodec's own host threads (OS name "[NVIMGCODEC][TP...", cut to 15 chars).
+GPU_FEEDER_THREADS = ("py:fastdata-gpu-", "[NVIMGCODEC]")
+
+
+def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
+    """Where a gpu or hybrid contender's time goes, one line each: the rows/s its GPU side
+    delivered; the nvImageCodec decode stage's wall time and its calling threads' CPU time per
+    GPU row, and how busy that stage was (wall per row x GPU rows/s: near 100% means the GPU
+    side is the limit; the first batches' slower calls can put that estimate above 100%, shown
+    as 100%); the share of their CPU time the GPU decoder's threads spent runnable
+    but waiting for a core (``thread_runqueue_seconds``); the native threads' cores. The stage
+    seconds and rows are the decoder's totals since it was made, so per-row figures include
+    the warm-up batches; the thread figures are the timed window's."""
+    lines = []
+    for r in report["results"]:
+        detail = r.get("detail", {})
+        stage, gpu_rows = detail.get("gpu_stage_seconds"), detail.get("gpu_rows") or 0
+        if r.get("status") != "ok" or not stage or gpu_rows <= 0:
+            continue
+        rate = r["images_per_s"] * detail.get("gpu_share", 1.0)
+        wall, cpu = stage["decode"] / gpu_rows, stage["decode_cpu"] / gpu_rows
+        line = (f"{r['label']}: GPU side {rate:,.0f} rows/s; its decode calls {1e6 * wall:.0f} us of wall and "
+                f"{1e6 * cpu:.0f} us of CPU per row, the stage busy {min(1.0, wall * rate):.0%}")
+        threads, waits = r.get("thread_cpu_seconds", {}), r.get("thread_runqueue_seconds")
+        feeders = [k for k in threads if k.startswith(GPU_FEEDER_THREADS)]
+        feeder_cpu = sum(threads[k] for k in feeders)
+        if waits is not None and feeder_cpu > 0:
+            line += f"; its threads waited for a core {sum(waits.get(k, 0.0) for k in feeders) / feeder_cpu:.0%} of their CPU time"
+        native, seconds = threads.get("fastdata-native", 0.0), r.get("timed_seconds") or 0.0
+        if native > 0 and seconds > 0:
+            line += f"; native threads {native / seconds:.1f} cores"
+        lines.append(line)
+    return lines
+
+
 def short_timing_line(report: Dict[str, Any]) -> Optional[str]:
     """The contenders marked * in the table: timed too briefly for their rates to mean much.
     ``--seconds`` is the whole measurement's budget, shared by the contenders (and rounds), and
@@ -184,7 +220,7 @@ def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> Non
     """The results table (rich when installed and writing to a terminal, else plain text)."""
     stream = stream if stream is not None else sys.stdout
     rows = table_rows(report)
-    notes = [line for line in (short_timing_line(report), ceiling_line(report)) if line]
+    notes = [line for line in (short_timing_line(report), ceiling_line(report)) if line] + gpu_side_lines(report)
     c = report["config"]
     d = report["dataset"]
     title = (f"fastdata-bench {'ablation' if report['ablation'] else 'comparison'}: "

@@ -214,6 +214,29 @@ def test_thread_runqueue_seconds_is_time_runnable_without_a_core():
     assert cpu > 0.5 and wait > 0.5 * cpu, (cpu, wait)
 
 
+def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
+    from fastdata.cli import bench_report
+
+    hybrid = {"name": "fastdata-hybrid", "label": "hybrid", "status": "ok", "images_per_s": 20000.0,
+              "timed_seconds": 10.0,
+              "detail": {"gpu_rows": 120000, "native_rows": 80000, "gpu_share": 0.6,
+                         "gpu_stage_seconds": {"decode": 9.0, "decode_cpu": 6.0, "resample": 4.0, "gpu_wait": 0.1}},
+              "thread_cpu_seconds": {"py:fastdata-gpu-decode": 7.0, "py:fastdata-gpu-resample": 2.0,
+                                     "[NVIMGCODEC][TP": 1.0, "fastdata-native": 100.0, "py:fastdata-loader": 3.0},
+              "thread_runqueue_seconds": {"py:fastdata-gpu-decode": 3.0, "[NVIMGCODEC][TP": 1.0,
+                                          "fastdata-native": 50.0, "py:fastdata-loader": 9.0}}
+    native = {"name": "fastdata", "label": "native", "status": "ok", "images_per_s": 9000.0, "detail": {}}
+    lines = bench_report.gpu_side_lines({"results": [native, hybrid]})
+    # 12,000 GPU rows/s at 75 us of stage wall per row: 90% busy; feeders 4 of 10 CPU-s waiting
+    assert lines == ["hybrid: GPU side 12,000 rows/s; its decode calls 75 us of wall and 50 us of CPU per row, "
+                     "the stage busy 90%; its threads waited for a core 40% of their CPU time; native threads 10.0 cores"]
+    del hybrid["thread_runqueue_seconds"]  # a result from before the run-queue figures: that part is left out
+    hybrid["detail"]["gpu_stage_seconds"]["decode"] = 12.0  # 100 us per row at 12,000 rows/s: capped
+    assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
+        "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
+        "the stage busy 100%; native threads 10.0 cores"]
+
+
 def test_ceiling_line_puts_gpu_against_the_engines():
     from fastdata.cli import bench_report
 
