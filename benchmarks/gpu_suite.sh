@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench to CUDA: all contenders; DataLoader/FFCV/fastdata per dtype
 #   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling and call layout; hybrid per layout
-#   bash benchmarks/gpu_suite.sh contention # hybrid on the 8,192 set: do the gpu decoder's threads wait for cores?
+#   bash benchmarks/gpu_suite.sh contention # hybrid on the 8,192 set: do the gpu decoder's threads wait for cores? (~6 min)
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -76,7 +76,8 @@ from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 50
     for run in "fastdata-gpu|pass" "fastdata-hybrid|pass" \
                "fastdata-hybrid|import fastdata.loader.pipeline as p; p.GPU_NATIVE_NICE = 19" "fastdata-hybrid|pass" \
                "fastdata-hybrid|import fastdata.loader.pipeline as p; p.HYBRID_HOST_CORES = 6" "fastdata-hybrid|pass" \
-               "fastdata-hybrid|import fastdata.decoders.nvimgcodec as n; n.NvImageCodecDecoder.__init__.__kwdefaults__['cpu_threads'] = 1"; do
+               "fastdata-hybrid|import fastdata.decoders.nvimgcodec as n; n.NvImageCodecDecoder.__init__.__kwdefaults__['cpu_threads'] = 1" \
+               "fastdata-hybrid|pass" "fastdata-hybrid|import fastdata.decoders.nvimgcodec as n; n.DECODE_THREADS['hybrid'] = 3"; do
       k=$((k + 1)); contender=${run%%|*}; setting=${run#*|}
       echo "== $k $contender: $setting"
       python3 -c "import runpy, sys; $setting
