@@ -191,6 +191,17 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def jpeg_engines_line(report: Dict[str, Any]) -> Optional[str]:
+    """How busy the GPU's hardware JPEG engines were while each contender was timed (NVML's
+    counter, sampled by the runner: ``jpeg_engines_busy_percent``), for those measured on a
+    GPU that has the counter: engine occupancy beside each rate."""
+    busy = [(r["label"], r["jpeg_engines_busy_percent"]) for r in report["results"]
+            if r.get("status") == "ok" and r.get("jpeg_engines_busy_percent") is not None]
+    if not busy:
+        return None
+    return "JPEG engines busy (NVML, timed window): " + ", ".join(f"{label} {pct:.0f}%" for label, pct in busy)
+
+
 def short_timing_line(report: Dict[str, Any]) -> Optional[str]:
     """The contenders marked * in the table: timed too briefly for their rates to mean much.
     ``--seconds`` is the whole measurement's budget, shared by the contenders (and rounds), and
@@ -220,7 +231,8 @@ def print_report(report: Dict[str, Any], stream: Optional[TextIO] = None) -> Non
     """The results table (rich when installed and writing to a terminal, else plain text)."""
     stream = stream if stream is not None else sys.stdout
     rows = table_rows(report)
-    notes = [line for line in (short_timing_line(report), ceiling_line(report)) if line] + gpu_side_lines(report)
+    notes = [line for line in (short_timing_line(report), ceiling_line(report), jpeg_engines_line(report)) if line] \
+        + gpu_side_lines(report)
     c = report["config"]
     d = report["dataset"]
     title = (f"fastdata-bench {'ablation' if report['ablation'] else 'comparison'}: "

@@ -23,8 +23,9 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from fastdata.diagnostics.gpu_counters import PeriodicSampler, jpeg_util_reader
 from fastdata.io.host import process_cpu_seconds, thread_cpu_seconds, thread_runqueue_seconds, usable_cores
 
 MAX_WINDOWS = 5
@@ -68,15 +69,20 @@ class Usage:
         return process_cpu_seconds() - self._own_seconds
 
     def thread_seconds(self) -> Dict[str, float]:
-        return {k: v for k, v in thread_cpu_seconds().items() if self._thread.name not in k}
+        return {k: v for k, v in thread_cpu_seconds().items() if not _bench_own(k)}
 
     def thread_waits(self) -> Dict[str, float]:
         """Run-queue seconds by thread kind (``thread_runqueue_seconds``), the sampler's left out."""
-        return {k: v for k, v in thread_runqueue_seconds().items() if self._thread.name not in k}
+        return {k: v for k, v in thread_runqueue_seconds().items() if not _bench_own(k)}
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _bench_own(label: str) -> bool:
+    """A thread of the bench's own samplers (memory, JPEG engines), not the contender's."""
+    return label.startswith("py:fastdata-bench-")
 
 
 def describe(images: Any) -> str:
@@ -132,7 +138,8 @@ def _quartiles(xs: Sequence[float]) -> List[float]:
 def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], None] = lambda msg: None,
             step_seconds: float = 0.0, clock: Callable[[], float] = time.perf_counter,
             sleep: Callable[[float], None] = time.sleep,
-            usage_factory: Callable[[], Any] = Usage) -> Dict[str, Any]:
+            usage_factory: Callable[[], Any] = Usage,
+            jpeg_reader: Callable[[], Optional[Tuple[Callable[[], float], str]]] = jpeg_util_reader) -> Dict[str, Any]:
     """One run of ``contender`` on ``job`` for about ``budget`` seconds (start-up included).
 
     Warm-up: at least 2 batches and 20% of the budget, but at least 40% of it is left for
@@ -140,7 +147,10 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
     measurement; a run can overrun by the batch in flight). ``step_seconds`` simulates a
     training step after each batch (so the consumer's wait can be read). The result's
     ``images_per_s`` is the statistic of this module; ``clock``, ``sleep`` and
-    ``usage_factory`` are there so a test can drive the loop with known times.
+    ``usage_factory`` are there so a test can drive the loop with known times. On a CUDA
+    device the GPU's hardware JPEG engines are sampled through the timed window
+    (``jpeg_reader``, NVML; every ``JPEG_SAMPLE_PERIOD_S``): ``jpeg_engines_busy_percent``, their
+    mean busy share, None where the counter cannot be read.
     """
     result: Dict[str, Any] = {"name": contender.name, "label": contender.label}
     sync = device_sync(job.device)
@@ -159,6 +169,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
             status(f"warm-up: batch {warm} ({el:.1f} s)")
             if (warm >= 2 and el >= 0.2 * budget) or (warm >= 1 and el >= 0.6 * budget):
                 break
+        engines = _start_jpeg_sampler(job.device, jpeg_reader)
         t_begin = clock()
         cpu0 = usage.cpu_seconds()
         threads0, waits0 = _thread_seconds(usage), _thread_waits(usage)
@@ -178,12 +189,15 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
                 sleep(step_seconds)
         cpu1 = usage.cpu_seconds()
         threads1, waits1 = _thread_seconds(usage), _thread_waits(usage)
+        engine_samples = engines.take() if engines is not None else []
     except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
         result.update(status="failed", reason=f"{type(e).__name__}: {e}")
         return result
     finally:
         gen.close()
         usage.stop()
+        if engines is not None:
+            engines.stop()
     elapsed = times[-1] - t_begin  # the timed span ends when the last batch arrived
     rates = windows(times, counts, t_begin)
     result.update(
@@ -198,10 +212,27 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
         # threads beside the native ones, say), over the same timed window
         thread_runqueue_seconds={k: v - waits0.get(k, 0.0) for k, v in waits1.items() if v - waits0.get(k, 0.0) > 0},
         peak_rss_mb=usage.peak_rss / 2**20,
+        jpeg_engines_busy_percent=statistics.fmean(engine_samples) if engine_samples else None,
         output=output,
         detail=dict(getattr(contender, "detail", {})),
     )
     return _with_statistics(result, [result], waits)
+
+
+# How often the JPEG engines' busy share is read (NVML averages it over its own sampling period).
+JPEG_SAMPLE_PERIOD_S = 0.1
+
+
+def _start_jpeg_sampler(device: str, reader: Callable[[], Optional[Tuple[Callable[[], float], str]]]) -> Any:
+    """A started sampler of the JPEG engines' busy share on a CUDA ``device``, else None."""
+    if not str(device).startswith("cuda"):
+        return None
+    found = reader()
+    if found is None:
+        return None
+    sampler = PeriodicSampler(*found, period=JPEG_SAMPLE_PERIOD_S, name="fastdata-bench-jpeg")
+    sampler.start()
+    return sampler
 
 
 def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
@@ -225,6 +256,8 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         "thread_cpu_seconds": _summed([r.get("thread_cpu_seconds", {}) for r in runs]),
         "thread_runqueue_seconds": _summed([r.get("thread_runqueue_seconds", {}) for r in runs]),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "jpeg_engines_busy_percent": _time_weighted([(r.get("jpeg_engines_busy_percent"), r["timed_seconds"])
+                                                     for r in runs]),
         "output": first["output"],
         "detail": first["detail"],
     }
@@ -242,6 +275,12 @@ def _thread_waits(usage: Any) -> Dict[str, float]:
     """Run-queue seconds by thread kind (``Usage.thread_waits``), or nothing (as ``_thread_seconds``)."""
     read = getattr(usage, "thread_waits", None)
     return read() if read is not None else {}
+
+
+def _time_weighted(values: Sequence[Tuple[Optional[float], float]]) -> Optional[float]:
+    """The mean of (value, seconds) pairs weighted by seconds, skipping missing values; None if none."""
+    known = [(v, w) for v, w in values if v is not None and w > 0]
+    return sum(v * w for v, w in known) / sum(w for _, w in known) if known else None
 
 
 def _summed(parts: Sequence[Dict[str, float]]) -> Dict[str, float]:

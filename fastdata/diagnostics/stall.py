@@ -42,12 +42,12 @@ import contextlib
 import dataclasses
 import statistics
 import sys
-import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from ..io.host import process_cpu_seconds, usable_cores
+from .gpu_counters import PeriodicSampler, gpu_util_reader
 from .tracing import stage
 
 __all__ = ["StallMeter", "StallReport", "profile", "classify", "INPUT_BOUND_ABOVE", "COMPUTE_BOUND_BELOW"]
@@ -206,53 +206,6 @@ def _is_rate(key: str) -> bool:
     return key.endswith(("_per_s", "_fraction", "_percent", "_ratio")) or key in ("threads", "prefetch", "batch_size")
 
 
-class _Sampler:
-    """Calls ``read`` on a daemon thread, ``period`` seconds apart, from ``start`` to ``stop``,
-    and keeps the values (the last ``keep`` of them) for ``take``. A ``read`` that raises
-    ends the sampling quietly."""
-
-    def __init__(self, read: Callable[[], float], source: str, *, period: float, name: str,
-                 keep: Optional[int] = None):
-        self.source = source
-        self._read = read
-        self._period = period
-        self._name = name
-        self._samples: Deque[float] = deque(maxlen=keep)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def start(self) -> None:
-        """(Re)start sampling; a no-op while the thread runs."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(self._stop,), name=self._name, daemon=True)
-        self._thread.start()
-
-    def _run(self, stop: threading.Event) -> None:
-        while not stop.wait(self._period):
-            try:
-                value = float(self._read())
-            except Exception:  # NVML can fail transiently (driver reset, MIG); stop sampling quietly
-                return
-            with self._lock:
-                self._samples.append(value)
-
-    def take(self) -> List[float]:
-        """The samples since the last take."""
-        with self._lock:
-            samples = list(self._samples)
-            self._samples.clear()
-        return samples
-
-    def stop(self) -> None:
-        """Stop sampling; samples taken so far stay available to ``take``."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
-
-
 def _gil_wakeup_lateness() -> float:
     """Seconds past a 1 ms sleep until this thread runs Python again (GIL + OS wake-up)."""
     t0 = time.perf_counter()
@@ -266,30 +219,6 @@ def _gil_summary(lateness: List[float]) -> Tuple[Optional[float], Optional[float
         return None, None, None
     late = sum(1 for x in lateness if x > _GIL_LATE_S) / len(lateness)
     return 1e3 * _quantile(lateness, 0.5), 1e3 * _quantile(lateness, 0.99), late
-
-
-def _gpu_util_reader() -> Optional[Tuple[Callable[[], float], str]]:
-    """A zero-argument reader of the current CUDA device's utilization, or None."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return None
-    device = torch.cuda.current_device()
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        # NVML indexes ignore CUDA_VISIBLE_DEVICES; the UUID names the same physical GPU.
-        handle = pynvml.nvmlDeviceGetHandleByUUID(("GPU-" + uuid if not uuid.startswith("GPU-") else uuid).encode())
-        pynvml.nvmlDeviceGetUtilizationRates(handle)
-        return (lambda: pynvml.nvmlDeviceGetUtilizationRates(handle).gpu), "nvml"
-    except Exception:  # pynvml absent or too old, or NVML unusable here: try torch's wrapper
-        pass
-    try:
-        torch.cuda.utilization(device)
-        return (lambda: torch.cuda.utilization(device)), "torch"
-    except Exception:  # torch.cuda.utilization needs pynvml/amdsmi; no GPU util then
-        return None
 
 
 class StallMeter:
@@ -334,9 +263,9 @@ class StallMeter:
         self._mode: Optional[str] = None  # decided at the first step: host | cuda-events | cuda-sync
         self._seen = 0  # steps seen over the meter's life, warmup included
         self._stats_source: Optional[Any] = None
-        self._sampler: Optional[_Sampler] = None
-        self._gil: Optional[_Sampler] = (
-            _Sampler(_gil_wakeup_lateness, "sleep", period=0.0, name="fastdata-gil-probe", keep=_GIL_PROBE_KEEP)
+        self._sampler: Optional[PeriodicSampler] = None
+        self._gil: Optional[PeriodicSampler] = (
+            PeriodicSampler(_gil_wakeup_lateness, "sleep", period=0.0, name="fastdata-gil-probe", keep=_GIL_PROBE_KEEP)
             if gil_probe else None)  # runs only while a wrapped iteration runs
         self._active = 0  # wrap() generators currently running
         self._event_pool: List[Any] = []
@@ -462,9 +391,9 @@ class StallMeter:
             raise RuntimeError(f"cuda_timing={self.cuda_timing!r} needs torch with a CUDA device")
         self._mode = "cuda-sync" if self.cuda_timing == "sync" else "cuda-events"
         if self.gpu_util and self._sampler is None:
-            reader = _gpu_util_reader()
+            reader = gpu_util_reader()
             if reader is not None:
-                self._sampler = _Sampler(*reader, period=_GPU_SAMPLE_PERIOD_S, name="fastdata-gpu-util")
+                self._sampler = PeriodicSampler(*reader, period=_GPU_SAMPLE_PERIOD_S, name="fastdata-gpu-util")
                 self._sampler.start()
 
     # ---- CUDA events -------------------------------------------------------------------

@@ -214,6 +214,39 @@ def test_thread_runqueue_seconds_is_time_runnable_without_a_core():
     assert cpu > 0.5 and wait > 0.5 * cpu, (cpu, wait)
 
 
+class SlowFakeContender(FakeContender):
+    """FakeContender whose batches also take 20 ms of real time (the JPEG sampler's thread
+    runs on the real clock)."""
+
+    def batches(self, job) -> Iterator:
+        for item in super().batches(job):
+            time.sleep(0.02)
+            yield item
+
+
+def test_jpeg_engines_are_sampled_through_the_timed_window_on_cuda_only(monkeypatch):
+    monkeypatch.setattr(bench_runner, "device_sync", lambda device: (lambda: None))  # no CUDA here
+    monkeypatch.setattr(bench_runner, "JPEG_SAMPLE_PERIOD_S", 0.002)
+    reads = {"cpu": 0, "cuda:0": 0}
+    results = {}
+    for device in reads:
+        def reader(device=device) -> float:
+            reads[device] += 1
+            return 40.0
+
+        clock = FakeClock()
+        results[device] = bench_runner.measure(SlowFakeContender(clock, WARM + TIMED), SimpleNamespace(device=device),
+                                               10.0, clock=clock, sleep=clock.sleep,
+                                               usage_factory=lambda: FakeUsage((50.0, 54.0)),
+                                               jpeg_reader=lambda reader=reader: (reader, "fake"))
+    assert reads["cpu"] == 0 and results["cpu"]["jpeg_engines_busy_percent"] is None  # never read off CUDA
+    assert reads["cuda:0"] > 0 and results["cuda:0"]["jpeg_engines_busy_percent"] == pytest.approx(40.0)
+    # rounds pool as a mean weighted by timed seconds, skipping rounds without the counter
+    rounds = [dict(results["cuda:0"], timed_seconds=t, jpeg_engines_busy_percent=b, waits=[0.1])
+              for t, b in ((3.0, 30.0), (1.0, 70.0), (5.0, None))]
+    assert bench_runner.pool(rounds)["jpeg_engines_busy_percent"] == pytest.approx(40.0)
+
+
 def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     from fastdata.cli import bench_report
 
@@ -235,6 +268,18 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
         "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
         "the stage busy 100%; native threads 10.0 cores"]
+
+
+def test_jpeg_engines_line_lists_the_contenders_measured_with_the_counter():
+    from fastdata.cli import bench_report
+
+    def ok(label, busy):
+        return {"label": label, "status": "ok", "jpeg_engines_busy_percent": busy}
+
+    results = [ok("native", None), ok("gpu", 93.4), {"label": "dali", "status": "skipped"}, ok("hybrid", 61.0)]
+    assert bench_report.jpeg_engines_line({"results": results}) == \
+        "JPEG engines busy (NVML, timed window): gpu 93%, hybrid 61%"
+    assert bench_report.jpeg_engines_line({"results": results[:1]}) is None  # a CPU run says nothing
 
 
 def test_ceiling_line_puts_gpu_against_the_engines():
