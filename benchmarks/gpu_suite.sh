@@ -85,8 +85,20 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
         /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
         --compare "$contender" --json "$OUT/contention_$k.json" 2>&1 | grep -E "backend=" | grep -v '^\[' | tail -1
     done
+    # Where hybrid's threads are, steady state: py-spy (when installed) attached 14 s into a run
+    # (its first batch comes ~8 s after the start), 8 s of samples with native frames, idle
+    # ones too; the top frames of each thread kind are printed after the summary.
+    if command -v py-spy >/dev/null; then
+      python3 -m fastdata.cli.bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 \
+        --seconds 30 --compare fastdata-hybrid --quiet >/dev/null 2>&1 &
+      bench_pid=$!
+      sleep 14
+      timeout 30 py-spy record --pid "$bench_pid" -d 8 -r 100 --native --idle --threads --format raw \
+        -o "$OUT/contention_spy.txt" >/dev/null 2>&1 || echo "py-spy could not attach"
+      wait "$bench_pid"
+    fi
     python3 - "$OUT" <<'PY' | tee "$OUT/contention.txt"
-import glob, json, sys
+import collections, glob, json, os, re, sys
 from fastdata.cli.bench_report import gpu_side_lines
 for path in sorted(glob.glob(sys.argv[1] + "/contention_*.json"), key=lambda p: int(p.split("_")[-1][:-5])):
     report = json.load(open(path))
@@ -94,6 +106,19 @@ for path in sorted(glob.glob(sys.argv[1] + "/contention_*.json"), key=lambda p: 
     print(f"run {path.split('_')[-1][:-5]}: {r.get('images_per_s', 0):,.0f} img/s, {r.get('cpu_cores_busy', 0):.1f} cores")
     for line in gpu_side_lines(report):
         print("   ", line)
+spy = os.path.join(sys.argv[1], "contention_spy.txt")
+if os.path.exists(spy):  # raw py-spy: "thread (tid): name;frame;...;frame count"
+    leaves = collections.defaultdict(collections.Counter)
+    for line in open(spy):
+        stack, count = line.rstrip().rsplit(" ", 1)
+        frames = stack.split(";")
+        kind = re.sub(r"(_\d+|-[0-9a-f]{8,})$", "", frames[0].split(":", 1)[-1].strip())
+        kind = re.sub(r"^thread \(\w+\)$", "unnamed threads", kind)
+        leaves[kind][frames[-1][:110]] += int(count)
+    for kind, counter in sorted(leaves.items(), key=lambda kv: -sum(kv[1].values()))[:8]:
+        print(f"{kind}: {sum(counter.values())} samples")
+        for frame, n in counter.most_common(4):
+            print(f"    {n:5d} {frame}")
 PY
     ;;
   train)
