@@ -72,6 +72,7 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # (bench_report.gpu_side_lines: the decode stage per row, its threads' run-queue wait).
     [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+    rm -f "$OUT"/contention_*.json "$OUT/contention_spy.txt"  # never summarize an earlier call's runs
     k=0
     for run in "fastdata-gpu|pass" "fastdata-hybrid|pass" \
                "fastdata-hybrid|import fastdata.loader.pipeline as p; p.GPU_NATIVE_NICE = 19" "fastdata-hybrid|pass" \

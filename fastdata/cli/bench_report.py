@@ -182,11 +182,14 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         threads, waits = r.get("thread_cpu_seconds", {}), r.get("thread_runqueue_seconds")
         feeders = [k for k in threads if k.startswith(GPU_FEEDER_THREADS)]
         feeder_cpu = sum(threads[k] for k in feeders)
-        if waits is not None and feeder_cpu > 0:
+        if waits is not None and feeder_cpu > 0:  # None: the kernel keeps no run-queue figures
             line += f"; its threads waited for a core {sum(waits.get(k, 0.0) for k in feeders) / feeder_cpu:.0%} of their CPU time"
+        # The planning engine's threads (reading and header parsing for the GPU decoder) have the
+        # decode engine's OS name: with native rows, the figure is both; without, only planning.
         native, seconds = threads.get("fastdata-native", 0.0), r.get("timed_seconds") or 0.0
         if native > 0 and seconds > 0:
-            line += f"; native threads {native / seconds:.1f} cores"
+            what = "native threads (decode and planning)" if detail.get("native_rows") else "planning threads"
+            line += f"; {what} {native / seconds:.1f} cores"
         lines.append(line)
     return lines
 

@@ -36,7 +36,9 @@ class Usage:
 
     The sampler's own CPU is not the contender's: listing the process tree every 50 ms cost
     0.06-0.09 cores on the H200 box (2026-12-02), counted into every contender's cores until
-    then. ``cpu_seconds`` and ``thread_seconds`` leave it out."""
+    then. ``cpu_seconds`` and ``thread_seconds`` leave it out; ``thread_seconds`` and
+    ``thread_waits`` leave out every bench sampler thread (``fastdata-bench-*``: also the
+    JPEG-engine sampler's, one NVML read per 0.1 s, which ``cpu_seconds`` still counts)."""
 
     def __init__(self) -> None:
         import psutil
@@ -155,6 +157,8 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
     result: Dict[str, Any] = {"name": contender.name, "label": contender.label}
     sync = device_sync(job.device)
     usage = usage_factory()
+    # Resolved now (NVML's set-up), started right before the timed window.
+    engines = _jpeg_sampler(job.device, jpeg_reader)
     t0 = clock()
     gen = contender.batches(job)
     try:
@@ -169,7 +173,8 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
             status(f"warm-up: batch {warm} ({el:.1f} s)")
             if (warm >= 2 and el >= 0.2 * budget) or (warm >= 1 and el >= 0.6 * budget):
                 break
-        engines = _start_jpeg_sampler(job.device, jpeg_reader)
+        if engines is not None:
+            engines.start()
         t_begin = clock()
         cpu0 = usage.cpu_seconds()
         threads0, waits0 = _thread_seconds(usage), _thread_waits(usage)
@@ -210,7 +215,9 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
         thread_cpu_seconds={k: v - threads0.get(k, 0.0) for k, v in threads1.items() if v - threads0.get(k, 0.0) > 0},
         # seconds each thread kind was runnable but waited for a core (the gpu decoder's feeder
         # threads beside the native ones, say), over the same timed window
-        thread_runqueue_seconds={k: v - waits0.get(k, 0.0) for k, v in waits1.items() if v - waits0.get(k, 0.0) > 0},
+        # (None where the kernel keeps no such figures)
+        thread_runqueue_seconds=None if not waits0 else
+        {k: v - waits0.get(k, 0.0) for k, v in waits1.items() if v - waits0.get(k, 0.0) > 0},
         peak_rss_mb=usage.peak_rss / 2**20,
         jpeg_engines_busy_percent=statistics.fmean(engine_samples) if engine_samples else None,
         output=output,
@@ -223,16 +230,12 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
 JPEG_SAMPLE_PERIOD_S = 0.1
 
 
-def _start_jpeg_sampler(device: str, reader: Callable[[], Optional[Tuple[Callable[[], float], str]]]) -> Any:
-    """A started sampler of the JPEG engines' busy share on a CUDA ``device``, else None."""
+def _jpeg_sampler(device: str, reader: Callable[[], Optional[Tuple[Callable[[], float], str]]]) -> Any:
+    """A sampler (not started) of the JPEG engines' busy share on a CUDA ``device``, else None."""
     if not str(device).startswith("cuda"):
         return None
     found = reader()
-    if found is None:
-        return None
-    sampler = PeriodicSampler(*found, period=JPEG_SAMPLE_PERIOD_S, name="fastdata-bench-jpeg")
-    sampler.start()
-    return sampler
+    return None if found is None else PeriodicSampler(*found, period=JPEG_SAMPLE_PERIOD_S, name="fastdata-bench-jpeg")
 
 
 def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
@@ -254,7 +257,8 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         "total_seconds": sum(r["total_seconds"] for r in runs),
         "cpu_seconds": sum(r["cpu_seconds"] for r in runs),
         "thread_cpu_seconds": _summed([r.get("thread_cpu_seconds", {}) for r in runs]),
-        "thread_runqueue_seconds": _summed([r.get("thread_runqueue_seconds", {}) for r in runs]),
+        "thread_runqueue_seconds": None if any(r.get("thread_runqueue_seconds") is None for r in runs)
+        else _summed([r["thread_runqueue_seconds"] for r in runs]),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "jpeg_engines_busy_percent": _time_weighted([(r.get("jpeg_engines_busy_percent"), r["timed_seconds"])
                                                      for r in runs]),

@@ -2,9 +2,11 @@
 utilization) and its hardware JPEG engines' busy share (fastdata-bench's engine occupancy),
 through NVML (``pynvml``, the nvidia-ml-py package that CUDA builds of torch bring).
 
-Each reader is a zero-argument callable returning a percentage, or None where it cannot be
-read (no CUDA, no NVML, a driver or GPU without the counter); ``PeriodicSampler`` calls one
-every ``period`` seconds and keeps the values.
+``gpu_util_reader`` and ``jpeg_util_reader`` return (read, source): ``read`` is a
+zero-argument callable returning a percentage (it raises if the counter fails later), ``source``
+says where it comes from; or None where the counter cannot be read (no CUDA, no NVML, a driver
+or GPU without it). ``PeriodicSampler`` calls a ``read`` every ``period`` seconds and keeps the
+values.
 """
 from __future__ import annotations
 

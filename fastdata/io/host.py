@@ -94,11 +94,15 @@ def thread_runqueue_seconds() -> Dict[str, float]:
     ``thread_cpu_seconds``. A thread that waits for a lock, an event or the GPU is not
     runnable and does not count: this is contention for cores alone (more runnable threads
     than cores, or threads of higher priority taking them). Take differences over a window,
-    as for ``thread_cpu_seconds``. Linux only, and empty where the kernel keeps no schedstat."""
+    as for ``thread_cpu_seconds``. Linux only; empty where the kernel keeps no such figures (no
+    schedstat file, or one that reads all zeros: scheduler statistics compiled out)."""
     totals: Dict[str, float] = {}
     try:
+        with open("/proc/self/schedstat") as f:
+            if not any(int(x) for x in f.read().split()):  # this process has run: zeros mean not kept
+                return totals
         tids = [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:
+    except (OSError, ValueError):
         return totals
     labels = _thread_labels(tids)
     for tid, label in labels.items():

@@ -6,6 +6,7 @@ computed by hand, not read off a wall clock.
 """
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 from typing import Iterator, List, Sequence
@@ -130,6 +131,9 @@ def test_rounds_pool_as_a_ratio_of_sums():
 def test_a_failing_contender_is_reported_and_fails_the_pool():
     bad = run(WARM + TIMED, fail_at=4)
     assert bad["status"] == "failed" and bad["reason"] == "RuntimeError: decoder fell over"
+    for during_warm_up in (0, 1):  # failing before the timed window is reported the same way
+        early = run(WARM + TIMED, fail_at=during_warm_up)
+        assert early["status"] == "failed" and early["reason"] == "RuntimeError: decoder fell over"
     good = run(WARM + TIMED)
     assert bench_runner.pool([good, bad])["status"] == "failed"
 
@@ -175,9 +179,9 @@ def test_thread_cpu_seconds_names_python_and_native_threads():
 
 
 def test_thread_runqueue_seconds_is_time_runnable_without_a_core():
-    """fastdata-bench's per-thread run-queue wait: about none for one busy thread, and more
-    than half its CPU time for each of more busy threads than there are cores (hashlib hashes
-    with the GIL released, so they compete for cores, not for the GIL)."""
+    """fastdata-bench's per-thread run-queue wait: more busy threads than cores wait, per CPU
+    second, at least half a second more than one busy thread does (hashlib hashes with the GIL
+    released, so they compete for cores, not for the GIL)."""
     import hashlib
     import threading
 
@@ -208,10 +212,14 @@ def test_thread_runqueue_seconds_is_time_runnable_without_a_core():
         label = "py:" + name
         return cpu1[label] - cpu0.get(label, 0.0), wait1[label] - wait0.get(label, 0.0)
 
-    cpu, wait = cpu_and_wait(1, "one-hasher")
-    assert cpu > 0.5 and wait < 0.5 * cpu, (cpu, wait)
-    cpu, wait = cpu_and_wait(2 * usable_cores() + 1, "many-hashers")
-    assert cpu > 0.5 and wait > 0.5 * cpu, (cpu, wait)
+    if not thread_runqueue_seconds():
+        pytest.skip("this kernel keeps no run-queue figures (/proc/self/schedstat)")
+    one_cpu, one_wait = cpu_and_wait(1, "one-hasher")
+    many_cpu, many_wait = cpu_and_wait(2 * usable_cores() + 1, "many-hashers")
+    # Other work on the box makes both wait more; more hashers than cores always add at least
+    # (threads - cores) / cores = 1 + 1/cores of waiting per CPU second to what one hasher sees.
+    assert one_cpu > 0.05 and many_cpu > 0.05, (one_cpu, many_cpu)
+    assert many_wait / many_cpu > one_wait / one_cpu + 0.5, (one_cpu, one_wait, many_cpu, many_wait)
 
 
 class SlowFakeContender(FakeContender):
@@ -227,20 +235,25 @@ class SlowFakeContender(FakeContender):
 def test_jpeg_engines_are_sampled_through_the_timed_window_on_cuda_only(monkeypatch):
     monkeypatch.setattr(bench_runner, "device_sync", lambda device: (lambda: None))  # no CUDA here
     monkeypatch.setattr(bench_runner, "JPEG_SAMPLE_PERIOD_S", 0.002)
-    reads = {"cpu": 0, "cuda:0": 0}
+    reads = {"cpu": [], "cuda:0": [], "failing": []}
     results = {}
     for device in reads:
-        def reader(device=device) -> float:
-            reads[device] += 1
+        clock = FakeClock()  # warm-up is its first 2 s: 100..102
+
+        def reader(device=device, clock=clock) -> float:
+            reads[device].append(clock.now)
             return 40.0
 
-        clock = FakeClock()
-        results[device] = bench_runner.measure(SlowFakeContender(clock, WARM + TIMED), SimpleNamespace(device=device),
+        contender = SlowFakeContender(clock, WARM + TIMED, fail_at=5 if device == "failing" else -1)
+        results[device] = bench_runner.measure(contender, SimpleNamespace(device=device.replace("failing", "cuda")),
                                                10.0, clock=clock, sleep=clock.sleep,
                                                usage_factory=lambda: FakeUsage((50.0, 54.0)),
                                                jpeg_reader=lambda reader=reader: (reader, "fake"))
-    assert reads["cpu"] == 0 and results["cpu"]["jpeg_engines_busy_percent"] is None  # never read off CUDA
-    assert reads["cuda:0"] > 0 and results["cuda:0"]["jpeg_engines_busy_percent"] == pytest.approx(40.0)
+        assert "fastdata-bench-jpeg" not in [t.name for t in threading.enumerate()]  # stopped, also after a failure
+    assert not reads["cpu"] and results["cpu"]["jpeg_engines_busy_percent"] is None  # never read off CUDA
+    assert reads["cuda:0"] and min(reads["cuda:0"]) >= 102.0  # the timed window only, not the warm-up
+    assert results["cuda:0"]["jpeg_engines_busy_percent"] == pytest.approx(40.0)
+    assert results["failing"]["status"] == "failed"
     # rounds pool as a mean weighted by timed seconds, skipping rounds without the counter
     rounds = [dict(results["cuda:0"], timed_seconds=t, jpeg_engines_busy_percent=b, waits=[0.1])
               for t, b in ((3.0, 30.0), (1.0, 70.0), (5.0, None))]
@@ -262,12 +275,14 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     lines = bench_report.gpu_side_lines({"results": [native, hybrid]})
     # 12,000 GPU rows/s at 75 us of stage wall per row: 90% busy; feeders 4 of 10 CPU-s waiting
     assert lines == ["hybrid: GPU side 12,000 rows/s; its decode calls 75 us of wall and 50 us of CPU per row, "
-                     "the stage busy 90%; its threads waited for a core 40% of their CPU time; native threads 10.0 cores"]
-    del hybrid["thread_runqueue_seconds"]  # a result from before the run-queue figures: that part is left out
+                     "the stage busy 90%; its threads waited for a core 40% of their CPU time; "
+                     "native threads (decode and planning) 10.0 cores"]
+    hybrid["thread_runqueue_seconds"] = None  # not kept by the kernel (or an older result): left out, not 0%
     hybrid["detail"]["gpu_stage_seconds"]["decode"] = 12.0  # 100 us per row at 12,000 rows/s: capped
+    hybrid["detail"]["native_rows"] = 0  # gpu-only: the "native" threads only planned
     assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
         "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
-        "the stage busy 100%; native threads 10.0 cores"]
+        "the stage busy 100%; planning threads 10.0 cores"]
 
 
 def test_jpeg_engines_line_lists_the_contenders_measured_with_the_counter():
