@@ -359,7 +359,8 @@ void register_engine(py::module_& m) {
 
   py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine",
                                                              "A pool of native threads (the caller counts as one).")
-      .def(py::init<int, int>(), py::arg("threads"), py::arg("nice_increment") = 0)
+      .def(py::init<int, int, std::string>(), py::arg("threads"), py::arg("nice_increment") = 0,
+           py::arg("thread_name") = "fastdata-native")
       .def_property_readonly("threads", &Engine::threads)
       .def_property_readonly("priority_lowered", &Engine::priority_lowered,
                              "False when a native thread could not lower its priority as nice_increment asked.")

@@ -194,8 +194,10 @@ bool read_file(const std::string& path, int64_t max_file_bytes, std::vector<uint
   return true;
 }
 
-Engine::Engine(int threads, int nice_increment)
-    : pool_(new ThreadPool(threads < 1 ? 1 : threads, nice_increment)), nice_increment_(nice_increment) {
+Engine::Engine(int threads, int nice_increment, std::string thread_name)
+    : pool_(new ThreadPool(threads < 1 ? 1 : threads, nice_increment, thread_name)),
+      nice_increment_(nice_increment),
+      thread_name_(std::move(thread_name)) {
   for (int i = 0; i < pool_->size(); ++i) scratch_.emplace_back(new SampleScratch());
   file_buffers_.resize(pool_->size());
 }
@@ -216,7 +218,7 @@ bool Engine::priority_lowered() const {
 
 void Engine::submit(std::function<void()> job) {
   std::lock_guard<std::mutex> lock(queue_mutex_);
-  if (!queue_) queue_.reset(new SerialQueue(nice_increment_));
+  if (!queue_) queue_.reset(new SerialQueue(nice_increment_, thread_name_));
   queue_->submit(std::move(job));
 }
 

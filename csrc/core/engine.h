@@ -60,7 +60,8 @@ class Engine {
   // run that many nice steps below the thread that created each of them (the engine's
   // creator; for the queue thread, the first caller of submit), so that the threads
   // feeding a GPU (and the training loop) get a core the moment they need one.
-  explicit Engine(int threads, int nice_increment = 0);
+  // thread_name: the native threads' OS name (the pool's workers and the run queue's thread).
+  explicit Engine(int threads, int nice_increment = 0, std::string thread_name = "fastdata-native");
   ~Engine();  // runs what is queued first; in a forked child the pool and queue are leaked, not destroyed (ThreadPool says why)
   int threads() const { return pool_->size(); }
   // False when a native thread could not lower its priority as asked (a thread that has not
@@ -113,6 +114,7 @@ class Engine {
   mutable std::mutex queue_mutex_;      // guards the queue's creation
   std::unique_ptr<SerialQueue> queue_;  // its jobs use the pool: destroyed (drained) before it
   const int nice_increment_;
+  const std::string thread_name_;
 };
 
 // The encoded bytes of one input: its buffer, or its file read into file_buffer. False (with

@@ -10,8 +10,11 @@
 
 namespace fastdata {
 
-SerialQueue::SerialQueue(int nice_increment)
-    : owner_pid_(::getpid()), nice_increment_(nice_increment), thread_(&SerialQueue::thread_main, this) {}
+SerialQueue::SerialQueue(int nice_increment, std::string thread_name)
+    : owner_pid_(::getpid()),
+      nice_increment_(nice_increment),
+      thread_name_(std::move(thread_name).substr(0, 15)),
+      thread_(&SerialQueue::thread_main, this) {}
 
 bool SerialQueue::made_here() const { return ::getpid() == owner_pid_; }
 
@@ -39,7 +42,7 @@ void SerialQueue::submit(std::function<void()> job) {
 void SerialQueue::thread_main() {
 #ifdef __linux__
   // It decodes: the calling thread of the pool's parallel loops (ThreadPool's worker 0).
-  (void)pthread_setname_np(pthread_self(), "fastdata-native");
+  (void)pthread_setname_np(pthread_self(), thread_name_.c_str());
 #endif
   if (!lower_thread_priority(nice_increment_)) priority_lowered_.store(false);
   for (;;) {

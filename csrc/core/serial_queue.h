@@ -17,13 +17,15 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace fastdata {
 
 class SerialQueue {
  public:
-  explicit SerialQueue(int nice_increment = 0);  // its thread's priority, as ThreadPool's workers
+  // its thread's priority and OS name, as ThreadPool's workers
+  explicit SerialQueue(int nice_increment = 0, std::string thread_name = "fastdata-native");
   ~SerialQueue();  // runs every job still queued, then joins (only where made_here())
   SerialQueue(const SerialQueue&) = delete;
   SerialQueue& operator=(const SerialQueue&) = delete;
@@ -41,6 +43,7 @@ class SerialQueue {
 
   const pid_t owner_pid_;
   const int nice_increment_;
+  const std::string thread_name_;
   std::atomic<bool> priority_lowered_{true};
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -26,7 +26,8 @@ bool lower_thread_priority(int increment) {
 #endif
 }
 
-ThreadPool::ThreadPool(int threads, int nice_increment) : owner_pid_(::getpid()), nice_increment_(nice_increment) {
+ThreadPool::ThreadPool(int threads, int nice_increment, std::string thread_name)
+    : owner_pid_(::getpid()), nice_increment_(nice_increment), thread_name_(std::move(thread_name).substr(0, 15)) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this, i);
 }
 
@@ -47,9 +48,9 @@ void ThreadPool::drain(const std::function<void(size_t, int)>& fn, size_t n, int
 
 void ThreadPool::worker_main(int worker) {
   // An OS thread name (top -H, /proc/<pid>/task/*/comm, fastdata-bench's per-thread CPU
-  // seconds) that says these are the decode engine's threads; failure only loses the name.
+  // seconds) that says whose threads these are; failure only loses the name.
 #ifdef __linux__
-  (void)pthread_setname_np(pthread_self(), "fastdata-native");
+  (void)pthread_setname_np(pthread_self(), thread_name_.c_str());
 #endif
   if (!lower_thread_priority(nice_increment_)) priority_failures_.fetch_add(1);
   unsigned long seen = 0;

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,8 +27,9 @@ bool lower_thread_priority(int increment);
 class ThreadPool {
  public:
   // nice_increment > 0: the workers run that much below the creating thread's priority
-  // (lower_thread_priority); the calling thread of a loop keeps its own.
-  explicit ThreadPool(int threads, int nice_increment = 0);
+  // (lower_thread_priority); the calling thread of a loop keeps its own. thread_name: the
+  // workers' OS name (at most 15 characters are kept).
+  explicit ThreadPool(int threads, int nice_increment = 0, std::string thread_name = "fastdata-native");
   ~ThreadPool();  // joins the workers; only in the process that made them (made_here())
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -49,6 +51,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   const pid_t owner_pid_;  // the process whose threads workers_ are
   const int nice_increment_;
+  const std::string thread_name_;
   std::atomic<int> priority_failures_{0};
   std::mutex mutex_;
   std::mutex run_mutex_;  // one parallel_for at a time

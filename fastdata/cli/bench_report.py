@@ -184,12 +184,12 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         feeder_cpu = sum(threads[k] for k in feeders)
         if waits is not None and feeder_cpu > 0:  # None: the kernel keeps no run-queue figures
             line += f"; its threads waited for a core {sum(waits.get(k, 0.0) for k in feeders) / feeder_cpu:.0%} of their CPU time"
-        # The planning engine's threads (reading and header parsing for the GPU decoder) have the
-        # decode engine's OS name: with native rows, the figure is both; without, only planning.
-        native, seconds = threads.get("fastdata-native", 0.0), r.get("timed_seconds") or 0.0
-        if native > 0 and seconds > 0:
-            what = "native threads (decode and planning)" if detail.get("native_rows") else "planning threads"
-            line += f"; {what} {native / seconds:.1f} cores"
+        # The native engine's threads decode the CPU's rows; the inline engine's read and plan every
+        # row for the GPU decoder (and decode the rows it hands back).
+        seconds = r.get("timed_seconds") or 0.0
+        for kind, what in (("fastdata-native", "native decode"), ("fastdata-inline", "planning")):
+            if threads.get(kind, 0.0) > 0 and seconds > 0:
+                line += f"; {what} threads {threads[kind] / seconds:.1f} cores"
         lines.append(line)
     return lines
 

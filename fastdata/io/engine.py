@@ -235,16 +235,20 @@ class Engine:
     engine (Linux thread priority), so other threads of the process (the ones feeding a GPU,
     the training loop) get a core the moment they need one; ``priority_lowered`` says
     whether they could. The calling thread of ``run`` keeps its own priority.
+    ``thread_name``: the native threads' OS name (``top -H``, fastdata-bench's per-thread CPU),
+    at most 15 characters.
     """
 
-    def __init__(self, threads: Optional[int] = None, nice: int = 0):
+    def __init__(self, threads: Optional[int] = None, nice: int = 0, thread_name: str = "fastdata-native"):
         if threads is None:
             threads = usable_cores()
         if not isinstance(threads, int) or threads < 1 or threads > 1024:
             raise ValueError(f"threads must be an int in 1..1024, got {threads!r}")
         if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
             raise ValueError(f"nice must be an int in 0..19, got {nice!r}")
-        self._native: Optional[_C.Engine] = _C.Engine(threads, nice)
+        if not isinstance(thread_name, str) or not 0 < len(thread_name) <= 15:
+            raise ValueError(f"thread_name must be a string of 1 to 15 characters, got {thread_name!r}")
+        self._native: Optional[_C.Engine] = _C.Engine(threads, nice, thread_name)
         self._nice = nice
         self._threads = threads
         self._lock = threading.Lock()

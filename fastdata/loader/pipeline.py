@@ -75,6 +75,9 @@ HYBRID_HOST_CORES = 3
 # only decodes replacements: the producer thread itself.
 INLINE_THREADS_GPU = 8
 
+# The inline engine's OS thread name (the native threads keep the engine's "fastdata-native").
+INLINE_THREAD_NAME = "fastdata-inline"
+
 # With a decoder feeding a CUDA device the native threads run this many nice steps below the
 # Loader's other threads: with every native thread busy (the queued runs keep them so), the threads that
 # feed the GPU decoder, and the training loop, must never wait for a core behind them.
@@ -188,7 +191,9 @@ class BatchPipeline:
             check_plugged_decoder(gpu)
         self._closed = False
         self.engine = Engine(threads, nice=GPU_NATIVE_NICE if gpu is not None and cuda else 0)
-        self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1)
+        # Named apart from the decode threads, so per-thread CPU figures tell planning from decoding.
+        self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1,
+                                    thread_name=INLINE_THREAD_NAME)
         self.threads = self.engine.threads
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         cpu_norm = None

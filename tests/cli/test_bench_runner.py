@@ -268,7 +268,8 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
               "detail": {"gpu_rows": 120000, "native_rows": 80000, "gpu_share": 0.6,
                          "gpu_stage_seconds": {"decode": 9.0, "decode_cpu": 6.0, "resample": 4.0, "gpu_wait": 0.1}},
               "thread_cpu_seconds": {"py:fastdata-gpu-decode": 7.0, "py:fastdata-gpu-resample": 2.0,
-                                     "[NVIMGCODEC][TP": 1.0, "fastdata-native": 100.0, "py:fastdata-loader": 3.0},
+                                     "[NVIMGCODEC][TP": 1.0, "fastdata-native": 100.0, "fastdata-inline": 8.0,
+                                     "py:fastdata-loader": 3.0},
               "thread_runqueue_seconds": {"py:fastdata-gpu-decode": 3.0, "[NVIMGCODEC][TP": 1.0,
                                           "fastdata-native": 50.0, "py:fastdata-loader": 9.0}}
     native = {"name": "fastdata", "label": "native", "status": "ok", "images_per_s": 9000.0, "detail": {}}
@@ -276,13 +277,13 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     # 12,000 GPU rows/s at 75 us of stage wall per row: 90% busy; feeders 4 of 10 CPU-s waiting
     assert lines == ["hybrid: GPU side 12,000 rows/s; its decode calls 75 us of wall and 50 us of CPU per row, "
                      "the stage busy 90%; its threads waited for a core 40% of their CPU time; "
-                     "native threads (decode and planning) 10.0 cores"]
+                     "native decode threads 10.0 cores; planning threads 0.8 cores"]
     hybrid["thread_runqueue_seconds"] = None  # not kept by the kernel (or an older result): left out, not 0%
     hybrid["detail"]["gpu_stage_seconds"]["decode"] = 12.0  # 100 us per row at 12,000 rows/s: capped
-    hybrid["detail"]["native_rows"] = 0  # gpu-only: the "native" threads only planned
+    del hybrid["thread_cpu_seconds"]["fastdata-native"]  # gpu-only: no native decode threads busy
     assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
         "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
-        "the stage busy 100%; planning threads 10.0 cores"]
+        "the stage busy 100%; planning threads 0.8 cores"]
 
 
 def test_jpeg_engines_line_lists_the_contenders_measured_with_the_counter():

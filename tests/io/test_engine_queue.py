@@ -135,3 +135,20 @@ def test_nice_lowers_the_native_threads_priority_only(items):
 def test_nice_must_be_a_small_non_negative_int(nice):
     with pytest.raises(ValueError, match="nice"):
         Engine(1, nice=nice)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_an_engine_names_its_native_threads(items):
+    # Per-thread CPU figures (fastdata-bench) tell engines apart by these names: the Loader's
+    # inline engine, which plans for a GPU decoder, is not counted as native decoding.
+    with Engine(3, thread_name="fastdata-test") as engine:
+        out = np.empty((len(items), 40, 56, 3), np.uint8)
+        engine.run(items, RRC, out)  # every worker has started
+        engine.start(items, RRC, out).finish()  # and the queue thread
+        assert len(_nice_by_thread_name().get("fastdata-test", [])) == 3  # two workers + the queue thread
+
+
+@pytest.mark.parametrize("name", ["", "sixteen-chars-xx", 7])
+def test_a_thread_name_is_1_to_15_characters(name):
+    with pytest.raises(ValueError, match="thread_name"):
+        Engine(1, thread_name=name)

@@ -430,3 +430,16 @@ def test_a_failed_lookup_is_raised_after_the_batches_before_it_and_nothing_after
                 delivered.append(len(x))
     assert delivered == [5, 5]
     assert source.fetched == [0, 5, 10]
+
+
+def test_the_inline_engine_threads_are_named_apart_from_the_native_ones(folder):
+    # With a decoder before the native one, the inline engine reads and plans every batch:
+    # its threads carry their own name, so per-thread CPU does not count planning as decoding.
+    from fastdata.io.host import thread_cpu_seconds
+    from fastdata.loader.pipeline import INLINE_THREAD_NAME
+
+    with make(folder, OddIndexDecoder(), clean=True, threads=3) as loader:
+        for _ in loader:
+            names = set(thread_cpu_seconds())  # while the loader's threads live
+            break
+    assert INLINE_THREAD_NAME in names and "fastdata-native" in names, names
