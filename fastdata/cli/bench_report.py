@@ -166,7 +166,8 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     GPU row, and how busy that stage was (wall per row x GPU rows/s: near 100% means the GPU
     side is the limit; the first batches' slower calls can put that estimate above 100%, shown
     as 100%); the share of their CPU time the GPU decoder's threads spent runnable
-    but waiting for a core (``thread_runqueue_seconds``); the native threads' cores. The stage
+    but waiting for a core (``thread_runqueue_seconds``); the cores of the native decode threads
+    and of the planning (inline engine) threads. The stage
     seconds and rows are the decoder's totals since it was made, so per-row figures include
     the warm-up batches; the thread figures are the timed window's."""
     lines = []
