@@ -25,7 +25,7 @@ namespace fastdata {
 class SerialQueue {
  public:
   // its thread's priority and OS name, as ThreadPool's workers
-  explicit SerialQueue(int nice_increment = 0, std::string thread_name = "fastdata-native");
+  SerialQueue(int nice_increment, std::string thread_name);
   ~SerialQueue();  // runs every job still queued, then joins (only where made_here())
   SerialQueue(const SerialQueue&) = delete;
   SerialQueue& operator=(const SerialQueue&) = delete;

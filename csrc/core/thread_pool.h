@@ -29,7 +29,7 @@ class ThreadPool {
   // nice_increment > 0: the workers run that much below the creating thread's priority
   // (lower_thread_priority); the calling thread of a loop keeps its own. thread_name: the
   // workers' OS name (at most 15 characters are kept).
-  explicit ThreadPool(int threads, int nice_increment = 0, std::string thread_name = "fastdata-native");
+  ThreadPool(int threads, int nice_increment, std::string thread_name);
   ~ThreadPool();  // joins the workers; only in the process that made them (made_here())
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -71,20 +71,20 @@ class Usage:
         return process_cpu_seconds() - self._own_seconds
 
     def thread_seconds(self) -> Dict[str, float]:
-        return {k: v for k, v in thread_cpu_seconds().items() if not _bench_own(k)}
+        return _contenders(thread_cpu_seconds())
 
     def thread_waits(self) -> Dict[str, float]:
-        """Run-queue seconds by thread kind (``thread_runqueue_seconds``), the sampler's left out."""
-        return {k: v for k, v in thread_runqueue_seconds().items() if not _bench_own(k)}
+        """Run-queue seconds by thread kind (``thread_runqueue_seconds``)."""
+        return _contenders(thread_runqueue_seconds())
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
 
-def _bench_own(label: str) -> bool:
-    """A thread of the bench's own samplers (memory, JPEG engines), not the contender's."""
-    return label.startswith("py:fastdata-bench-")
+def _contenders(by_kind: Dict[str, float]) -> Dict[str, float]:
+    """Per-thread-kind figures without the bench's own sampler threads (memory, JPEG engines)."""
+    return {k: v for k, v in by_kind.items() if not k.startswith("py:fastdata-bench-")}
 
 
 def describe(images: Any) -> str:
@@ -177,7 +177,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
             engines.start()
         t_begin = clock()
         cpu0 = usage.cpu_seconds()
-        threads0, waits0 = _thread_seconds(usage), _thread_waits(usage)
+        threads0, waits0 = _usage_figures(usage, "thread_seconds"), _usage_figures(usage, "thread_waits")
         times: List[float] = []
         counts: List[int] = []
         waits: List[float] = []
@@ -193,7 +193,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
             if step_seconds:
                 sleep(step_seconds)
         cpu1 = usage.cpu_seconds()
-        threads1, waits1 = _thread_seconds(usage), _thread_waits(usage)
+        threads1, waits1 = _usage_figures(usage, "thread_seconds"), _usage_figures(usage, "thread_waits")
         engine_samples = engines.take() if engines is not None else []
     except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
         result.update(status="failed", reason=f"{type(e).__name__}: {e}")
@@ -268,16 +268,10 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return _with_statistics(pooled, runs, [x for r in runs for x in r["waits"]])
 
 
-def _thread_seconds(usage: Any) -> Dict[str, float]:
-    """CPU seconds by thread kind (``Usage.thread_seconds``), or nothing where the usage
-    sampler does not tell (a test's stand-in)."""
-    read = getattr(usage, "thread_seconds", None)
-    return read() if read is not None else {}
-
-
-def _thread_waits(usage: Any) -> Dict[str, float]:
-    """Run-queue seconds by thread kind (``Usage.thread_waits``), or nothing (as ``_thread_seconds``)."""
-    read = getattr(usage, "thread_waits", None)
+def _usage_figures(usage: Any, name: str) -> Dict[str, float]:
+    """Per thread kind, ``Usage.thread_seconds`` (CPU) or ``Usage.thread_waits`` (run queue), or
+    nothing where the usage sampler does not tell (a test's stand-in)."""
+    read = getattr(usage, name, None)
     return read() if read is not None else {}
 
 

@@ -197,7 +197,7 @@ class NvImageCodecDecoder:
         if not self.hardware_only:
             for code in range(len(_C.SUBSAMPLING_NAMES)):
                 self._instances_by_code.setdefault(code, list(range(decode_threads)))
-        instances = 1 + max((k for ks in self._instances_by_code.values() for k in ks), default=decode_threads - 1)
+        instances = max(decode_threads, instance_count(self._instances_by_code))
         try:
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
             # libjpeg): the same pixels as its Python API's decode gave.
@@ -432,8 +432,7 @@ def engine_calls(subsamplings: np.ndarray, instances_by_code: Dict[int, Sequence
     of one (H200, ENGINE_SUBSAMPLINGS). Each subsampling's rows are shared out in near-equal
     contiguous slices over its instances (``instances_by_code``), its first slice to the first of
     them, so those instances finish together."""
-    count = 1 + max((k for instances in instances_by_code.values() for k in instances), default=0)
-    calls: List[List[np.ndarray]] = [[] for _ in range(count)]
+    calls: List[List[np.ndarray]] = [[] for _ in range(instance_count(instances_by_code))]
     subsamplings = np.asarray(subsamplings)
     for code in np.unique(subsamplings):
         instances = instances_by_code.get(int(code))
@@ -450,6 +449,11 @@ def instances_by_code(codes: Sequence[int], per_code: int) -> Dict[int, List[int
     that an instance's calls always hold the same subsampling and the few-row calls of the rarer
     subsamplings run beside the others' instead of after them (see ENGINE_SUBSAMPLINGS)."""
     return {int(code): list(range(i * per_code, (i + 1) * per_code)) for i, code in enumerate(codes)}
+
+
+def instance_count(instances_by_code: Dict[int, Sequence[int]]) -> int:
+    """The decoder instances a map of ``instances_by_code`` calls: 1 + its highest index (0 when empty)."""
+    return 1 + max((k for instances in instances_by_code.values() for k in instances), default=-1)
 
 
 def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
