@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench to CUDA: all contenders; DataLoader/FFCV/fastdata per dtype
 #   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling and call layout; hybrid per layout
-#   bash benchmarks/gpu_suite.sh contention # hybrid on the 8,192 set: do the gpu decoder's threads wait for cores? (~6 min)
+#   bash benchmarks/gpu_suite.sh contention # hybrid on the 8,192 set: do the gpu decoder's threads wait for cores? (10 runs of ~30 s; not yet run)
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
