@@ -470,6 +470,7 @@ class FastdataContender:
                 stages = getattr(loader._pipeline.decoders[0], "stage_seconds", None)
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)
                     self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}
+                    self.detail["gpu_decode_lanes"] = getattr(loader._pipeline.decoders[0], "lanes", 1)
             loader.close()
             cache_dir = getattr(self, "_cache_dir", None)
             if cache_dir is not None:
@@ -785,9 +786,9 @@ class EnginesContender:
     """nvImageCodec on the hardware JPEG engines, decode only: up to ``MAX_FILES`` of the files
     (an even sample) parsed into code streams once, up front, then each batch decoded as the
     ``gpu`` backend's stage 1 did it before 2026-12-03 (``HW_GPU_ONLY``, 4 host threads per
-    instance, ``DECODE_THREADS["gpu"]`` instances called at once on slices of the batch, each
+    instance, ``INSTANCES`` instances called at once on slices of the batch, each
     decoding into its images of the batch before; stored orientation, RGB), waited for on the
-    GPU. On a set of one chroma subsampling (the 8,192 set) that is the backend's layout; on a
+    GPU. On a set of one chroma subsampling (the 8,192 set) that was the backend's layout; on a
     mix of subsamplings the backend now gives each one instances of its own
     (``instances_by_code``), which decoded the demo mix 2.1x faster than slices of mixed rows
     (15,487 against 7,345 img/s, ``benchmarks/bench_engines.py``, H200), so there this row
@@ -797,6 +798,9 @@ class EnginesContender:
     (those they refuse do not count)."""
 
     MAX_FILES = 8192  # held in memory: ~0.5 GB of ImageNet-like JPEGs
+    # Fixed, so that the ceiling does not move with the backend's own layout: decode only, two
+    # instances ran 24,045 img/s against one's 17,181 and three's 21,026 (H200, docs/results.md).
+    INSTANCES = 2
 
     name = "engines"
     label = "nvImageCodec engines, decode only"
@@ -813,7 +817,7 @@ class EnginesContender:
         import torch
         from nvidia import nvimgcodec
 
-        from fastdata.decoders.nvimgcodec import DECODE_THREADS, ENGINE_KINDS, decode_slices
+        from fastdata.decoders.nvimgcodec import ENGINE_KINDS, decode_slices
 
         device = torch.device(job.device)
         if device.index is None:
@@ -826,7 +830,7 @@ class EnginesContender:
         decoders = [nvimgcodec.Decoder(device_id=device.index, max_num_cpu_threads=4,
                                        backends=[nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, k))
                                                  for k in ENGINE_KINDS])
-                    for _ in range(DECODE_THREADS["gpu"])]
+                    for _ in range(self.INSTANCES)]
         params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,
                                          sample_format=nvimgcodec.SampleFormat.I_RGB)
         if len(streams) < job.batch_size:

@@ -28,7 +28,7 @@ DALI_MISSING = "backend='dali' needs NVIDIA DALI: pip install fastdata[dali] (nv
 def make_decoder(name: str, transform: Transform, *, device: torch.device, threads: int,
                  **options: Any) -> Optional[Decoder]:
     """The decoder that runs before the native one for backend ``name``: None for "native",
-    an NvImageCodecDecoder for "gpu" and "hybrid" (``options``: cpu_threads, decode_threads, depth), an
+    an NvImageCodecDecoder for "gpu" and "hybrid" (``options``: cpu_threads, decode_threads, lanes, depth), an
     NvjpegDecoder, or a DaliDecoder (``options``: hw_decoder_load, batch_size, prefetch).
 
     Raises ValueError for an unknown name or a GPU decoder without CUDA, and ImportError with
@@ -41,8 +41,9 @@ def make_decoder(name: str, transform: Transform, *, device: torch.device, threa
     if name == "native":
         return None
     if name in ("gpu", "hybrid"):
-        from .nvimgcodec import DECODE_THREADS, DEPTH, NvImageCodecDecoder
+        from .nvimgcodec import DECODE_LANES, DECODE_THREADS, DEPTH, NvImageCodecDecoder
         options.setdefault("decode_threads", DECODE_THREADS[name])
+        options.setdefault("lanes", DECODE_LANES[name])
         options.setdefault("depth", DEPTH[name])
         return NvImageCodecDecoder(transform, device=device, **options)
     if name == "nvjpeg":

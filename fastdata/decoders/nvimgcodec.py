@@ -5,7 +5,9 @@ the same batch meanwhile): stage 1 decodes the rows into one device buffer, laid
 native plan's sizes (stored orientation, HWC uint8 RGB, each image at a 256-byte aligned
 offset), through several nvImageCodec decoder instances, each on its own thread and CUDA
 stream with a share of the batch; on the engines each chroma subsampling has instances of its own, so
-each instance makes one call per batch and always of one subsampling (``engine_calls``); stage 2 keeps the rows decoded and runs
+each instance makes one call per batch and always of one subsampling (``engine_calls``). With
+several lanes (``DECODE_LANES``) batches go to them in turn, each lane with instances of its own,
+so several batches are on the engines at once; stage 2 keeps the rows decoded and runs
 ``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
 folded into the gather) over that buffer. The stages overlap across batches. Crops come
 from the native engine's plan, so they equal the native path's for the same (seed, epoch,
@@ -74,12 +76,23 @@ ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
-# nvImageCodec decoder instances per gpu decoder, each called from its own thread (see
-# NvImageCodecDecoder's decode_threads), by backend. Measured on the H200 box (docs/results.md):
-# decode only, two instances ran 24,045 img/s against one's 17,181 (three: 21,026). Through
-# fastdata's own call (no GIL per image) hybrid ran 18,639 img/s with two against 16,301 with
-# one (2026-12-02, fourth session); through nvImageCodec's Python API two had lost as often as won.
-DECODE_THREADS = {"gpu": 2, "hybrid": 2}
+# nvImageCodec decoder instances per lane and chroma subsampling, each called from its own
+# thread with a slice of the batch (NvImageCodecDecoder's decode_threads), by backend. Measured on
+# the H200 box (docs/results.md): decode only, two instances ran 24,045 img/s against one's 17,181
+# (three: 21,026). Through fastdata's own call (no GIL per image) hybrid ran 18,639 img/s with two
+# against 16,301 with one (2026-12-02, fourth session).
+DECODE_THREADS = {"gpu": 1, "hybrid": 2}
+# Batches decoded at once per gpu decoder, each on instances of its own (its "lane": a decode
+# thread and DECODE_THREADS instances per subsampling), by backend. One lane splits every batch
+# over its instances and starts batch n + 1 only when every instance is done with batch n; an
+# nvImageCodec call returns once its work is queued, and the instance's next call waits for that
+# work to finish on the GPU (read in nvImageCodec 0.8's source), so two lanes of one instance keep
+# two whole batches on the engines. H200, 8,192 set, one call (2026-12-03, twelfth session):
+# gpu-only ran 24,734 img/s with two lanes of one instance against 21,013 with one lane of two
+# (the engines busy 98% against 85%, 3.5 and 3.3 cores); hybrid ran 18,813 and 18,954 with two
+# lanes against 20,765 and 19,653 with one: its native threads fell from 9.0-9.6 cores to 5.9-6.0
+# (the split gave the GPU 77% of each batch against 64%), so hybrid keeps one lane.
+DECODE_LANES = {"gpu": 2, "hybrid": 1}
 # Batches in flight per gpu decoder, by backend (the decoder's ``depth``). gpu-only: a third batch
 # ran 20,317-20,382 img/s against two's 17,317-17,565 (H200, 8,192 set, two alternating pairs of
 # runs in one call, 2026-12-03), at the same CPU time per image (177 vs 181 us). Hybrid: the
@@ -146,6 +159,8 @@ class NvImageCodecDecoder:
     with a share of that subsampling's rows: the call is host-bound (its calling thread is
     busy 83-99% of the call), so one caller caps the engines at one thread's rate.
     depth: batches in flight (default: the class's ``depth``).
+    lanes: batches decoded at once, each on ``decode_threads`` instances per subsampling of its
+    own and a decode thread of its own, taken in turn (so at most ``depth`` are busy).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
     engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
     machine without a GPU (``_allow_cpu``): host memory instead of the device's.
@@ -160,7 +175,7 @@ class NvImageCodecDecoder:
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
                  decode_threads: Optional[int] = None, depth: Optional[int] = None,
-                 backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
+                 lanes: Optional[int] = None, backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
         nvimgcodec = nvimgcodec_module()
         if nvimgcodec is None:
             raise ImportError(GPU_MISSING)
@@ -179,6 +194,7 @@ class NvImageCodecDecoder:
             self.depth = _at_least_one("depth", depth)
         decode_threads = _at_least_one("decode_threads", DECODE_THREADS["gpu"] if decode_threads is None
                                        else decode_threads)
+        lanes = _at_least_one("lanes", DECODE_LANES["gpu"] if lanes is None else lanes)
         unknown = [kind for kind in backend_kinds if kind not in BACKEND_KINDS]
         if unknown or not backend_kinds:
             raise ValueError(f"unknown nvImageCodec backend kinds {unknown or list(backend_kinds)}; "
@@ -197,7 +213,16 @@ class NvImageCodecDecoder:
         if not self.hardware_only:
             for code in range(len(_C.SUBSAMPLING_NAMES)):
                 self._instances_by_code.setdefault(code, list(range(decode_threads)))
-        instances = max(decode_threads, instance_count(self._instances_by_code))
+        per_lane = max(decode_threads, instance_count(self._instances_by_code))
+        # Lane l decodes with instances l * per_lane .. (l + 1) * per_lane - 1, the first of them
+        # called by the lane's decode thread itself (its lead: the batch buffer is its stream's).
+        self._lane_instances = [{code: [l * per_lane + k for k in ks] for code, ks in self._instances_by_code.items()}
+                                for l in range(lanes)]
+        self._lane_leads = [l * per_lane for l in range(lanes)]
+        self._next_lane = 0
+        self._lane_clock = SharedWallClock()
+        self.lanes = lanes
+        instances = lanes * per_lane
         try:
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
             # libjpeg): the same pixels as its Python API's decode gave.
@@ -207,17 +232,17 @@ class NvImageCodecDecoder:
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
-        self._decode_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode")
-        # The other instances' callers: the decode stage calls instance 0 itself.
-        self._decode_helpers = (ThreadPoolExecutor(instances - 1, thread_name_prefix="fastdata-gpu-decode")
-                                if instances > 1 else None)
+        self._decode_workers = [ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode") for _ in range(lanes)]
+        # The other instances' callers: each lane's decode stage calls its lead instance itself.
+        self._decode_helpers = (ThreadPoolExecutor(instances - lanes, thread_name_prefix="fastdata-gpu-decode")
+                                if instances > lanes else None)
         self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False
         self._lock = threading.Lock()
         self._spare_buffers: List[torch.Tensor] = []  # finished batches' image buffers (_take_buffer)
-        # Where the workers' time goes, summed over batches (seconds of wall time): the
+        # Where the workers' time goes, summed over batches (and lanes; seconds of wall time): the
         # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
         # the calls work or spin on the host, near zero that they sleep while the engines
@@ -248,7 +273,8 @@ class NvImageCodecDecoder:
             if self._closed:
                 raise RuntimeError("the gpu decoder is closed")
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-            decoded = self._decode_worker.submit(self._decode_stage, batch, list(rows))
+            lane, self._next_lane = self._next_lane, (self._next_lane + 1) % len(self._decode_workers)
+            decoded = self._decode_workers[lane].submit(self._decode_stage, batch, list(rows), lane)
             return self._resample_worker.submit(self._resample_stage, batch, decoded, stream)
 
     def finish(self, handle: "Future[DecodedRows]", host: Optional[np.ndarray]) -> DecodedRows:
@@ -265,7 +291,7 @@ class NvImageCodecDecoder:
             if self._closed:
                 return
             self._closed = True
-        for worker in (self._decode_worker, self._decode_helpers, self._resample_worker):
+        for worker in (*self._decode_workers, self._decode_helpers, self._resample_worker):
             if worker is not None:
                 worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
         self._decoders = []
@@ -275,33 +301,39 @@ class NvImageCodecDecoder:
     # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
     # is resampled (stage 2, the pipeline's stream, after an event from stage 1), batch N+1 is
     # decoded on the engines (stage 1, the instances' own streams).
-    def _decode_stage(self, batch: PlannedBatch, rows: List[int]) -> _Decoded:
-        """Stage 1: the rows' images into one buffer, each decoder instance with a share of the
-        rows (``engine_calls``); this thread calls instance 0 while the helpers call the others."""
+    def _decode_stage(self, batch: PlannedBatch, rows: List[int], lane: int) -> _Decoded:
+        """Stage 1: the rows' images into one buffer, each of the lane's decoder instances with a
+        share of the rows (``engine_calls``); this thread calls the lane's lead instance while the
+        helpers call the others."""
         t0 = time.perf_counter()
         layout = ImageLayout.packed(np.stack(stored_sizes(batch.plan, rows), axis=1), chw=False, align=IMAGE_ALIGN)
-        decoded = _Decoded(rows, layout)
+        decoded = _Decoded(rows, layout, lead=self._lane_leads[lane])
         if rows:
-            decoded.buffer = self._take_buffer(decoded.nbytes)
+            decoded.buffer = self._take_buffer(decoded.nbytes, decoded.lead)
             if self.device.type == "cuda" and len(self._decode_streams) > 1:
-                # The buffer belongs to stream 0 (torch's allocator): the other instances' streams
-                # write it only after that stream's work so far (a block it reused, say).
+                # The buffer belongs to the lead's stream (torch's allocator): the other instances'
+                # streams write it only after that stream's work so far (a block it reused, say).
                 decoded.allocated = torch.cuda.Event()
-                decoded.allocated.record(self._decode_streams[0])
-        work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], self._instances_by_code)
-        calls = [self._decode_helpers.submit(self._decode_share, k, batch, decoded, work[k])
-                 for k in range(1, len(work)) if work[k]]
-        results, error = [], None
-        if work[0]:
-            try:
-                results.append(self._decode_share(0, batch, decoded, work[0]))
-            except Exception as e:
-                error = e
-        for call in calls:  # every helper is waited for, also after a failure: they write the buffer
-            try:
-                results.append(call.result())
-            except Exception as e:
-                error = error or e
+                decoded.allocated.record(self._decode_streams[decoded.lead])
+        self._lane_clock.start(decoded, t0)
+        try:
+            work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], self._lane_instances[lane])
+            calls = [self._decode_helpers.submit(self._decode_share, k, batch, decoded, work[k])
+                     for k in range(len(work)) if work[k] and k != decoded.lead]
+            results, error = [], None
+            if work[decoded.lead]:
+                try:
+                    results.append(self._decode_share(decoded.lead, batch, decoded, work[decoded.lead]))
+                except Exception as e:
+                    error = e
+            for call in calls:  # every helper is waited for, also after a failure: they write the buffer
+                try:
+                    results.append(call.result())
+                except Exception as e:
+                    error = error or e
+        finally:  # also when a call could not be made: a job left running would be charged forever
+            decoded.seconds = time.perf_counter() - t0
+            decoded.charged = self._lane_clock.stop(decoded, t0 + decoded.seconds)
         if error is not None:
             # Slices that did queue work may still be writing the buffer: wait for every decode
             # stream before it goes back to torch (else a later batch could get that memory
@@ -316,9 +348,9 @@ class NvImageCodecDecoder:
         for part in results:
             decoded.status[part.positions] = part.status
         decoded.ready = [part.ready for part in results if part.ready is not None]
-        decoded.seconds = time.perf_counter() - t0
-        self.stage_seconds["decode"] += decoded.seconds
-        self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
+        with self._lock:  # the lanes add up at once
+            self.stage_seconds["decode"] += decoded.seconds
+            self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
         return decoded
 
     def _decode_share(self, k: int, batch: PlannedBatch, decoded: _Decoded, calls: List[np.ndarray]) -> _Share:
@@ -339,14 +371,14 @@ class NvImageCodecDecoder:
             ready = None
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
-                if decoded.allocated is not None and k > 0:
+                if decoded.allocated is not None and k != decoded.lead:
                     stream.wait_event(decoded.allocated)
                 statuses = [call(positions, stream.cuda_stream) for positions in calls]
                 ready = torch.cuda.Event()  # waited on by the GPU only (wait_event)
                 ready.record(stream)
         return _Share(np.concatenate(calls), np.concatenate(statuses), ready, time.thread_time() - c0)
 
-    def _take_buffer(self, nbytes: int) -> torch.Tensor:
+    def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
         """A buffer of at least ``nbytes`` for a batch's images: the smallest spare one that fits,
         else a new one with BUFFER_HEADROOM to spare. Batches' byte counts vary (the hybrid
         split, image sizes); from torch's caching allocator, free device memory fell 67-78 MB
@@ -360,7 +392,7 @@ class NvImageCodecDecoder:
         size = -(-int(nbytes * BUFFER_HEADROOM) // BUFFER_ROUNDING) * BUFFER_ROUNDING
         if self.device.type != "cuda":
             return torch.empty(size, dtype=torch.uint8)
-        with torch.cuda.device(self.device), torch.cuda.stream(self._decode_streams[0]):
+        with torch.cuda.device(self.device), torch.cuda.stream(self._decode_streams[lead]):
             return torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def _give_buffer(self, buffer: Optional[torch.Tensor]) -> None:
@@ -398,8 +430,9 @@ class NvImageCodecDecoder:
                     self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
         self._give_buffer(decoded.buffer)  # the kernels are done with it (synchronized above)
         decoded.buffer = None
-        # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch.
-        result.seconds = max(decoded.seconds, time.perf_counter() - t0)
+        # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch,
+        # the decode stage's counted as its share of the time it overlapped other lanes' batches.
+        result.seconds = max(decoded.charged, time.perf_counter() - t0)
         return result
 
     def _resample_rows(self, batch: PlannedBatch, decoded: _Decoded) -> DecodedRows:
@@ -463,6 +496,36 @@ def decode_slices(n: int, parts: int) -> List[Tuple[int, int]]:
     return [(bounds[k], bounds[k + 1]) for k in range(parts)] if n else []
 
 
+class SharedWallClock:
+    """Wall time of jobs that may overlap (the lanes' decode stages), each job charged an even
+    share of every stretch it ran beside others: two batches decoded at once for 10 ms are
+    charged 5 ms each, so rows over charged seconds is the rate the decoder delivers while busy
+    (the split's GPU rate), whether the lanes overlapped fully, partly or not at all."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._charged: Dict[int, float] = {}  # per running job (its id), the seconds charged so far
+        self._last = 0.0
+
+    def start(self, job: Any, now: float) -> None:
+        with self._lock:
+            self._advance(now)
+            self._charged[id(job)] = 0.0
+
+    def stop(self, job: Any, now: float) -> float:
+        """The seconds charged to ``job``, which stops running at ``now``."""
+        with self._lock:
+            self._advance(now)
+            return self._charged.pop(id(job))
+
+    def _advance(self, now: float) -> None:
+        if self._charged:
+            share = max(0.0, now - self._last) / len(self._charged)
+            for job in self._charged:
+                self._charged[job] += share
+        self._last = max(self._last, now)
+
+
 @dataclass
 class _Share:
     """One decoder instance's part of a batch: the rows' positions in the stage's rows, their
@@ -484,10 +547,12 @@ class _Decoded:
     rows: List[int]
     layout: ImageLayout  # HWC, stored orientation, IMAGE_ALIGN-aligned (the plan's sizes)
     buffer: Optional[torch.Tensor] = None
-    allocated: Optional[Any] = None  # torch.cuda.Event on decode stream 0 after the buffer was taken
+    lead: int = 0  # the decoder instance whose stream the buffer was taken on (its lane's first)
+    allocated: Optional[Any] = None  # torch.cuda.Event on the lead's stream after the buffer was taken
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
     seconds: float = 0.0  # stage 1's wall time
+    charged: float = 0.0  # its share of that time, the time it overlapped other lanes split evenly (SharedWallClock)
 
     @property
     def nbytes(self) -> int:

@@ -284,6 +284,10 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
         "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
         "the stage busy 100%; planning threads 0.8 cores"]
+    hybrid["detail"]["gpu_decode_lanes"] = 2  # two lanes decode at once: each is busy half the summed wall
+    assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
+        "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
+        "the stage busy 60% (each of 2 lanes); planning threads 0.8 cores"]
 
 
 def test_jpeg_engines_line_lists_the_contenders_measured_with_the_counter():

@@ -43,10 +43,10 @@ class CpuEngines(NvImageCodecDecoder):
 
     _allow_cpu = True
 
-    def __init__(self, transform, refuse=(), decode_threads=1):
+    def __init__(self, transform, refuse=(), decode_threads=1, lanes=1):
         # refuse: the files (their bytes) whose rows it refuses, whichever instance gets them
         super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",),
-                         decode_threads=decode_threads)
+                         decode_threads=decode_threads, lanes=lanes)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
         self.subsamplings = []  # per call, the subsamplings of the rows given
@@ -196,6 +196,44 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
     assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
 
 
+@needs_interpreter
+def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch_order(tmp_path):
+    # Two lanes decode batches at once, each on its own instances (a lane's 4:2:0 rows on its
+    # first); the Loader's batches must come out in order with the pixels one lane gives.
+    plain = hard_case_folder(tmp_path)[:PLAIN]
+    paths = plain * 3 + plain[::-1]  # 4 batches of 6
+    transform = fastdata.RandomResizedCrop(40)
+    cfg = dict(transform=transform, device="cpu", dtype=torch.uint8, batch_size=6, threads=2, seed=9, shuffle=False)
+    out = {}
+    for lanes in (1, 2):
+        decoder = CpuEngines(transform, lanes=lanes)
+        with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
+            batches = list(loader)
+            stats = loader.stats()
+        out[lanes] = (torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]), decoder.instances)
+        assert stats.gpu_rows == len(paths), stats
+    (a, la, one), (b, lb, two) = out[1], out[2]
+    assert la.tolist() == lb.tolist() == list(range(len(paths)))
+    assert torch.equal(a, b)
+    assert set(one) == {0} and set(two) == {0, 3}, (one, two)  # 3: lane 1's first instance (3 per lane)
+    assert two[:2] in ([0, 3], [3, 0]) and two.count(0) == two.count(3)  # batches taken in turn
+    with pytest.raises(ValueError, match="lanes"):
+        CpuEngines(transform, lanes=0)
+
+
+def test_shared_wall_clock_charges_overlapping_jobs_an_even_share():
+    from fastdata.decoders.nvimgcodec import SharedWallClock
+    clock, a, b, c = SharedWallClock(), object(), object(), object()
+    clock.start(a, 0.0)
+    clock.start(b, 2.0)  # a alone for 2 s, then a and b together
+    clock.start(c, 4.0)  # three together from 4 s
+    charged = [clock.stop(a, 7.0), clock.stop(b, 8.0), clock.stop(c, 12.0)]
+    assert charged == pytest.approx([2 + 2 / 2 + 3 / 3, 1 + 1 + 1 / 2, 1 + 1 / 2 + 4])
+    assert sum(charged) == pytest.approx(12.0)  # together: the time any job ran
+    clock.start(a, 20.0)  # a job alone is charged its wall time
+    assert clock.stop(a, 21.5) == pytest.approx(1.5)
+
+
 def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
     from fastdata.decoders.nvimgcodec import engine_calls, instances_by_code
     rng = np.random.default_rng(0)
@@ -302,7 +340,7 @@ def test_image_buffers_are_reused_and_bounded():
         sizes = [5 * 2**20, 1 * 2**20, 9 * 2**20, 3 * 2**20, 2 * 2**20, 8 * 2**20, 1, 4 * 2**20]
         held = []
         for n in sizes:  # more batches in flight than the decoder keeps
-            buf = decoder._take_buffer(n)
+            buf = decoder._take_buffer(n, 0)
             assert buf.numel() >= n and buf.numel() % BUFFER_ROUNDING == 0
             held.append(buf)
         for buf in held:
@@ -311,7 +349,7 @@ def test_image_buffers_are_reused_and_bounded():
         assert len(kept) == decoder.depth + 1
         assert sorted(b.numel() for b in kept) == sorted(b.numel() for b in held)[-(decoder.depth + 1):]
         smallest = min(kept, key=lambda b: b.numel())  # every kept one fits 3 MB
-        again = decoder._take_buffer(3 * 2**20)
+        again = decoder._take_buffer(3 * 2**20, 0)
         assert again is smallest and len(decoder._spare_buffers) == decoder.depth  # handed out, not a new one
     finally:
         decoder.close()
@@ -324,7 +362,7 @@ def test_image_buffer_pool_drops_the_largest_over_its_byte_cap(monkeypatch):
     monkeypatch.setattr(nvimgcodec, "BUFFER_POOL_BYTES", 20 * 2**20)
     decoder = CpuEngines(fastdata.RandomResizedCrop(32))
     try:
-        small, huge = decoder._take_buffer(2 * 2**20), decoder._take_buffer(30 * 2**20)
+        small, huge = decoder._take_buffer(2 * 2**20, 0), decoder._take_buffer(30 * 2**20, 0)
         decoder._give_buffer(small)
         decoder._give_buffer(huge)  # one rare large batch: not kept
         assert len(decoder._spare_buffers) == 1 and decoder._spare_buffers[0] is small
