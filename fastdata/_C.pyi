@@ -165,7 +165,8 @@ class CropPlan:
 
 class Engine:
     """A pool of native threads (the caller counts as one). Destroying it joins the threads
-    with the GIL released."""
+    with the GIL released. nice_increment: nice steps below the creator (0..19), or 20 for
+    SCHED_IDLE (nice 19 where that is refused, counted in priority_lowered)."""
 
     def __init__(self, threads: int, nice_increment: int = 0, thread_name: str = "fastdata-native") -> None: ...
     @property

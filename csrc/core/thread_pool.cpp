@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +18,12 @@ bool lower_thread_priority(int increment) {
   if (increment <= 0) return true;
 #ifdef __linux__
   const id_t tid = static_cast<id_t>(::syscall(SYS_gettid));
+  if (increment >= kIdlePriority) {
+    const sched_param param{};  // SCHED_IDLE takes priority 0; lowering one's own policy needs no privilege
+    if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &param) == 0) return true;
+    (void)::setpriority(PRIO_PROCESS, tid, 19);  // refused (a seccomp filter, say): the lowest nice instead
+    return false;                                // and the failure counted (priority_lowered)
+  }
   errno = 0;
   const int now = ::getpriority(PRIO_PROCESS, tid);  // -1 is a valid nice value: errno tells
   if (now == -1 && errno != 0) return false;

@@ -20,8 +20,14 @@
 
 namespace fastdata {
 
+// lower_thread_priority's increment that asks for SCHED_IDLE instead of nice steps: the thread
+// then runs only on a core no other thread wants, and a waking thread of any other policy
+// takes its core at once (nice 19 still leaves it a share and makes the waker wait its turn).
+constexpr int kIdlePriority = 20;
+
 // Lowers the calling thread's scheduling priority by `increment` nice steps (Linux: nice is
-// per thread), capped at 19. True on success or when increment <= 0.
+// per thread), capped at 19, or to SCHED_IDLE for kIdlePriority (nice 19 where that is refused,
+// and false). True on success or when increment <= 0.
 bool lower_thread_priority(int increment);
 
 class ThreadPool {

@@ -32,6 +32,9 @@ DEFAULT_MAX_PIXELS = 89_478_485
 # non-JPEG (#16 item 9). Each native thread holds at most one file of this size.
 DEFAULT_MAX_FILE_BYTES = 256 << 20
 
+# _C.Engine's nice increment that puts its threads under SCHED_IDLE (csrc/core/thread_pool.h, kIdlePriority).
+IDLE_PRIORITY = 20
+
 
 def _check_max_file_bytes(max_file_bytes: int) -> int:
     if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
@@ -235,11 +238,14 @@ class Engine:
     engine (Linux thread priority), so other threads of the process (the ones feeding a GPU,
     the training loop) get a core the moment they need one; ``priority_lowered`` says
     whether they could. The calling thread of ``run`` keeps its own priority.
+    ``idle``: the native threads run under SCHED_IDLE instead (Linux; ``nice`` is then moot): only
+    on cores no other thread wants, giving a core up the moment another thread wakes.
     ``thread_name``: the native threads' OS name (``top -H``, fastdata-bench's per-thread CPU),
     at most 15 characters.
     """
 
-    def __init__(self, threads: Optional[int] = None, nice: int = 0, thread_name: str = "fastdata-native"):
+    def __init__(self, threads: Optional[int] = None, nice: int = 0, thread_name: str = "fastdata-native",
+                 idle: bool = False):
         if threads is None:
             threads = usable_cores()
         if not isinstance(threads, int) or threads < 1 or threads > 1024:
@@ -248,7 +254,9 @@ class Engine:
             raise ValueError(f"nice must be an int in 0..19, got {nice!r}")
         if not isinstance(thread_name, str) or not 0 < len(thread_name) <= 15:
             raise ValueError(f"thread_name must be a string of 1 to 15 characters, got {thread_name!r}")
-        self._native: Optional[_C.Engine] = _C.Engine(threads, nice, thread_name)
+        # _C's nice increment 20 (kIdlePriority) is SCHED_IDLE.
+        self._native: Optional[_C.Engine] = _C.Engine(threads, IDLE_PRIORITY if idle else nice, thread_name)
+        self._idle = bool(idle)
         self._nice = nice
         self._threads = threads
         self._lock = threading.Lock()
@@ -270,6 +278,11 @@ class Engine:
     def nice(self) -> int:
         """The nice steps the native threads run below their creator (0: the same priority)."""
         return self._nice
+
+    @property
+    def idle(self) -> bool:
+        """Whether the native threads were asked to run under SCHED_IDLE."""
+        return self._idle
 
     @property
     def priority_lowered(self) -> bool:

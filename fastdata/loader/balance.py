@@ -27,7 +27,7 @@ a second process taking 10,000 img/s from a gpu-backend Loader slowed it to 82%,
 9,283 img/s from a native Loader to 92%; in-process, gpu-only trained at 72-75%, the
 balanced hybrid at 68-78%, and this split at 76-83%. My reading, not measured apart: the
 decode's kernels and copies share the GPU with the step, while its CPU threads mostly take
-cores the step does not use (and run at nice 10). So the producer reports each hand-over of
+cores the step does not use (and ran at nice 10 then; SCHED_IDLE since 2026-12-03). So the producer reports each hand-over of
 a batch to the consumer (``observe_handover``): the seconds since the one before, and
 whether it had to wait for room in the queue. Waiting means the loader is ahead and the
 hand-over rate is the consumer's; the native threads then take as many rows as they can

@@ -78,10 +78,17 @@ INLINE_THREADS_GPU = 8
 # The inline engine's OS thread name (the native threads keep the engine's "fastdata-native").
 INLINE_THREAD_NAME = "fastdata-inline"
 
-# With a decoder feeding a CUDA device the native threads run this many nice steps below the
-# Loader's other threads: with every native thread busy (the queued runs keep them so), the threads that
-# feed the GPU decoder, and the training loop, must never wait for a core behind them.
+# With a decoder feeding a CUDA device the native threads run under SCHED_IDLE (Engine's ``idle``):
+# with every native thread busy (the queued runs keep them so), the threads that feed the GPU
+# decoder, and the training loop, must never wait for a core behind them. At nice 10 they still
+# did: on the H200 box (8,192 set, 2026-12-03, twelfth session, one call) hybrid's GPU-side threads
+# waited for a core 66-69% of their CPU time (run queue, /proc schedstat), under SCHED_IDLE 18%,
+# and its GPU side delivered 16,265 rows/s against 13,248 and 12,755. The whole Loader: 22,591
+# img/s against 20,765 and 19,653 (one run against two; their steady 2-s windows overlap:
+# 21,629-23,814 against 15,784-22,836); with two decode lanes 19,460 and 19,459 against 18,813
+# and 18,954. GPU_NATIVE_NICE is their priority where SCHED_IDLE is not used.
 GPU_NATIVE_NICE = 10
+GPU_NATIVE_IDLE = True
 
 
 @dataclass
@@ -190,7 +197,8 @@ class BatchPipeline:
             gpu = backend
             check_plugged_decoder(gpu)
         self._closed = False
-        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if gpu is not None and cuda else 0)
+        feeds_gpu = gpu is not None and cuda
+        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if feeds_gpu else 0, idle=GPU_NATIVE_IDLE and feeds_gpu)
         # Named apart from the decode threads, so per-thread CPU figures tell planning from decoding.
         self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1,
                                     thread_name=INLINE_THREAD_NAME)

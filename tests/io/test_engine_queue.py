@@ -131,6 +131,35 @@ def test_nice_lowers_the_native_threads_priority_only(items):
     assert len(_nice_by_thread_name().get("fastdata-native", [])) == before
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="needs Linux scheduling policies")
+def test_idle_puts_every_native_thread_under_sched_idle_and_no_other(items):
+    def policies():
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                out.setdefault(name, []).append(os.sched_getscheduler(int(tid)))
+            except OSError:  # a thread that ended meanwhile
+                continue
+        return out
+
+    before = policies().get("fastdata-native", [])
+    with Engine(3, idle=True) as engine:
+        out = np.empty((len(items), 40, 56, 3), np.uint8)
+        engine.run(items, RRC, out)
+        engine.start(items, RRC, out).finish()  # the queue thread has started too
+        now = policies()
+        assert now["fastdata-native"].count(os.SCHED_IDLE) == before.count(os.SCHED_IDLE) + 3  # 2 workers + queue
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the calling thread keeps its own
+        assert engine.priority_lowered and engine.idle
+        expected = Engine(3)
+        ref = np.empty_like(out)
+        expected.run(items, RRC, ref)
+        expected.close()
+        assert np.array_equal(out, ref)
+
+
 @pytest.mark.parametrize("nice", [-1, 20, 1.5, True])
 def test_nice_must_be_a_small_non_negative_int(nice):
     with pytest.raises(ValueError, match="nice"):

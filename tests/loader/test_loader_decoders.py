@@ -157,7 +157,7 @@ def test_engines_of_a_cpu_pipeline_with_a_plugged_decoder(folder):
     decoder's feeding threads), and the inline engine never has more threads than the native one."""
     with make(folder, OddIndexDecoder(), clean=True) as plugged, make(folder, "native", clean=True) as native:
         pipe = plugged._pipeline
-        assert pipe.engine.nice == 0 and pipe.engine.threads == 2
+        assert pipe.engine.nice == 0 and not pipe.engine.idle and pipe.engine.threads == 2
         assert pipe.inline_engine.threads == 2  # min(INLINE_THREADS_GPU, threads)
         assert native._pipeline.inline_engine.threads == 1  # the native decoder alone: replacements only
         next(iter(plugged))
