@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_suite.sh tests   # GPU tests + decode/GPU-decode benchmarks
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench to CUDA: all contenders; DataLoader/FFCV/fastdata per dtype
 #   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling and call layout; hybrid per layout
-#   bash benchmarks/gpu_suite.sh contention # hybrid on the 8,192 set: do the gpu decoder's threads wait for cores? (10 runs of ~30 s; not yet run)
+#   bash benchmarks/gpu_suite.sh contention # gpu-only and hybrid on the 8,192 set: lanes, SCHED_IDLE vs nice 10 (10 runs of ~35 s)
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -66,19 +66,23 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     ;;
   contention)
     # Hybrid's GPU side ran each of its rows 1.4x slower than gpu-only did (decode stage wall per
-    # row, H200, eleventh session) with less CPU per row: are its threads waiting for cores beside
-    # the native ones? gpu-only once, then hybrid alternating the default against one change at a
-    # time (set before the Loader is made); summarized last by the bench's own GPU-side line
-    # (bench_report.gpu_side_lines: the decode stage per row, its threads' run-queue wait).
+    # row, H200, eleventh session), its threads waiting for a core 56-69% of their CPU time beside
+    # native threads at nice 10; under SCHED_IDLE 18% (twelfth session, one run). gpu-only with two
+    # lanes of one instance (the default) and one lane of two, then hybrid alternating the default
+    # (SCHED_IDLE native threads, one lane of two instances) against nice 10 and against two lanes
+    # with a third batch in flight (set before the Loader is made); summarized last by the bench's
+    # own GPU-side line (bench_report.gpu_side_lines: the decode stage per row, its threads'
+    # run-queue wait).
     [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
     rm -f "$OUT"/contention_*.json "$OUT/contention_spy.txt"  # never summarize an earlier call's runs
+    ONE_LANE="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES.update(gpu=1); n.DECODE_THREADS.update(gpu=2)"
+    NICE10="import fastdata.loader.pipeline as p; p.GPU_NATIVE_IDLE = False"
+    LANES3="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES.update(hybrid=2); n.DECODE_THREADS.update(hybrid=1); n.DEPTH.update(hybrid=3)"
     k=0
-    for run in "fastdata-gpu|pass" "fastdata-hybrid|pass" \
-               "fastdata-hybrid|import fastdata.loader.pipeline as p; p.GPU_NATIVE_NICE = 19" "fastdata-hybrid|pass" \
-               "fastdata-hybrid|import fastdata.loader.pipeline as p; p.HYBRID_HOST_CORES = 6" "fastdata-hybrid|pass" \
-               "fastdata-hybrid|import fastdata.decoders.nvimgcodec as n; n.NvImageCodecDecoder.__init__.__kwdefaults__['cpu_threads'] = 1" \
-               "fastdata-hybrid|pass" "fastdata-hybrid|import fastdata.decoders.nvimgcodec as n; n.DECODE_THREADS['hybrid'] = 3"; do
+    for run in "fastdata-gpu|pass" "fastdata-gpu|$ONE_LANE" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" \
+               "fastdata-hybrid|$LANES3" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" "fastdata-hybrid|$LANES3" \
+               "fastdata-hybrid|pass"; do
       k=$((k + 1)); contender=${run%%|*}; setting=${run#*|}
       echo "== $k $contender: $setting"
       python3 -c "import runpy, sys; $setting
