@@ -306,34 +306,39 @@ class NvImageCodecDecoder:
         share of the rows (``engine_calls``); this thread calls the lane's lead instance while the
         helpers call the others."""
         t0 = time.perf_counter()
-        layout = ImageLayout.packed(np.stack(stored_sizes(batch.plan, rows), axis=1), chw=False, align=IMAGE_ALIGN)
-        decoded = _Decoded(rows, layout, lead=self._lane_leads[lane])
-        if rows:
-            decoded.buffer = self._take_buffer(decoded.nbytes, decoded.lead)
-            if self.device.type == "cuda" and len(self._decode_streams) > 1:
-                # The buffer belongs to the lead's stream (torch's allocator): the other instances'
-                # streams write it only after that stream's work so far (a block it reused, say).
-                decoded.allocated = torch.cuda.Event()
-                decoded.allocated.record(self._decode_streams[decoded.lead])
-        self._lane_clock.start(decoded, t0)
+        token = object()  # this stage's job on the lanes' clock, from its start to its end
+        self._lane_clock.start(token, t0)
+        calls, results, error = [], [], None
         try:
-            work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], self._lane_instances[lane])
-            calls = [self._decode_helpers.submit(self._decode_share, k, batch, decoded, work[k])
-                     for k in range(len(work)) if work[k] and k != decoded.lead]
-            results, error = [], None
-            if work[decoded.lead]:
-                try:
+            layout = ImageLayout.packed(np.stack(stored_sizes(batch.plan, rows), axis=1), chw=False, align=IMAGE_ALIGN)
+            decoded = _Decoded(rows, layout, lead=self._lane_leads[lane])
+            if rows:
+                decoded.buffer = self._take_buffer(decoded.nbytes, decoded.lead)
+                if self.device.type == "cuda" and len(self._decode_streams) > 1:
+                    # The buffer belongs to the lead's stream (torch's allocator): the other instances'
+                    # streams write it only after that stream's work so far (a block it reused, say).
+                    decoded.allocated = torch.cuda.Event()
+                    decoded.allocated.record(self._decode_streams[decoded.lead])
+            try:
+                work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], self._lane_instances[lane])
+                for k in range(len(work)):
+                    if work[k] and k != decoded.lead:
+                        calls.append(self._decode_helpers.submit(self._decode_share, k, batch, decoded, work[k]))
+                if work[decoded.lead]:
                     results.append(self._decode_share(decoded.lead, batch, decoded, work[decoded.lead]))
-                except Exception as e:
-                    error = e
-            for call in calls:  # every helper is waited for, also after a failure: they write the buffer
+            except Exception as e:
+                error = e
+            # Every helper call made is waited for, also after a failure: they write the buffer,
+            # and the lane's next batch must not call an instance one of them still uses.
+            for call in calls:
                 try:
                     results.append(call.result())
                 except Exception as e:
                     error = error or e
-        finally:  # also when a call could not be made: a job left running would be charged forever
-            decoded.seconds = time.perf_counter() - t0
-            decoded.charged = self._lane_clock.stop(decoded, t0 + decoded.seconds)
+        finally:  # also when the stage failed: a job left on the clock would be charged forever
+            seconds = time.perf_counter() - t0
+            charged = self._lane_clock.stop(token, t0 + seconds)
+        decoded.seconds, decoded.charged = seconds, charged
         if error is not None:
             # Slices that did queue work may still be writing the buffer: wait for every decode
             # stream before it goes back to torch (else a later batch could get that memory

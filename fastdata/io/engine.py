@@ -238,8 +238,10 @@ class Engine:
     engine (Linux thread priority), so other threads of the process (the ones feeding a GPU,
     the training loop) get a core the moment they need one; ``priority_lowered`` says
     whether they could. The calling thread of ``run`` keeps its own priority.
-    ``idle``: the native threads run under SCHED_IDLE instead (Linux; ``nice`` is then moot): only
-    on cores no other thread wants, giving a core up the moment another thread wakes.
+    ``idle``: the native threads run under SCHED_IDLE instead (Linux; ``nice`` is then moot): a
+    waking thread of any other policy takes their core at once, and beside busy threads they get
+    a weight of 3 against nice 0's 1024 (nice 10: 110). Where the kernel refuses it they run at
+    nice 19 and ``priority_lowered`` is False.
     ``thread_name``: the native threads' OS name (``top -H``, fastdata-bench's per-thread CPU),
     at most 15 characters.
     """

@@ -86,7 +86,8 @@ INLINE_THREAD_NAME = "fastdata-inline"
 # and its GPU side delivered 16,265 rows/s against 13,248 and 12,755. The whole Loader: 22,591
 # img/s against 20,765 and 19,653 (one run against two; their steady 2-s windows overlap:
 # 21,629-23,814 against 15,784-22,836); with two decode lanes 19,460 and 19,459 against 18,813
-# and 18,954. GPU_NATIVE_NICE is their priority where SCHED_IDLE is not used.
+# and 18,954. With GPU_NATIVE_IDLE off they run GPU_NATIVE_NICE nice steps lower instead (the rule
+# until then); where the kernel refuses SCHED_IDLE, at nice 19 (Engine's ``idle``).
 GPU_NATIVE_NICE = 10
 GPU_NATIVE_IDLE = True
 
@@ -198,7 +199,8 @@ class BatchPipeline:
             check_plugged_decoder(gpu)
         self._closed = False
         feeds_gpu = gpu is not None and cuda
-        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if feeds_gpu else 0, idle=GPU_NATIVE_IDLE and feeds_gpu)
+        idle = GPU_NATIVE_IDLE and feeds_gpu
+        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if feeds_gpu and not idle else 0, idle=idle)
         # Named apart from the decode threads, so per-thread CPU figures tell planning from decoding.
         self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1,
                                     thread_name=INLINE_THREAD_NAME)
