@@ -119,7 +119,10 @@ if os.path.exists(spy):  # raw py-spy: "thread (tid): name;frame;...;frame count
         frames = stack.split(";")
         kind = re.sub(r"(_\d+|-[0-9a-f]{8,})$", "", frames[0].split(":", 1)[-1].strip())
         kind = re.sub(r"^thread \(\w+\)$", "unnamed threads", kind)
-        leaves[kind][frames[-1][:110]] += int(count)
+        # The deepest frame that says where: libc's waits and unresolved addresses (all that the
+        # leaves showed in the twelfth session) are skipped for the frame that called them.
+        named = [f for f in frames[1:] if "(libc.so" not in f and "libpthread" not in f and not f.startswith("0x")]
+        leaves[kind][(named[-1] if named else frames[-1])[:110]] += int(count)
     for kind, counter in sorted(leaves.items(), key=lambda kv: -sum(kv[1].values()))[:8]:
         print(f"{kind}: {sum(counter.values())} samples")
         for frame, n in counter.most_common(4):
