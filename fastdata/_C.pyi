@@ -163,10 +163,12 @@ class CropPlan:
     @property
     def failures(self) -> list[SampleFailure]: ...
 
+IDLE_PRIORITY: int  # Engine's nice_increment that asks for SCHED_IDLE
+
 class Engine:
     """A pool of native threads (the caller counts as one). Destroying it joins the threads
-    with the GIL released. nice_increment: nice steps below the creator (0..19), or 20 for
-    SCHED_IDLE (nice 19 where that is refused, counted in priority_lowered)."""
+    with the GIL released. nice_increment: nice steps below the creator (0..19), or
+    IDLE_PRIORITY for SCHED_IDLE (nice 19 where that is refused, counted in priority_lowered)."""
 
     def __init__(self, threads: int, nice_increment: int = 0, thread_name: str = "fastdata-native") -> None: ...
     @property

@@ -19,6 +19,7 @@
 #include "bindings/types.h"
 #include "core/augment.h"
 #include "core/engine.h"
+#include "core/thread_pool.h"
 #include "core/sample.h"
 
 namespace fastdata::bindings {
@@ -344,6 +345,8 @@ void engine_transform_pixels(Engine& engine, py::array_t<uint8_t, py::array::c_s
 }  // namespace
 
 void register_engine(py::module_& m) {
+  // Engine's nice_increment that asks for SCHED_IDLE (csrc/core/thread_pool.h).
+  m.attr("IDLE_PRIORITY") = kIdlePriority;
   m.def("sample_crop_boxes", &sample_crop_boxes, py::arg("height"), py::arg("width"), py::arg("scale"),
         py::arg("ratio"), py::arg("hflip"), py::arg("seed"), py::arg("epoch"), py::arg("indices"),
         "RandomResizedCrop boxes [N, 5] = (top, left, height, width, flip) as the engine draws them.");

@@ -221,7 +221,6 @@ class NvImageCodecDecoder:
         self._lane_leads = [l * per_lane for l in range(lanes)]
         self._next_lane = 0
         self._lane_clock = SharedWallClock()
-        self.lanes = lanes
         instances = lanes * per_lane
         try:
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
@@ -249,6 +248,11 @@ class NvImageCodecDecoder:
         # decode), queueing the resample, and waiting for the stream (the GPU work left).
         self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
 
+    @property
+    def lanes(self) -> int:
+        """Batches decoded at once, each on instances of its own."""
+        return len(self._decode_workers)
+
     # ---- the Decoder protocol ----
     def accepts(self, batch: PlannedBatch) -> np.ndarray:
         ok = gpu_decodable(batch)
@@ -273,7 +277,7 @@ class NvImageCodecDecoder:
             if self._closed:
                 raise RuntimeError("the gpu decoder is closed")
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-            lane, self._next_lane = self._next_lane, (self._next_lane + 1) % len(self._decode_workers)
+            lane, self._next_lane = self._next_lane, (self._next_lane + 1) % self.lanes
             decoded = self._decode_workers[lane].submit(self._decode_stage, batch, list(rows), lane)
             return self._resample_worker.submit(self._resample_stage, batch, decoded, stream)
 

@@ -32,9 +32,6 @@ DEFAULT_MAX_PIXELS = 89_478_485
 # non-JPEG (#16 item 9). Each native thread holds at most one file of this size.
 DEFAULT_MAX_FILE_BYTES = 256 << 20
 
-# _C.Engine's nice increment that puts its threads under SCHED_IDLE (csrc/core/thread_pool.h, kIdlePriority).
-IDLE_PRIORITY = 20
-
 
 def _check_max_file_bytes(max_file_bytes: int) -> int:
     if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 0:
@@ -256,8 +253,7 @@ class Engine:
             raise ValueError(f"nice must be an int in 0..19, got {nice!r}")
         if not isinstance(thread_name, str) or not 0 < len(thread_name) <= 15:
             raise ValueError(f"thread_name must be a string of 1 to 15 characters, got {thread_name!r}")
-        # _C's nice increment 20 (kIdlePriority) is SCHED_IDLE.
-        self._native: Optional[_C.Engine] = _C.Engine(threads, IDLE_PRIORITY if idle else nice, thread_name)
+        self._native: Optional[_C.Engine] = _C.Engine(threads, _C.IDLE_PRIORITY if idle else nice, thread_name)
         self._idle = bool(idle)
         self._nice = nice
         self._threads = threads
