@@ -69,8 +69,9 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # row, H200, eleventh session), its threads waiting for a core 56-69% of their CPU time beside
     # native threads at nice 10; under SCHED_IDLE 18% (twelfth session, one run). gpu-only with two
     # lanes of one instance (the default) and one lane of two, then hybrid alternating the default
-    # (SCHED_IDLE native threads, one lane of two instances) against nice 10 and against two lanes
-    # with a third batch in flight (set before the Loader is made); summarized last by the bench's
+    # (SCHED_IDLE native threads, two lanes of one instance, three batches in flight) against nice
+    # 10 and against one lane of two instances with two batches in flight (the layout until the
+    # thirteenth session; set before the Loader is made); summarized last by the bench's
     # own GPU-side line (bench_report.gpu_side_lines: the decode stage per row, its threads'
     # run-queue wait).
     [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
@@ -78,10 +79,10 @@ from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 50
     rm -f "$OUT"/contention_*.json "$OUT/contention_spy.txt"  # never summarize an earlier call's runs
     ONE_LANE="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES.update(gpu=1); n.DECODE_THREADS.update(gpu=2)"
     NICE10="import fastdata.loader.pipeline as p; p.GPU_NATIVE_IDLE = False"
-    LANES3="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES.update(hybrid=2); n.DECODE_THREADS.update(hybrid=1); n.DEPTH.update(hybrid=3)"
+    ONE_LANE_HYBRID="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES.update(hybrid=1); n.DECODE_THREADS.update(hybrid=2); n.DEPTH.update(hybrid=2)"
     k=0
     for run in "fastdata-gpu|pass" "fastdata-gpu|$ONE_LANE" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" \
-               "fastdata-hybrid|$LANES3" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" "fastdata-hybrid|$LANES3" \
+               "fastdata-hybrid|$ONE_LANE_HYBRID" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" "fastdata-hybrid|$ONE_LANE_HYBRID" \
                "fastdata-hybrid|pass"; do
       k=$((k + 1)); contender=${run%%|*}; setting=${run#*|}
       echo "== $k $contender: $setting"

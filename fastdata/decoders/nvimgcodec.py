@@ -80,8 +80,8 @@ MAX_GPU_PIXELS = 4096 * 4096
 # thread with a slice of the batch (NvImageCodecDecoder's decode_threads), by backend. Measured on
 # the H200 box (docs/results.md): decode only, two instances ran 24,045 img/s against one's 17,181
 # (three: 21,026). Through fastdata's own call (no GIL per image) hybrid ran 18,639 img/s with two
-# against 16,301 with one (2026-12-02, fourth session).
-DECODE_THREADS = {"gpu": 1, "hybrid": 2}
+# against 16,301 with one (2026-12-02, fourth session); since two lanes (below) each lane has one.
+DECODE_THREADS = {"gpu": 1, "hybrid": 1}
 # Batches decoded at once per gpu decoder, each on instances of its own (its "lane": a decode
 # thread and DECODE_THREADS instances per subsampling), by backend. One lane splits every batch
 # over its instances and starts batch n + 1 only when every instance is done with batch n; an
@@ -89,16 +89,21 @@ DECODE_THREADS = {"gpu": 1, "hybrid": 2}
 # work to finish on the GPU (read in nvImageCodec 0.8's source), so two lanes of one instance keep
 # two whole batches on the engines. H200, 8,192 set, one call (2026-12-03, twelfth session):
 # gpu-only ran 24,734 img/s with two lanes of one instance against 21,013 with one lane of two
-# (the engines busy 98% against 85%, 3.5 and 3.3 cores); hybrid ran 18,813 and 18,954 with two
-# lanes against 20,765 and 19,653 with one: its native threads fell from 9.0-9.6 cores to 5.9-6.0
-# (the split gave the GPU 77% of each batch against 64%), so hybrid keeps one lane.
-DECODE_LANES = {"gpu": 2, "hybrid": 1}
+# (the engines busy 98% against 85%, 3.5 and 3.3 cores). Hybrid with two lanes first lost (18,813
+# and 18,954 against 20,765 and 19,653) while the split counted a two-lane batch's wall divided by
+# two, which gave the GPU 77% of each batch; with each batch charged its share of the overlap
+# (SharedWallClock) and a third batch in flight it won (2026-12-03, thirteenth session, alternating
+# runs in one call): 24,305 and 24,667 img/s against 21,935 and 23,682 with one lane of two
+# instances (the engines busy 83-84% against 71-74%, the GPU side 18,179-18,301 rows/s against
+# 16,034-17,027, the same 12 cores); on the demo mix 8,837 against 8,709 (one pair), and
+# examples/train.py resnet18 11,678 against 11,396 img/s (one run each).
+DECODE_LANES = {"gpu": 2, "hybrid": 2}
 # Batches in flight per gpu decoder, by backend (the decoder's ``depth``). gpu-only: a third batch
 # ran 20,317-20,382 img/s against two's 17,317-17,565 (H200, 8,192 set, two alternating pairs of
-# runs in one call, 2026-12-03), at the same CPU time per image (177 vs 181 us). Hybrid: the
-# native threads already overlap the engines, and a third batch cost a core for no rate
-# (21,440 vs 21,529 img/s, 2026-12-02, one run each).
-DEPTH = {"gpu": 3, "hybrid": 2}
+# runs in one call, 2026-12-03), at the same CPU time per image (177 vs 181 us). Hybrid: with one
+# lane a third batch cost a core for no rate (21,440 vs 21,529 img/s, 2026-12-02, one run each);
+# with two lanes it keeps a batch for each lane while one is resampled (the layout measured above).
+DEPTH = {"gpu": 3, "hybrid": 3}
 
 
 def gpu_extra_installed() -> bool:

@@ -170,11 +170,12 @@ def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
 
 
 @needs_interpreter
-def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path):
+@pytest.mark.parametrize("lanes", [1, 2])  # 2: hybrid's default layout, the second batch on the second lane
+def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path, lanes):
     paths = hard_case_folder(tmp_path)[:PLAIN] * 4  # 24 decodable rows
     transform = fastdata.RandomResizedCrop(64)
     cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
-    decoder = CpuEngines(transform)
+    decoder = CpuEngines(transform, lanes=lanes)
     with make_backend(decoder, transform, **cfg) as hybrid, make_backend("native", transform, **cfg) as native:
         hybrid.balancer = SplitBalancer(initial_share=0.25)
         a, _, _ = hybrid.run(paths, np.arange(len(paths)), 0)
@@ -184,8 +185,18 @@ def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path):
         assert hybrid.balancer.gpu_rate is not None and hybrid.balancer.native_rate is not None
         for row in range(len(paths)):
             assert psnr(a[row], b[row]) >= 35
-        hybrid.run(paths, np.arange(len(paths)), 1)
+        first_calls = len(decoder.instances)
+        a1, _, _ = hybrid.run(paths, np.arange(len(paths)), 1)
+        b1, _, _ = native.run(paths, np.arange(len(paths)), 1)
         assert decoder.given[-1] == hybrid.stats["gpu_rows"] - 6  # the second split follows the rates
+        def lane_of(k):
+            return next(lane for lane, by_code in enumerate(decoder._lane_instances)
+                        if any(k in ks for ks in by_code.values()))
+        # batches go to the lanes in turn: with two, the second batch on the second lane's instances
+        assert {lane_of(k) for k in decoder.instances[:first_calls]} == {0}
+        assert {lane_of(k) for k in decoder.instances[first_calls:]} == {1 % lanes}
+        for row in range(len(paths)):
+            assert psnr(a1[row], b1[row]) >= 35
 
 
 @needs_interpreter
