@@ -91,12 +91,13 @@ DECODE_THREADS = {"gpu": 1, "hybrid": 1}
 # gpu-only ran 24,734 img/s with two lanes of one instance against 21,013 with one lane of two
 # (the engines busy 98% against 85%, 3.5 and 3.3 cores). Hybrid with two lanes first lost (18,813
 # and 18,954 against 20,765 and 19,653) while the split counted a two-lane batch's wall divided by
-# two, which gave the GPU 77% of each batch; with each batch charged its share of the overlap
-# (SharedWallClock) and a third batch in flight it won (2026-12-03, thirteenth session, alternating
-# runs in one call): 24,305 and 24,667 img/s against 21,935 and 23,682 with one lane of two
-# instances (the engines busy 83-84% against 71-74%, the GPU side 18,179-18,301 rows/s against
-# 16,034-17,027, the same 12 cores); on the demo mix 8,837 against 8,709 (one pair), and
-# examples/train.py resnet18 11,678 against 11,396 img/s (one run each).
+# two, which gave the GPU 77-82% of each batch; with each batch charged its share of the overlap
+# (SharedWallClock) and a third batch in flight together (not separated) it won (2026-12-03,
+# thirteenth session, alternating runs of 8 s in one call): 24,305 and 24,667 img/s against 21,935
+# and 23,682 with one lane of two instances (the engines busy 83-84% against 71-74%, the GPU side
+# 18,179-18,301 rows/s against 16,034-17,027, the same 12 cores); on the demo mix 8,837 against
+# 8,709 (one pair), and examples/train.py resnet18 11,678 against 11,396 img/s (one run each, in
+# different calls).
 DECODE_LANES = {"gpu": 2, "hybrid": 2}
 # Batches in flight per gpu decoder, by backend (the decoder's ``depth``). gpu-only: a third batch
 # ran 20,317-20,382 img/s against two's 17,317-17,565 (H200, 8,192 set, two alternating pairs of
