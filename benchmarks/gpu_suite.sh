@@ -77,9 +77,9 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
     rm -f "$OUT"/contention_*.json "$OUT/contention_spy.txt"  # never summarize an earlier call's runs
-    ONE_LANE="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES.update(gpu=1); n.DECODE_THREADS.update(gpu=2)"
+    ONE_LANE="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = 1; n.DECODE_THREADS = 2"
     NICE10="import fastdata.loader.pipeline as p; p.GPU_NATIVE_IDLE = False"
-    ONE_LANE_HYBRID="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES.update(hybrid=1); n.DECODE_THREADS.update(hybrid=2); n.DEPTH.update(hybrid=2)"
+    ONE_LANE_HYBRID="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = 1; n.DECODE_THREADS = 2; n.DEPTH = 2"
     k=0
     for run in "fastdata-gpu|pass" "fastdata-gpu|$ONE_LANE" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" \
                "fastdata-hybrid|$ONE_LANE_HYBRID" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" "fastdata-hybrid|$ONE_LANE_HYBRID" \

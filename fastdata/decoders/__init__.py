@@ -41,10 +41,7 @@ def make_decoder(name: str, transform: Transform, *, device: torch.device, threa
     if name == "native":
         return None
     if name in ("gpu", "hybrid"):
-        from .nvimgcodec import DECODE_LANES, DECODE_THREADS, DEPTH, NvImageCodecDecoder
-        options.setdefault("decode_threads", DECODE_THREADS[name])
-        options.setdefault("lanes", DECODE_LANES[name])
-        options.setdefault("depth", DEPTH[name])
+        from .nvimgcodec import NvImageCodecDecoder
         return NvImageCodecDecoder(transform, device=device, **options)
     if name == "nvjpeg":
         from .nvjpeg import NvjpegDecoder

@@ -76,14 +76,16 @@ ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
+# The gpu decoder's layout defaults, the same for backend="gpu" and "hybrid" (each was measured
+# for both; the backends used to keep separate values, and since the thirteenth session they agree).
 # nvImageCodec decoder instances per lane and chroma subsampling, each called from its own
-# thread with a slice of the batch (NvImageCodecDecoder's decode_threads), by backend. Measured on
+# thread with a slice of the batch (NvImageCodecDecoder's decode_threads). Measured on
 # the H200 box (docs/results.md): decode only, two instances ran 24,045 img/s against one's 17,181
 # (three: 21,026). Through fastdata's own call (no GIL per image) hybrid ran 18,639 img/s with two
 # against 16,301 with one (2026-12-02, fourth session); since two lanes (below) each lane has one.
-DECODE_THREADS = {"gpu": 1, "hybrid": 1}
+DECODE_THREADS = 1
 # Batches decoded at once per gpu decoder, each on instances of its own (its "lane": a decode
-# thread and DECODE_THREADS instances per subsampling), by backend. One lane splits every batch
+# thread and DECODE_THREADS instances per subsampling). One lane splits every batch
 # over its instances and starts batch n + 1 only when every instance is done with batch n; an
 # nvImageCodec call returns once its work is queued, and the instance's next call waits for that
 # work to finish on the GPU (read in nvImageCodec 0.8's source), so two lanes of one instance keep
@@ -98,13 +100,15 @@ DECODE_THREADS = {"gpu": 1, "hybrid": 1}
 # 18,179-18,301 rows/s against 16,034-17,027, the same 12 cores); on the demo mix 8,837 against
 # 8,709 (one pair), and examples/train.py resnet18 11,678 against 11,396 img/s (one run each, in
 # different calls).
-DECODE_LANES = {"gpu": 2, "hybrid": 2}
-# Batches in flight per gpu decoder, by backend (the decoder's ``depth``). gpu-only: a third batch
-# ran 20,317-20,382 img/s against two's 17,317-17,565 (H200, 8,192 set, two alternating pairs of
-# runs in one call, 2026-12-03), at the same CPU time per image (177 vs 181 us). Hybrid: with one
+DECODE_LANES = 2
+# Batches in flight per gpu decoder (its ``depth``): the worker decodes batch N+1 while the
+# producer finishes batch N (its native rows, the upload), so the engines do not idle while the
+# next batch is planned. gpu-only: a third batch ran 20,317-20,382 img/s against two's
+# 17,317-17,565 (H200, 8,192 set, two alternating pairs of runs in one call, 2026-12-03), at the
+# same CPU time per image (177 vs 181 us). Hybrid: with one
 # lane a third batch cost a core for no rate (21,440 vs 21,529 img/s, 2026-12-02, one run each);
 # with two lanes it keeps a batch for each lane while one is resampled (the layout measured above).
-DEPTH = {"gpu": 3, "hybrid": 3}
+DEPTH = 3
 
 
 def gpu_extra_installed() -> bool:
@@ -163,20 +167,18 @@ class NvImageCodecDecoder:
     decode_threads: nvImageCodec decoder instances per chroma subsampling the engines take
     (instances_by_code), each called from a thread of its own on its own CUDA stream
     with a share of that subsampling's rows: the call is host-bound (its calling thread is
-    busy 83-99% of the call), so one caller caps the engines at one thread's rate.
-    depth: batches in flight (default: the class's ``depth``).
+    busy 83-99% of the call), so one caller caps the engines at one thread's rate. Default:
+    DECODE_THREADS.
+    depth: batches in flight (default: DEPTH).
     lanes: batches decoded at once, each on ``decode_threads`` instances per subsampling of its
-    own and a decode thread of its own, taken in turn (so at most ``depth`` are busy).
+    own and a decode thread of its own, taken in turn (so at most ``depth`` are busy). Default:
+    DECODE_LANES.
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
     engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
     machine without a GPU (``_allow_cpu``): host memory instead of the device's.
     """
 
     name = "gpu"
-    # Batches in flight (default; ``depth=`` and DEPTH set it per backend): the worker decodes
-    # batch N+1 while the producer finishes batch N (its native rows, the upload), so the engines
-    # do not idle while the next batch is planned.
-    depth = 2
     _allow_cpu = False
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
@@ -196,11 +198,10 @@ class NvImageCodecDecoder:
                 device = torch.device("cuda", torch.cuda.current_device())
         if cpu_threads < 1:
             raise ValueError("cpu_threads must be at least 1")
-        if depth is not None:
-            self.depth = _at_least_one("depth", depth)
-        decode_threads = _at_least_one("decode_threads", DECODE_THREADS["gpu"] if decode_threads is None
-                                       else decode_threads)
-        lanes = _at_least_one("lanes", DECODE_LANES["gpu"] if lanes is None else lanes)
+        # The module's defaults are read here, at construction, so that a benchmark can set them first.
+        self.depth = _at_least_one("depth", DEPTH if depth is None else depth)
+        decode_threads = _at_least_one("decode_threads", DECODE_THREADS if decode_threads is None else decode_threads)
+        lanes = _at_least_one("lanes", DECODE_LANES if lanes is None else lanes)
         unknown = [kind for kind in backend_kinds if kind not in BACKEND_KINDS]
         if unknown or not backend_kinds:
             raise ValueError(f"unknown nvImageCodec backend kinds {unknown or list(backend_kinds)}; "
