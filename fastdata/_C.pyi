@@ -212,9 +212,17 @@ def sample_crop_boxes(height: int, width: int, scale: tuple[float, float], ratio
     """[N, 5] = (top, left, height, width, flip)."""
 
 def axis_filters(start: npt.ArrayLike, scale: npt.ArrayLike, lo: npt.ArrayLike, hi: npt.ArrayLike, out: int,
-                 reverse: npt.ArrayLike) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int16], npt.NDArray[np.int64],
-                                                  npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The native resize filter of one axis for a batch (the GPU resampler's tables)."""
+                 reverse: npt.ArrayLike, cache: bool = True) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int16],
+                                                                      npt.NDArray[np.int64], npt.NDArray[np.int64],
+                                                                      npt.NDArray[np.int64]]:
+    """The native resize filter of one axis for a batch (the GPU resampler's tables); cache:
+    reuse filters of earlier calls with the same window length, origin, scale and flip."""
+
+def axis_filter_cache_size() -> int:
+    """How many filters axis_filters holds for reuse."""
+
+def clear_axis_filter_cache() -> None:
+    """Drops every filter axis_filters kept."""
 
 class NvImageCodecBatch:
     """One nvImageCodec decoder instance; decodes a batch slice into one buffer, GIL released."""

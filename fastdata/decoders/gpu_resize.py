@@ -47,6 +47,10 @@ __all__ = ["AxisTables", "axis_tables", "filter_support", "filter_reach", "Image
 FIXED_BITS = 14
 # Largest element offset the kernels compute in int32; past it, in int64 (tests lower it).
 _INT32_OFFSETS = 2 ** 31 - 1
+# Reuse filter tables across batches (_C.axis_filters' cache: bit-identical, it saves building
+# them on the host every batch). False builds each batch's afresh: kept for the A/B in
+# docs/results.md (fourteenth session).
+REUSE_FILTERS = True
 
 
 def filter_support(scale: np.ndarray) -> np.ndarray:
@@ -94,7 +98,8 @@ def axis_tables(start: np.ndarray, scale: np.ndarray, lo: np.ndarray, hi: np.nda
     start = np.asarray(start, np.float64)
     if reverse is None:
         reverse = np.zeros(start.shape[0], bool)
-    first, weights, max_count, need_lo, need_hi = _C.axis_filters(start, scale, lo, hi, int(out), reverse)
+    first, weights, max_count, need_lo, need_hi = _C.axis_filters(start, scale, lo, hi, int(out), reverse,
+                                                                  REUSE_FILTERS)
     return AxisTables(first=first, weights=weights, max_count=max_count, need_lo=need_lo, need_hi=need_hi)
 
 

@@ -13,6 +13,7 @@ import torch
 from PIL import Image, ImageOps
 
 import fastdata
+from fastdata import _C
 from fastdata.decoders import gpu_resize, resample_kernels
 from fastdata.decoders.gpu_resize import ImageLayout, axis_tables, filter_reach, resample_batch
 from fastdata.loader.cuda import GpuNormalizer
@@ -136,6 +137,52 @@ def test_filter_reach_holds_every_source_pixel_the_filter_reads():
         reach = filter_reach(scale)
         assert (tables.need_lo >= np.maximum(0, np.floor(x0 - reach))).all()
         assert (tables.need_hi <= np.minimum(size, np.ceil(x1 + reach))).all()
+
+
+def test_axis_filters_reused_across_calls_equal_fresh_builds():
+    # _C.axis_filters keeps the filters it built, keyed by what build_axis_filter's output
+    # depends on (window length, origin in the window, scale, output size, flip): a wrong or
+    # incomplete key would hand one window another's taps. Oracle: the same call building
+    # every filter afresh (cache=False, build_axis_filter itself). Few distinct lengths, both
+    # flips, two output sizes, integer boxes at many offsets (RandomResizedCrop) and
+    # fractional boxes over whole images (a fused center crop), so most calls hit the cache.
+    _C.clear_axis_filter_cache()
+    rng = np.random.default_rng(11)
+    lengths = np.array([1, 2, 37, 120, 224, 333, 500])
+    built = 0
+    for trial in range(40):
+        n = 48
+        out = int(rng.choice([7, 224]))
+        size = 600
+        if trial % 2 == 0:  # RandomResizedCrop: integer box = window, anywhere in the image
+            width = rng.choice(lengths, n)
+            lo = rng.integers(0, size - width + 1)
+            hi = lo + width
+            start = lo.astype(np.float64)
+            scale = width / out
+        else:  # fused center crop: fractional box, the whole image is the window
+            width = rng.choice(lengths[2:], n)
+            lo, hi = np.zeros(n, np.int64), width.astype(np.int64)
+            start = rng.choice([0.0, 0.25, 3.5], n)
+            scale = (width - 2 * start) / out
+        reverse = rng.integers(0, 2, n).astype(bool)
+        args = (start, scale, lo.astype(np.int64), hi.astype(np.int64), out, reverse)
+        got = _C.axis_filters(*args)
+        want = _C.axis_filters(*args, cache=False)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w, err_msg=f"trial {trial}")
+        built += n
+    held = _C.axis_filter_cache_size()
+    assert 0 < held < built // 4  # reused: 1,920 windows, few distinct filters
+    # The same windows moved elsewhere in the image add nothing: the filters are relative.
+    width = np.full(8, 120)
+    lo = np.arange(8, dtype=np.int64) * 50
+    args = (lo.astype(np.float64), width / 224, lo, lo + width, 224, np.zeros(8, bool))
+    first = _C.axis_filters(*args)
+    assert _C.axis_filter_cache_size() in (held, held + 1)  # one new filter at most (this flip/out pair)
+    np.testing.assert_array_equal(first[0] - lo[:, None], np.repeat(first[0][:1] - lo[0], 8, axis=0))
+    np.testing.assert_array_equal(first[0], _C.axis_filters(*args, cache=False)[0])
 
 
 def test_gpu_normalizer_against_float_reference():
