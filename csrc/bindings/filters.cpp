@@ -1,9 +1,9 @@
 // The native engine's resize filter tables for a whole batch, for the GPU resampler
 // (fastdata/decoders/gpu_resize.py): the same taps and 14-bit weights as the CPU path, from
 // the same function (build_axis_filter), so the two paths cannot drift apart. Built here
-// rather than in numpy (numpy took 10-20 ms per batch), and kept across calls: building took
-// 1.4-1.9 ms per axis for 256 RandomResizedCrop windows (2-core box, 2026-12-03), about half
-// of the GPU resampler's host time, while a set's tables repeat (see FilterKey).
+// rather than in numpy (10-20 ms per batch), and kept across calls: a set's tables repeat (see
+// FilterKey), and building them every batch was about half of the GPU resampler's host time
+// (docs/results.md, "Filter tables kept across batches").
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -81,10 +82,12 @@ RelativeFilter relative_filter(const AxisFilter& af, int64_t lo, int out) {
 
 // Shared by every caller (the GPU decoder's lanes call from their own threads). Bounded by
 // bytes: when full it starts over, which a set whose windows keep changing (every image a new
-// size under a fused center crop) does once per ~64 MB of new filters (~16,000 at 224 outputs).
+// size under a fused center crop) does once per ~64 MB of new filters (~20,000 at 224 outputs).
 class FilterCache {
  public:
   static constexpr size_t kMaxBytes = size_t{64} << 20;
+  // Per entry beside the arrays: the map node, the shared_ptr's control block, allocator headers.
+  static constexpr size_t kEntryOverhead = 160;
   using Entry = std::shared_ptr<const RelativeFilter>;
 
   Entry find(const FilterKey& key) {
@@ -93,7 +96,7 @@ class FilterCache {
     return it == map_.end() ? nullptr : it->second;
   }
   void insert(const FilterKey& key, Entry entry) {
-    const size_t bytes = sizeof(RelativeFilter) + entry->first.size() * sizeof(int32_t) +
+    const size_t bytes = kEntryOverhead + sizeof(RelativeFilter) + entry->first.size() * sizeof(int32_t) +
                          entry->weights.size() * sizeof(int16_t);
     std::lock_guard<std::mutex> lock(mutex_);
     if (bytes_ + bytes > kMaxBytes) clear_locked();
@@ -201,8 +204,10 @@ void register_filters(py::module_& m) {
         "Returns (first int32 [B, out], weights int16 [B, out, taps], max_count int64 [B], need_lo int64 [B], "
         "need_hi int64 [B]). cache: reuse filters built by earlier calls for the same window length, "
         "origin, scale and flip (bit-identical; False builds every one afresh and leaves the cache alone).");
-  m.def("axis_filter_cache_size", [] { return filter_cache().size(); },
-        "How many filters axis_filters holds for reuse (up to 64 MB of them; it starts over when full).");
+  static const std::string size_doc = "How many filters axis_filters holds for reuse (up to " +
+                                      std::to_string(FilterCache::kMaxBytes >> 20) +
+                                      " MB of them; it starts over when full).";
+  m.def("axis_filter_cache_size", [] { return filter_cache().size(); }, size_doc.c_str());
   m.def("clear_axis_filter_cache", [] { filter_cache().clear(); }, "Drops every filter axis_filters kept.");
 }
 

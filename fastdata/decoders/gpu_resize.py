@@ -49,7 +49,7 @@ FIXED_BITS = 14
 _INT32_OFFSETS = 2 ** 31 - 1
 # Reuse filter tables across batches (_C.axis_filters' cache: bit-identical, it saves building
 # them on the host every batch). False builds each batch's afresh: kept for the A/B in
-# docs/results.md (fourteenth session).
+# docs/results.md, "Filter tables kept across batches".
 REUSE_FILTERS = True
 
 

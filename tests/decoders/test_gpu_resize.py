@@ -175,14 +175,44 @@ def test_axis_filters_reused_across_calls_equal_fresh_builds():
         built += n
     held = _C.axis_filter_cache_size()
     assert 0 < held < built // 4  # reused: 1,920 windows, few distinct filters
-    # The same windows moved elsewhere in the image add nothing: the filters are relative.
-    width = np.full(8, 120)
-    lo = np.arange(8, dtype=np.int64) * 50
-    args = (lo.astype(np.float64), width / 224, lo, lo + width, 224, np.zeros(8, bool))
-    first = _C.axis_filters(*args)
-    assert _C.axis_filter_cache_size() in (held, held + 1)  # one new filter at most (this flip/out pair)
-    np.testing.assert_array_equal(first[0] - lo[:, None], np.repeat(first[0][:1] - lo[0], 8, axis=0))
-    np.testing.assert_array_equal(first[0], _C.axis_filters(*args, cache=False)[0])
+
+
+def test_axis_filters_cache_tells_apart_windows_that_differ_in_one_key_field():
+    # Pairs of windows alike in every key field but one, the first call filling the cache: a
+    # key without that field would hand the second window the first one's filter. Each pair's
+    # fresh filters differ (checked), so such a key would fail the comparison with them.
+    def relative(tables, lo):
+        first, weights, max_count, need_lo, need_hi = tables
+        return first - lo, weights, max_count, need_lo - lo, need_hi - lo
+
+    def call(start, scale, lo, hi, out, reverse, cache):
+        return _C.axis_filters(np.array([start], float), np.array([scale], float), np.array([lo], np.int64),
+                               np.array([hi], np.int64), out, np.array([reverse]), cache=cache)
+
+    pairs = {  # (start, scale, lo, hi, out, reverse) twice
+        "origin": ((10.0, 120 / 224, 10, 130, 224, False), (10.25, 120 / 224, 10, 130, 224, False)),
+        "scale": ((0.0, 300 / 224, 0, 300, 224, False), (0.0, 1.2, 0, 300, 224, False)),
+        "window": ((0.0, 1.0, 0, 120, 120, False), (0.0, 1.0, 0, 121, 120, False)),
+        "out": ((0.0, 0.5, 0, 120, 100, False), (0.0, 0.5, 0, 120, 224, False)),
+        "reverse": ((0.0, 300 / 224, 0, 300, 224, False), (0.0, 300 / 224, 0, 300, 224, True)),
+    }
+    for field, (a, b) in pairs.items():
+        _C.clear_axis_filter_cache()
+        fresh_a, fresh_b = call(*a, cache=False), call(*b, cache=False)
+        rel_a, rel_b = relative(fresh_a, a[2]), relative(fresh_b, b[2])
+        assert any(x.shape != y.shape or not np.array_equal(x, y) for x, y in zip(rel_a, rel_b)), field
+        call(*a, cache=True)
+        got_b = call(*b, cache=True)
+        assert _C.axis_filter_cache_size() == 2, field
+        for g, w in zip(got_b, fresh_b):
+            np.testing.assert_array_equal(g, w, err_msg=field)
+    # And the cache hit itself: the same window at another offset, shifted back, equal.
+    _C.clear_axis_filter_cache()
+    call(0.0, 120 / 224, 0, 120, 224, False, cache=True)
+    moved = call(77.0, 120 / 224, 77, 197, 224, False, cache=True)
+    assert _C.axis_filter_cache_size() == 1
+    for g, w in zip(moved, call(77.0, 120 / 224, 77, 197, 224, False, cache=False)):
+        np.testing.assert_array_equal(g, w)
 
 
 def test_gpu_normalizer_against_float_reference():
