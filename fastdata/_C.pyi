@@ -218,6 +218,9 @@ def axis_filters(start: npt.ArrayLike, scale: npt.ArrayLike, lo: npt.ArrayLike, 
     """The native resize filter of one axis for a batch (the GPU resampler's tables); cache:
     reuse filters of earlier calls with the same window length, origin, scale and flip."""
 
+def _claim_order(sizes: Sequence[int], as_paths: bool) -> list[int]:
+    """Testing: the order Engine::run's threads take rows of these encoded sizes in."""
+
 def axis_filter_cache_size() -> int:
     """How many filters axis_filters holds for reuse."""
 

@@ -1,10 +1,11 @@
 // Benchmark floors and test switches: not part of the library's decode path.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstring>
-
+#include <string>
 #include <vector>
 
 #include "bindings/common.h"
@@ -12,6 +13,7 @@
 #include "bindings/register.h"
 #include "core/augment.h"
 #include "core/decoder.h"
+#include "core/engine.h"
 #include "core/huffman.h"
 #include "core/sample.h"
 
@@ -69,6 +71,17 @@ py::tuple decode_region_py(const py::object& data, int denom, int x0, int y0, in
   return py::make_tuple(out, warnings);
 }
 
+// Engine::run's claim order for rows of these encoded sizes (paths instead of buffers when
+// as_paths: their sizes are not known before reading).
+std::vector<size_t> claim_order_py(const std::vector<size_t>& sizes, bool as_paths) {
+  std::vector<SampleInput> inputs(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    inputs[i].size = sizes[i];
+    if (as_paths) inputs[i].path = "row" + std::to_string(i);
+  }
+  return claim_order(inputs);
+}
+
 bool set_fast_huffman(bool enabled) {
   const bool was = fast_huffman_enabled();
   set_fast_huffman_enabled(enabled);
@@ -89,6 +102,8 @@ void register_testing(py::module_& m) {
         "Scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
   m.def("_restart_index_jumps", &restart_index_jumps,
         "Jumps over skipped restart intervals with a restart index so far in this process (for tests).");
+  m.def("_claim_order", &claim_order_py, py::arg("sizes"), py::arg("as_paths"),
+        "Testing: the order Engine::run's threads take rows of these encoded sizes in.");
   m.def("_decode_region", &decode_region_py, py::arg("data"), py::arg("denom"), py::arg("x0"), py::arg("y0"),
         py::arg("x1"), py::arg("y1"), py::arg("strict"),
         "Testing: the decoder's region decode (stored orientation), uint8 [h, w, 3], and the warnings.");

@@ -54,6 +54,12 @@ struct BatchTimes {
   double wall_seconds = 0;    // the run from its start to its end (one clock)
 };
 
+// The order a run's threads claim its rows in: largest encoded size first when every row is
+// a buffer (stable among equal sizes), else the rows' own order (a path's size is unknown
+// until it is read). A run ends when its last row does; with few rows a thread (hybrid's
+// native share: ~4 rows on each of 13 threads) a big row claimed last leaves the others idle.
+std::vector<size_t> claim_order(const std::vector<SampleInput>& inputs);
+
 class Engine {
  public:
   // nice_increment > 0: the native threads (the pool's workers and the run queue's thread)
@@ -68,7 +74,8 @@ class Engine {
   // started yet has not tried: the pool's workers all have after a first parallel loop).
   bool priority_lowered() const;
 
-  // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels). Never throws for
+  // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels), whatever order the
+  // threads take the rows in (claim_order). Never throws for
   // bad data: every sample's outcome is in results[i]. Call without the GIL.
   // Files are read as read_file does, refusing any above max_file_bytes (0: no limit).
   void run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,

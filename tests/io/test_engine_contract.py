@@ -113,3 +113,36 @@ def test_crop_plan_fields_match_the_engine_boxes():
         assert plan.boxes[i].tolist() == [left, top, left + bw, top + bh]
         assert bool(plan.flips[i]) == bool(flip)
         assert plan.sizes[i].tolist() == [h, 60] and plan.orientations[i] == 1
+
+
+def test_rows_are_claimed_largest_first_when_every_row_is_a_buffer():
+    # A run ends with its last row: threads take big rows first (stable among equal sizes).
+    # Paths keep their order: their sizes are unknown until read.
+    assert _C._claim_order([5, 9, 9, 1, 20], False) == [4, 1, 2, 0, 3]
+    assert _C._claim_order([5, 9, 9, 1, 20], True) == [0, 1, 2, 3, 4]
+    assert _C._claim_order([], False) == []
+
+
+def test_each_row_lands_in_its_own_place_whatever_the_claim_order():
+    # Sizes spread over 4x so that the claim order differs from the row order; the same rows
+    # in another order (items and indices permuted together) give the same pixels per row,
+    # and so does each row decoded alone.
+    datas = [encode_jpeg(photo_like(h, w, seed=i), quality=q)
+             for i, (h, w, q) in enumerate([(60, 80, 50), (200, 150, 95), (90, 90, 75), (160, 240, 90), (40, 40, 60),
+                                            (120, 100, 85)])]
+    sizes = [len(d) for d in datas]
+    assert _C._claim_order(sizes, False) != list(range(len(datas)))
+    rrc = fastdata.RandomResizedCrop(48)
+    idx = np.arange(10, 10 + len(datas))
+    with fastdata.Engine(3) as engine:
+        out = np.empty((len(datas), 48, 48, 3), np.uint8)
+        report = engine.run(datas, rrc, out, seed=4, epoch=1, indices=idx)
+        assert not report.failures
+        perm = np.array([3, 0, 5, 1, 4, 2])
+        permuted = np.empty_like(out)
+        engine.run([datas[i] for i in perm], rrc, permuted, seed=4, epoch=1, indices=idx[perm])
+        np.testing.assert_array_equal(permuted, out[perm])
+        for i in range(len(datas)):
+            alone = np.empty((1, 48, 48, 3), np.uint8)
+            engine.run([datas[i]], rrc, alone, seed=4, epoch=1, indices=idx[i:i + 1])
+            np.testing.assert_array_equal(alone[0], out[i], err_msg=str(i))
