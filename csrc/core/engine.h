@@ -56,8 +56,8 @@ struct BatchTimes {
 
 // The order a run's threads claim its rows in: largest encoded size first when every row is
 // a buffer (stable among equal sizes), else the rows' own order (a path's size is unknown
-// until it is read). A run ends when its last row does; with few rows a thread (hybrid's
-// native share: ~4 rows on each of 13 threads) a big row claimed last leaves the others idle.
+// until it is read). A run ends when its last row does; with few rows a thread a big row
+// claimed last leaves the others idle (docs/results.md, "Rows claimed largest first").
 std::vector<size_t> claim_order(const std::vector<SampleInput>& inputs);
 
 class Engine {
@@ -75,8 +75,8 @@ class Engine {
   bool priority_lowered() const;
 
   // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels), whatever order the
-  // threads take the rows in (claim_order). Never throws for
-  // bad data: every sample's outcome is in results[i]. Call without the GIL.
+  // threads take the rows in (claim_order). Never throws for bad data: every sample's
+  // outcome is in results[i]. Call without the GIL.
   // Files are read as read_file does, refusing any above max_file_bytes (0: no limit).
   void run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
            const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes, const BatchOutput& out,

@@ -121,6 +121,8 @@ def test_rows_are_claimed_largest_first_when_every_row_is_a_buffer():
     assert _C._claim_order([5, 9, 9, 1, 20], False) == [4, 1, 2, 0, 3]
     assert _C._claim_order([5, 9, 9, 1, 20], True) == [0, 1, 2, 3, 4]
     assert _C._claim_order([], False) == []
+    # (_claim_order's as_paths makes every row a path; one path among buffers keeps the order
+    # too: the engine's check is "every row is a buffer".)
 
 
 def test_each_row_lands_in_its_own_place_whatever_the_claim_order():
@@ -146,3 +148,20 @@ def test_each_row_lands_in_its_own_place_whatever_the_claim_order():
             alone = np.empty((1, 48, 48, 3), np.uint8)
             engine.run([datas[i]], rrc, alone, seed=4, epoch=1, indices=idx[i:i + 1])
             np.testing.assert_array_equal(alone[0], out[i], err_msg=str(i))
+        # The float32 rows (normalized by the threads) land in their places too.
+        mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+        f32 = np.empty((len(datas), 48, 48, 3), np.float32)
+        engine.run(datas, rrc, f32, seed=4, epoch=1, indices=idx, normalize=(mean, std))
+        ref = (out.astype(np.float64) / 255 - np.array(mean)) / np.array(std)
+        np.testing.assert_allclose(f32, ref, atol=2e-6, rtol=0)
+        # A corrupt row (a JPEG start, then noise), the largest so claimed first, fails alone:
+        # its row zeroed, the others intact.
+        broken = list(datas)
+        broken[2] = b"\xff\xd8" + np.random.default_rng(0).bytes(4 * max(sizes))
+        assert _C._claim_order([len(d) for d in broken], False)[0] == 2
+        out2 = np.full_like(out, 7)
+        report = engine.run(broken, rrc, out2, seed=4, epoch=1, indices=idx)
+        assert report.failed_rows == [2]
+        assert not out2[2].any()
+        keep = [0, 1, 3, 4, 5]
+        np.testing.assert_array_equal(out2[keep], out[keep])
