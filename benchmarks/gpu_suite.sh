@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_suite.sh bench   # fastdata-bench to CUDA: all contenders; DataLoader/FFCV/fastdata per dtype
 #   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling and call layout; hybrid per layout
 #   bash benchmarks/gpu_suite.sh contention # gpu-only and hybrid on the 8,192 set: lanes, SCHED_IDLE vs nice 10 (10 runs of ~35 s)
+#   bash benchmarks/gpu_suite.sh claim   # hybrid on the demo mix: the native rows claimed largest first vs in batch order
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -14,7 +15,7 @@ OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|train|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|train|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -129,6 +130,21 @@ if os.path.exists(spy):  # raw py-spy: "thread (tid): name;frame;...;frame count
         for frame, n in counter.most_common(4):
             print(f"    {n:5d} {frame}")
 PY
+    ;;
+  claim)
+    # The engine's threads take a run's rows largest first (claim_order, csrc/core/engine.cpp); on
+    # the mix hybrid's native share is ~56 rows a batch, ~91% of them ones the engines refuse, on
+    # 13 threads, and a model from measured row costs put the run 1.26x shorter than in batch
+    # order (docs/results.md, "Rows claimed largest first"). Alternating runs, each its own process;
+    # the bench's GPU-side line gives the native threads' cores.
+    [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
+    for setting in "_C._set_claim_largest_first(False)" "pass" "_C._set_claim_largest_first(False)" "pass"; do
+      echo "== $setting"
+      python3 -c "import runpy, sys; from fastdata import _C; $setting
+sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')" \
+        /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 30 \
+        --compare fastdata-hybrid 2>&1 | grep -E "backend=hybrid" | grep -v '^\['
+    done
     ;;
   train)
     python3 -m fastdata.cli.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null

@@ -218,6 +218,9 @@ def axis_filters(start: npt.ArrayLike, scale: npt.ArrayLike, lo: npt.ArrayLike, 
     """The native resize filter of one axis for a batch (the GPU resampler's tables); cache:
     reuse filters of earlier calls with the same window length, origin, scale and flip."""
 
+def _set_claim_largest_first(enabled: bool) -> bool:
+    """Testing/A-B switch for the engine's claim order; returns the previous setting."""
+
 def _claim_order(sizes: Sequence[int], as_paths: bool) -> list[int]:
     """Testing: the order Engine::run's threads take rows of these encoded sizes in."""
 

@@ -82,6 +82,12 @@ std::vector<size_t> claim_order_py(const std::vector<size_t>& sizes, bool as_pat
   return claim_order(inputs);
 }
 
+bool set_claim_largest_first_py(bool enabled) {
+  const bool was = claim_largest_first();
+  set_claim_largest_first(enabled);
+  return was;
+}
+
 bool set_fast_huffman(bool enabled) {
   const bool was = fast_huffman_enabled();
   set_fast_huffman_enabled(enabled);
@@ -102,6 +108,9 @@ void register_testing(py::module_& m) {
         "Scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
   m.def("_restart_index_jumps", &restart_index_jumps,
         "Jumps over skipped restart intervals with a restart index so far in this process (for tests).");
+  m.def("_set_claim_largest_first", &set_claim_largest_first_py, py::arg("enabled"),
+        "Testing/A-B switch: the engine's threads claim a run's rows largest first (default) or in "
+        "the rows' own order. Returns the previous setting.");
   m.def("_claim_order", &claim_order_py, py::arg("sizes"), py::arg("as_paths"),
         "Testing: the order Engine::run's threads take rows of these encoded sizes in.");
   m.def("_decode_region", &decode_region_py, py::arg("data"), py::arg("denom"), py::arg("x0"), py::arg("y0"),

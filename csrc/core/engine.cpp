@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <chrono>
@@ -224,9 +225,17 @@ void Engine::submit(std::function<void()> job) {
   queue_->submit(std::move(job));
 }
 
+namespace {
+std::atomic<bool> g_claim_largest_first{true};
+}  // namespace
+
+void set_claim_largest_first(bool enabled) { g_claim_largest_first.store(enabled); }
+bool claim_largest_first() { return g_claim_largest_first.load(); }
+
 std::vector<size_t> claim_order(const std::vector<SampleInput>& inputs) {
   std::vector<size_t> order(inputs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (!claim_largest_first()) return order;
   for (const SampleInput& input : inputs) {
     if (!input.path.empty()) return order;
   }

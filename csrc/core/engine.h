@@ -59,6 +59,9 @@ struct BatchTimes {
 // until it is read). A run ends when its last row does; with few rows a thread a big row
 // claimed last leaves the others idle (docs/results.md, "Rows claimed largest first").
 std::vector<size_t> claim_order(const std::vector<SampleInput>& inputs);
+// A/B switch (tests, benchmarks): false makes claim_order keep the rows' own order.
+void set_claim_largest_first(bool enabled);
+bool claim_largest_first();
 
 class Engine {
  public:

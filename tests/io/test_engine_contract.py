@@ -121,6 +121,13 @@ def test_rows_are_claimed_largest_first_when_every_row_is_a_buffer():
     assert _C._claim_order([5, 9, 9, 1, 20], False) == [4, 1, 2, 0, 3]
     assert _C._claim_order([5, 9, 9, 1, 20], True) == [0, 1, 2, 3, 4]
     assert _C._claim_order([], False) == []
+    was = _C._set_claim_largest_first(False)  # the A/B switch: the rows' own order
+    try:
+        assert was is True
+        assert _C._claim_order([5, 9, 9, 1, 20], False) == [0, 1, 2, 3, 4]
+    finally:
+        _C._set_claim_largest_first(was)
+    assert _C._claim_order([5, 9, 9, 1, 20], False) == [4, 1, 2, 0, 3]
     # (_claim_order's as_paths makes every row a path; one path among buffers keeps the order
     # too: the engine's check is "every row is a buffer".)
 
