@@ -221,7 +221,7 @@ def axis_filters(start: npt.ArrayLike, scale: npt.ArrayLike, lo: npt.ArrayLike, 
 def _set_claim_largest_first(enabled: bool) -> bool:
     """Testing/A-B switch for the engine's claim order; returns the previous setting."""
 
-def _claim_order(sizes: Sequence[int], as_paths: bool) -> list[int]:
+def _claim_order(sizes: Sequence[int], is_path: Sequence[bool]) -> list[int]:
     """Testing: the order Engine::run's threads take rows of these encoded sizes in."""
 
 def axis_filter_cache_size() -> int:

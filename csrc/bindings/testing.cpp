@@ -71,13 +71,14 @@ py::tuple decode_region_py(const py::object& data, int denom, int x0, int y0, in
   return py::make_tuple(out, warnings);
 }
 
-// Engine::run's claim order for rows of these encoded sizes (paths instead of buffers when
-// as_paths: their sizes are not known before reading).
-std::vector<size_t> claim_order_py(const std::vector<size_t>& sizes, bool as_paths) {
+// Engine::run's claim order for rows of these encoded sizes; is_path[i]: row i is a path (its
+// size unknown before reading) rather than a buffer.
+std::vector<size_t> claim_order_py(const std::vector<size_t>& sizes, const std::vector<bool>& is_path) {
+  if (is_path.size() != sizes.size()) throw py::value_error("sizes and is_path must have one length");
   std::vector<SampleInput> inputs(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     inputs[i].size = sizes[i];
-    if (as_paths) inputs[i].path = "row" + std::to_string(i);
+    if (is_path[i]) inputs[i].path = "row" + std::to_string(i);
   }
   return claim_order(inputs);
 }
@@ -111,7 +112,7 @@ void register_testing(py::module_& m) {
   m.def("_set_claim_largest_first", &set_claim_largest_first_py, py::arg("enabled"),
         "Testing/A-B switch: the engine's threads claim a run's rows largest first (default) or in "
         "the rows' own order. Returns the previous setting.");
-  m.def("_claim_order", &claim_order_py, py::arg("sizes"), py::arg("as_paths"),
+  m.def("_claim_order", &claim_order_py, py::arg("sizes"), py::arg("is_path"),
         "Testing: the order Engine::run's threads take rows of these encoded sizes in.");
   m.def("_decode_region", &decode_region_py, py::arg("data"), py::arg("denom"), py::arg("x0"), py::arg("y0"),
         py::arg("x1"), py::arg("y1"), py::arg("strict"),

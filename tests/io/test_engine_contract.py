@@ -118,18 +118,19 @@ def test_crop_plan_fields_match_the_engine_boxes():
 def test_rows_are_claimed_largest_first_when_every_row_is_a_buffer():
     # A run ends with its last row: threads take big rows first (stable among equal sizes).
     # Paths keep their order: their sizes are unknown until read.
-    assert _C._claim_order([5, 9, 9, 1, 20], False) == [4, 1, 2, 0, 3]
-    assert _C._claim_order([5, 9, 9, 1, 20], True) == [0, 1, 2, 3, 4]
-    assert _C._claim_order([], False) == []
+    sizes = [5, 9, 9, 1, 20]
+    buffers = [False] * 5
+    assert _C._claim_order(sizes, buffers) == [4, 1, 2, 0, 3]
+    assert _C._claim_order(sizes, [True] * 5) == [0, 1, 2, 3, 4]
+    assert _C._claim_order(sizes, [False, False, True, False, False]) == [0, 1, 2, 3, 4]  # one path is enough
+    assert _C._claim_order([], []) == []
     was = _C._set_claim_largest_first(False)  # the A/B switch: the rows' own order
     try:
         assert was is True
-        assert _C._claim_order([5, 9, 9, 1, 20], False) == [0, 1, 2, 3, 4]
+        assert _C._claim_order(sizes, buffers) == [0, 1, 2, 3, 4]
     finally:
         _C._set_claim_largest_first(was)
-    assert _C._claim_order([5, 9, 9, 1, 20], False) == [4, 1, 2, 0, 3]
-    # (_claim_order's as_paths makes every row a path; one path among buffers keeps the order
-    # too: the engine's check is "every row is a buffer".)
+    assert _C._claim_order(sizes, buffers) == [4, 1, 2, 0, 3]
 
 
 def test_each_row_lands_in_its_own_place_whatever_the_claim_order():
@@ -140,7 +141,7 @@ def test_each_row_lands_in_its_own_place_whatever_the_claim_order():
              for i, (h, w, q) in enumerate([(60, 80, 50), (200, 150, 95), (90, 90, 75), (160, 240, 90), (40, 40, 60),
                                             (120, 100, 85)])]
     sizes = [len(d) for d in datas]
-    assert _C._claim_order(sizes, False) != list(range(len(datas)))
+    assert _C._claim_order(sizes, [False] * len(sizes)) != list(range(len(datas)))
     rrc = fastdata.RandomResizedCrop(48)
     idx = np.arange(10, 10 + len(datas))
     with fastdata.Engine(3) as engine:
@@ -165,7 +166,7 @@ def test_each_row_lands_in_its_own_place_whatever_the_claim_order():
         # its row zeroed, the others intact.
         broken = list(datas)
         broken[2] = b"\xff\xd8" + np.random.default_rng(0).bytes(4 * max(sizes))
-        assert _C._claim_order([len(d) for d in broken], False)[0] == 2
+        assert _C._claim_order([len(d) for d in broken], [False] * len(broken))[0] == 2
         out2 = np.full_like(out, 7)
         report = engine.run(broken, rrc, out2, seed=4, epoch=1, indices=idx)
         assert report.failed_rows == [2]
