@@ -117,7 +117,8 @@ class BatchReport:
     def decode_seconds(self) -> float: ...
     @property
     def wall_seconds(self) -> float:
-        """The run's own duration (for a queued run: on the queue thread, not the wait)."""
+        """The run's own duration (for a started run: its share of the time the native threads
+        had started runs to work on, overlaps counted once; see BatchTimes in csrc/core/engine.h)."""
 
 class PendingRun:
     """A queued Engine.run (Engine.start_run). Keeps the items' buffers and out alive until
@@ -184,7 +185,8 @@ class Engine:
     def start_run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
                   indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int, max_file_bytes: int,
                   scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> PendingRun:
-        """run, queued on the engine's own queue thread (runs queued before it finish first);
+        """run, started on the engine's threads: its rows are claimed once those of the runs
+        started before it all are (no barrier between runs), and it finishes after them;
         returns at once. out must not be touched before wait() returns."""
     def plan(self, items: Sequence[_Item], spec: TransformSpec, seed: int, epoch: int,
              indices: Optional[npt.ArrayLike], max_pixels: int, max_file_bytes: int) -> CropPlan: ...
@@ -220,6 +222,12 @@ def axis_filters(start: npt.ArrayLike, scale: npt.ArrayLike, lo: npt.ArrayLike, 
 
 def _set_claim_largest_first(enabled: bool) -> bool:
     """Testing/A-B switch for the engine's claim order; returns the previous setting."""
+
+def _set_overlap_runs(enabled: bool) -> bool:
+    """Testing/A-B switch: started runs overlap (default) or wait for the one before; returns the previous setting."""
+
+def _overlap_runs() -> bool:
+    """Whether started runs overlap (_set_overlap_runs)."""
 
 def _claim_order(sizes: Sequence[int], is_path: Sequence[bool]) -> list[int]:
     """Testing: the order Engine::run's threads take rows of these encoded sizes in."""

@@ -186,22 +186,11 @@ BatchReport report_of(std::vector<SampleResult>& results, const BatchTimes& time
   return report;
 }
 
-// One Engine.run call's arguments, converted, and what it produced. Plain C++ only: a queued
-// run's job reads and writes it on the engine's queue thread without the GIL, never touching a
-// Python object (the Python buffers behind inputs and out are held by the caller).
-struct RunState {
-  std::vector<SampleInput> inputs;
-  TransformSpec spec;
-  uint64_t seed = 0, epoch = 0;
-  std::vector<int64_t> indices;
-  bool strict = false;
-  int64_t max_pixels = 0, max_file_bytes = 0;
-  BatchOutput out;
-  std::vector<SampleResult> results;
-  BatchTimes times;
-  std::string error;  // what Engine::run threw in a queued run (a pool used after fork), raised by wait()
-
-  std::mutex mutex;  // a queued run: guards finished
+// One Engine.run call's arguments, converted, and what it produced. Plain C++ only: a started
+// run's rows and its on_done read and write it on the engine's threads without the GIL, never
+// touching a Python object (the Python buffers behind inputs and out are held by the caller).
+struct RunState : RunJob {
+  std::mutex mutex;  // a started run: guards finished
   std::condition_variable finished_cv;
   bool finished = false;
 
@@ -250,8 +239,8 @@ class PendingRun {
   PendingRun(std::shared_ptr<RunState> run, std::unique_ptr<BufferViews> views, std::unique_ptr<py::buffer_info> out)
       : run_(std::move(run)), views_(std::move(views)), out_(std::move(out)), owner_pid_(::getpid()) {}
   ~PendingRun() {  // pybind11 destroys it with the GIL held; the buffers are released after the run
-    // Not queued (submit threw): nothing will finish it. In a process forked after it was
-    // queued, the run's thread does not exist: waiting would never end.
+    // Not queued (start_run threw): nothing will finish it. In a process forked after it was
+    // queued, the run's threads do not exist: waiting would never end.
     if (!queued_ || ::getpid() != owner_pid_) return;
     if (PyGILState_Check()) {
       ReleasedGil nogil;
@@ -280,7 +269,6 @@ class PendingRun {
       block_until_finished();
     }
     waited_ = true;
-    if (!run_->error.empty()) throw std::runtime_error(run_->error);
     return report_of(run_->results, run_->times);
   }
 
@@ -307,21 +295,14 @@ std::unique_ptr<PendingRun> engine_start_run(Engine& engine, const py::sequence&
   auto run = prepare_run(items, spec, out_obj, seed, epoch, indices_obj, strict, max_pixels, max_file_bytes,
                          scale_bias, views.get(), info.get());
   auto pending = std::make_unique<PendingRun>(run, std::move(views), std::move(info));
-  Engine* e = &engine;  // the engine drains its queue before it is destroyed
-  engine.submit([e, run] {
-    std::string error;
-    try {
-      run->execute(*e);
-    } catch (const std::exception& ex) {
-      error = ex.what();
-      if (error.empty()) error = "engine run failed";
-    }
+  // Called on a native thread once the run is done (the engine finishes its started runs
+  // before it is destroyed). Throws, before anything is queued, in a forked child.
+  engine.start_run(run, [run] {
     std::lock_guard<std::mutex> lock(run->mutex);
-    run->error = std::move(error);
     run->finished = true;
     run->finished_cv.notify_all();
   });
-  pending->set_queued();  // made before submit, so nothing can fail between queuing and holding the buffers
+  pending->set_queued();  // made before start_run, so nothing can fail between queuing and holding the buffers
   return pending;
 }
 
@@ -374,8 +355,9 @@ void register_engine(py::module_& m) {
       .def("start_run", &engine_start_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"),
            py::arg("epoch"), py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("max_file_bytes"),
            py::arg("scale_bias") = py::none(),
-           "run, queued on the engine's run queue thread: returns at once with a PendingRun (runs queued before "
-           "it finish first). The caller must not touch out until wait() returns.")
+           "run, started on the engine's threads: returns at once with a PendingRun. Its rows are decoded once "
+           "those of the runs started before it have all been claimed (no barrier between runs), and it finishes "
+           "after them. The caller must not touch out until wait() returns.")
       .def("plan", &engine_plan, py::arg("items"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
            py::arg("indices"), py::arg("max_pixels"), py::arg("max_file_bytes"),
            "Source boxes without decoding pixels (headers only).")

@@ -89,6 +89,12 @@ bool set_claim_largest_first_py(bool enabled) {
   return was;
 }
 
+bool set_overlap_runs_py(bool enabled) {
+  const bool was = overlap_runs();
+  set_overlap_runs(enabled);
+  return was;
+}
+
 bool set_fast_huffman(bool enabled) {
   const bool was = fast_huffman_enabled();
   set_fast_huffman_enabled(enabled);
@@ -112,6 +118,11 @@ void register_testing(py::module_& m) {
   m.def("_set_claim_largest_first", &set_claim_largest_first_py, py::arg("enabled"),
         "Testing/A-B switch: the engine's threads claim a run's rows largest first (default) or in "
         "the rows' own order. Returns the previous setting.");
+  m.def("_set_overlap_runs", &set_overlap_runs_py, py::arg("enabled"),
+        "Testing/A-B switch: the rows of a started run are claimed as soon as those of the runs started "
+        "before it all are (default), or only once those runs have finished (the old barrier between runs). "
+        "Read when a run starts. Returns the previous setting.");
+  m.def("_overlap_runs", &overlap_runs, "Whether started runs overlap (_set_overlap_runs).");
   m.def("_claim_order", &claim_order_py, py::arg("sizes"), py::arg("is_path"),
         "Testing: the order Engine::run's threads take rows of these encoded sizes in.");
   m.def("_decode_region", &decode_region_py, py::arg("data"), py::arg("denom"), py::arg("x0"), py::arg("y0"),

@@ -29,7 +29,7 @@ struct BatchReport {
   int warnings = 0;  // libjpeg corrupt-data warnings over the batch (non-strict decodes)
   double read_seconds = 0;
   double decode_seconds = 0;
-  double wall_seconds = 0;  // the run's own duration (an asynchronous run's time on its queue thread)
+  double wall_seconds = 0;  // the run's own duration (a started run: its share, BatchTimes in core/engine.h)
 };
 
 // Engine.plan's outcome: per sample, the source box in EXIF-oriented pixels, the flip, the

@@ -198,39 +198,30 @@ bool read_file(const std::string& path, int64_t max_file_bytes, std::vector<uint
 }
 
 Engine::Engine(int threads, int nice_increment, std::string thread_name)
-    : pool_(new ThreadPool(threads < 1 ? 1 : threads, nice_increment, thread_name)),
-      nice_increment_(nice_increment),
-      thread_name_(std::move(thread_name)) {
-  for (int i = 0; i < pool_->size(); ++i) scratch_.emplace_back(new SampleScratch());
-  file_buffers_.resize(pool_->size());
+    : pool_(new ThreadPool(threads < 1 ? 1 : threads, nice_increment, std::move(thread_name))) {
+  for (int i = 0; i <= pool_->size(); ++i) scratch_.emplace_back(new SampleScratch());
+  file_buffers_.resize(pool_->size() + 1);
 }
 
 Engine::~Engine() {
-  if (!pool_->made_here()) {  // deliberately leaked: their threads are the parent's
-    static_cast<void>(queue_.release());
+  if (!pool_->made_here()) {  // deliberately leaked: its threads are the parent's
     static_cast<void>(pool_.release());
     return;
   }
-  queue_.reset();  // the runs still queued finish on the pool first
+  pool_.reset();  // the started runs finish first (their callers hold the buffers they use)
 }
 
-bool Engine::priority_lowered() const {
-  std::lock_guard<std::mutex> lock(queue_mutex_);
-  return pool_->priority_lowered() && (!queue_ || queue_->priority_lowered());
-}
-
-void Engine::submit(std::function<void()> job) {
-  std::lock_guard<std::mutex> lock(queue_mutex_);
-  if (!queue_) queue_.reset(new SerialQueue(nice_increment_, thread_name_));
-  queue_->submit(std::move(job));
-}
+bool Engine::priority_lowered() const { return pool_->priority_lowered(); }
 
 namespace {
 std::atomic<bool> g_claim_largest_first{true};
+std::atomic<bool> g_overlap_runs{true};
 }  // namespace
 
 void set_claim_largest_first(bool enabled) { g_claim_largest_first.store(enabled); }
 bool claim_largest_first() { return g_claim_largest_first.load(); }
+void set_overlap_runs(bool enabled) { g_overlap_runs.store(enabled); }
+bool overlap_runs() { return g_overlap_runs.load(); }
 
 std::vector<size_t> claim_order(const std::vector<SampleInput>& inputs) {
   std::vector<size_t> order(inputs.size());
@@ -245,6 +236,71 @@ std::vector<size_t> claim_order(const std::vector<SampleInput>& inputs) {
   return order;
 }
 
+namespace {
+
+// What every row of one run reads: run's arguments, or a RunJob's.
+struct RowArgs {
+  const std::vector<SampleInput>& inputs;
+  const TransformSpec& spec;
+  uint64_t seed, epoch;
+  const int64_t* indices;
+  bool strict;
+  int64_t max_pixels, max_file_bytes;
+  const BatchOutput& out;
+};
+
+// Row i of a run into its place in out, its outcome into *res; the thread's time reading and
+// decoding is added to *read_s and *decode_s. Never throws for bad data.
+void decode_row(const RowArgs& a, size_t i, SampleScratch* s, std::vector<uint8_t>* file_buffer, SampleResult* res,
+                double* read_s, double* decode_s) {
+  const size_t pixels = static_cast<size_t>(a.spec.out_h) * a.spec.out_w;
+  const SampleInput& in = a.inputs[i];
+  try {
+    const uint8_t* data;
+    size_t size;
+    const double t_read = now_seconds();
+    const bool loaded = load_input(in, a.max_file_bytes, file_buffer, &data, &size, res);
+    if (!in.path.empty()) *read_s += now_seconds() - t_read;
+    if (!loaded) {
+      if (res->status == SampleStatus::kReadError) zero_row(a.out, i, pixels);
+      // The fallback decodes what was read here rather than opening the file again.
+      if (res->status == SampleStatus::kNotJpeg && !in.path.empty()) {
+        res->file_bytes = std::move(*file_buffer);
+        *file_buffer = std::vector<uint8_t>();
+      }
+      return;
+    }
+    const double t0 = now_seconds();
+    const SampleKey key{a.seed, a.epoch, a.indices ? static_cast<uint64_t>(a.indices[i]) : static_cast<uint64_t>(i)};
+    const BatchOutput& out = a.out;
+    if (out.f32) {  // resize into scratch while it is in cache, then normalize into the row
+      s->row_u8.resize(pixels * 3);
+      res->warnings = transform_jpeg(data, size, a.spec, key, a.strict, a.max_pixels, s->row_u8.data(), s);
+      normalize_row(s->row_u8.data(),
+                    reinterpret_cast<float*>(reinterpret_cast<char*>(out.f32) + static_cast<ptrdiff_t>(i) * out.row_stride),
+                    pixels, out.scale, out.bias);
+    } else {
+      res->warnings = transform_jpeg(data, size, a.spec, key, a.strict, a.max_pixels,
+                                     out.u8 + static_cast<ptrdiff_t>(i) * out.row_stride, s);
+    }
+    *decode_s += now_seconds() - t0;
+  } catch (const DecodeError& e) {
+    res->status = SampleStatus::kDecodeError;
+    res->message = e.what();
+    zero_row(a.out, i, pixels);
+  } catch (const std::bad_alloc&) {
+    res->status = SampleStatus::kInternal;
+    res->message = "out of memory";
+    zero_row(a.out, i, pixels);
+  } catch (const std::exception& e) {
+    res->status = SampleStatus::kInternal;
+    res->message = std::string("internal error: ") + e.what();
+    zero_row(a.out, i, pixels);
+  }
+}
+
+}  // namespace
+
 void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
                  const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes,
                  const BatchOutput& out,
@@ -252,59 +308,127 @@ void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& sp
   const double t_start = now_seconds();
   results->assign(inputs.size(), SampleResult());
   std::vector<double> read_s(pool_->size(), 0.0), decode_s(pool_->size(), 0.0);
-  const size_t pixels = static_cast<size_t>(spec.out_h) * spec.out_w;
   const std::vector<size_t> order = claim_order(inputs);
+  const RowArgs args{inputs, spec, seed, epoch, indices, strict, max_pixels, max_file_bytes, out};
   pool_->parallel_for(inputs.size(), [&](size_t k, int worker) {
     const size_t i = order[k];
-    SampleResult& res = (*results)[i];
-    try {
-      const uint8_t* data;
-      size_t size;
-      const double t_read = now_seconds();
-      const bool loaded = load_input(inputs[i], max_file_bytes, &file_buffers_[worker], &data, &size, &res);
-      if (!inputs[i].path.empty()) read_s[worker] += now_seconds() - t_read;
-      if (!loaded) {
-        if (res.status == SampleStatus::kReadError) zero_row(out, i, pixels);
-        // The fallback decodes what was read here rather than opening the file again.
-        if (res.status == SampleStatus::kNotJpeg && !inputs[i].path.empty()) {
-          res.file_bytes = std::move(file_buffers_[worker]);
-          file_buffers_[worker] = std::vector<uint8_t>();
-        }
-        return;
-      }
-      const double t0 = now_seconds();
-      const SampleKey key{seed, epoch, indices ? static_cast<uint64_t>(indices[i]) : static_cast<uint64_t>(i)};
-      SampleScratch* s = scratch_[worker].get();
-      if (out.f32) {  // resize into scratch while it is in cache, then normalize into the row
-        s->row_u8.resize(pixels * 3);
-        res.warnings = transform_jpeg(data, size, spec, key, strict, max_pixels, s->row_u8.data(), s);
-        normalize_row(s->row_u8.data(),
-                      reinterpret_cast<float*>(reinterpret_cast<char*>(out.f32) + static_cast<ptrdiff_t>(i) * out.row_stride),
-                      pixels, out.scale, out.bias);
-      } else {
-        res.warnings = transform_jpeg(data, size, spec, key, strict, max_pixels,
-                                      out.u8 + static_cast<ptrdiff_t>(i) * out.row_stride, s);
-      }
-      decode_s[worker] += now_seconds() - t0;
-    } catch (const DecodeError& e) {
-      res.status = SampleStatus::kDecodeError;
-      res.message = e.what();
-      zero_row(out, i, pixels);
-    } catch (const std::bad_alloc&) {
-      res.status = SampleStatus::kInternal;
-      res.message = "out of memory";
-      zero_row(out, i, pixels);
-    } catch (const std::exception& e) {
-      res.status = SampleStatus::kInternal;
-      res.message = std::string("internal error: ") + e.what();
-      zero_row(out, i, pixels);
-    }
+    decode_row(args, i, scratch_[worker].get(), &file_buffers_[worker], &(*results)[i], &read_s[worker],
+               &decode_s[worker]);
   });
   for (int w = 0; w < pool_->size(); ++w) {
     times->read_seconds += read_s[w];
     times->decode_seconds += decode_s[w];
   }
   times->wall_seconds += now_seconds() - t_start;
+}
+
+// One started run's own state, shared by its rows, its on_done and Engine::started_.
+struct Engine::StartedRun {
+  std::shared_ptr<RunJob> job;
+  std::vector<size_t> order;
+  std::vector<double> read_s, decode_s;  // per pool worker id, the queue thread's included
+  double started = 0;                    // when start_run queued it
+  std::atomic<size_t> rows_left{0};
+  std::atomic<bool> finished{false};  // every row done (read_s and decode_s complete)
+  bool charged = false;               // wall_mutex_: its wall time was given by an earlier run's end
+  double charge = 0;
+
+  double busy() const {  // its threads' read + decode seconds (complete once finished)
+    double sum = 0;
+    for (size_t w = 0; w < read_s.size(); ++w) sum += read_s[w] + decode_s[w];
+    return sum;
+  }
+};
+
+void Engine::start_run(std::shared_ptr<RunJob> job, std::function<void()> on_done) {
+  // Before any lock: in a forked child one may have been held by a thread that is not there.
+  pool_->check_process("create a new engine here");
+  const auto run = std::make_shared<StartedRun>();
+  run->started = now_seconds();
+  run->job = std::move(job);
+  const size_t n = run->job->inputs.size();
+  run->job->results.assign(n, SampleResult());
+  run->order = claim_order(run->job->inputs);
+  run->read_s.assign(pool_->size() + 1, 0.0);
+  run->decode_s.assign(pool_->size() + 1, 0.0);
+  run->rows_left.store(n);
+  run->finished.store(n == 0);
+  auto row = [this, run](size_t k, int worker) {
+    RunJob& j = *run->job;
+    const RowArgs args{j.inputs, j.spec, j.seed, j.epoch, j.indices.empty() ? nullptr : j.indices.data(),
+                       j.strict, j.max_pixels, j.max_file_bytes, j.out};
+    const size_t i = run->order[k];
+    decode_row(args, i, scratch_[worker].get(), &file_buffers_[worker], &j.results[i], &run->read_s[worker],
+               &run->decode_s[worker]);
+    if (run->rows_left.fetch_sub(1, std::memory_order_acq_rel) == 1) run->finished.store(true, std::memory_order_release);
+  };
+  auto done = [this, run, n, on_done = std::move(on_done)] {
+    const double end = now_seconds();
+    RunJob& j = *run->job;
+    for (size_t w = 0; w < run->read_s.size(); ++w) {
+      j.times.read_seconds += run->read_s[w];
+      j.times.decode_seconds += run->decode_s[w];
+    }
+    {
+      std::lock_guard<std::mutex> lock(wall_mutex_);
+      double charge = run->charge;
+      if (!run->charged) {  // BatchTimes::wall_seconds says why
+        const double window = n > 0 ? std::max(0.0, end - std::max(run->started, last_run_end_)) : 0.0;
+        std::vector<StartedRun*> inside;  // later runs already finished: they ran in this window
+        for (const auto& later : started_) {
+          if (later != run && !later->charged && later->finished.load(std::memory_order_acquire)) {
+            inside.push_back(later.get());
+          }
+        }
+        charge = window;
+        if (!inside.empty()) {
+          // By thread-seconds; by rows where none were measured (rows that failed at once).
+          double total = run->busy();
+          for (StartedRun* r : inside) total += r->busy();
+          const bool by_rows = total <= 0;
+          const auto weight = [&](const StartedRun& r) {
+            return by_rows ? static_cast<double>(r.job->inputs.size()) : r.busy();
+          };
+          if (by_rows) {
+            total = weight(*run);
+            for (StartedRun* r : inside) total += weight(*r);
+          }
+          if (total > 0) {
+            charge = window * weight(*run) / total;
+            for (StartedRun* r : inside) {
+              r->charge = window * weight(*r) / total;
+              r->charged = true;
+            }
+          }
+        }
+      }
+      j.times.wall_seconds += charge;
+      last_run_end_ = std::max(last_run_end_, end);
+      for (auto it = started_.begin(); it != started_.end(); ++it) {  // the front: runs end in start order
+        if (*it == run) {
+          started_.erase(it);
+          break;
+        }
+      }
+    }
+    on_done();
+  };
+  {
+    std::lock_guard<std::mutex> lock(wall_mutex_);
+    started_.push_back(run);
+  }
+  try {
+    pool_->enqueue(n, std::move(row), std::move(done), !overlap_runs());
+  } catch (...) {  // not queued (a forked child): it will never end
+    std::lock_guard<std::mutex> lock(wall_mutex_);
+    for (auto it = started_.begin(); it != started_.end(); ++it) {
+      if (*it == run) {
+        started_.erase(it);
+        break;
+      }
+    }
+    throw;
+  }
 }
 
 void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,

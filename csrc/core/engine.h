@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -11,7 +12,6 @@
 
 #include "core/augment.h"
 #include "core/sample.h"
-#include "core/serial_queue.h"
 #include "core/thread_pool.h"
 
 namespace fastdata {
@@ -51,7 +51,32 @@ struct BatchOutput {
 struct BatchTimes {
   double read_seconds = 0;    // summed over threads
   double decode_seconds = 0;  // decode + crop + resize, summed over threads
-  double wall_seconds = 0;    // the run from its start to its end (one clock)
+  // run: the run from its start to its end (one clock). start_run: runs overlap (the next
+  // one's rows start while the last rows of the one before finish), so each is charged its
+  // window, end - max(when start_run queued it, end of the run started before it) (ends come
+  // in the order the runs were started), and the runs' sum is the time the native threads had
+  // started runs to work on, no overlap counted twice; a run's rows over its wall_seconds is
+  // the rate the threads deliver rows at (the split balancer's measure). From the queuing, not
+  // its first row: the threads' wake-up is the native side's time too (from the first row,
+  // runs of a few tiny rows read as fast as the hybrid tests' 100,000 rows/s GPU). Runs started
+  // later that finished before a run's end (fewer rows than free threads) ran inside its
+  // window and would be charged ~0 (a rate spike the balancer takes many batches to forget):
+  // that window is shared among them and it by their read + decode seconds.
+  double wall_seconds = 0;
+};
+
+// An asynchronous run (Engine::start_run): run's arguments, owned, and what it fills in.
+// Held by the engine until on_done; results and times are complete when on_done is called.
+struct RunJob {
+  std::vector<SampleInput> inputs;
+  TransformSpec spec;
+  uint64_t seed = 0, epoch = 0;
+  std::vector<int64_t> indices;  // empty: row i's index is i
+  bool strict = false;
+  int64_t max_pixels = 0, max_file_bytes = 0;
+  BatchOutput out;
+  std::vector<SampleResult> results;
+  BatchTimes times;
 };
 
 // The order a run's threads claim its rows in: largest encoded size first when every row is
@@ -62,16 +87,20 @@ std::vector<size_t> claim_order(const std::vector<SampleInput>& inputs);
 // A/B switch (tests, benchmarks): false makes claim_order keep the rows' own order.
 void set_claim_largest_first(bool enabled);
 bool claim_largest_first();
+// A/B switch (tests, benchmarks): false puts back the barrier between started runs (no row of
+// a run is claimed before the run started before it has finished). Read at start_run.
+void set_overlap_runs(bool enabled);
+bool overlap_runs();
 
 class Engine {
  public:
-  // nice_increment > 0: the native threads (the pool's workers and the run queue's thread)
-  // run that many nice steps below the thread that created each of them (the engine's
-  // creator; for the queue thread, the first caller of submit), so that the threads
-  // feeding a GPU (and the training loop) get a core the moment they need one.
-  // thread_name: the native threads' OS name (the pool's workers and the run queue's thread).
+  // nice_increment > 0: the native threads (the pool's workers and its queue thread) run
+  // that many nice steps below the thread that created each of them (the engine's creator;
+  // for the queue thread, the first caller of start_run), so that the threads feeding a GPU
+  // (and the training loop) get a core the moment they need one.
+  // thread_name: the native threads' OS name (the pool's workers and its queue thread).
   explicit Engine(int threads, int nice_increment = 0, std::string thread_name = "fastdata-native");
-  ~Engine();  // runs what is queued first; in a forked child the pool and queue are leaked, not destroyed (ThreadPool says why)
+  ~Engine();  // finishes the started runs first; in a forked child the pool is leaked, not destroyed (ThreadPool says why)
   int threads() const { return pool_->size(); }
   // False when a native thread could not lower its priority as asked (a thread that has not
   // started yet has not tried: the pool's workers all have after a first parallel loop).
@@ -85,11 +114,15 @@ class Engine {
            const int64_t* indices, bool strict, int64_t max_pixels, int64_t max_file_bytes, const BatchOutput& out,
            std::vector<SampleResult>* results, BatchTimes* times);
 
-  // Queues job on the engine's run queue (SerialQueue: one thread, made at the first call):
-  // it runs after every job queued before it. An asynchronous batch is a job that calls
-  // run(); a synchronous call on another thread meanwhile waits for the pool (one parallel
-  // loop at a time). Throws std::runtime_error in a process forked after the queue was made.
-  void submit(std::function<void()> job);
+  // run, asynchronously: returns at once; job's rows are decoded on the pool's workers and
+  // its queue thread (ThreadPool::enqueue: size() threads in all), claimed after the rows of
+  // the runs started before it, with no barrier between runs (set_overlap_runs). on_done is
+  // called once job->results and job->times are complete, on a native thread (for a run of
+  // no rows perhaps on the caller), in the order the runs were started; it must not throw.
+  // A synchronous call meanwhile (run, plan, read_files) shares the workers: its caller
+  // starts on its rows at once, the workers join it once the earlier runs' rows are claimed.
+  // Throws std::runtime_error in a process forked after the engine was made.
+  void start_run(std::shared_ptr<RunJob> job, std::function<void()> on_done);
 
   // Where each sample's output comes from, without decoding pixels (for GPU decoders):
   // per sample the source box (x0, y0, x1, y1) in EXIF-oriented coordinates, the flip, the
@@ -119,12 +152,13 @@ class Engine {
 
  private:
   std::unique_ptr<ThreadPool> pool_;
+  // Per thread, by the pool's worker id: size() + 1 slots (the last is the queue thread's).
   std::vector<std::unique_ptr<SampleScratch>> scratch_;
   std::vector<std::vector<uint8_t>> file_buffers_;
-  mutable std::mutex queue_mutex_;      // guards the queue's creation
-  std::unique_ptr<SerialQueue> queue_;  // its jobs use the pool: destroyed (drained) before it
-  const int nice_increment_;
-  const std::string thread_name_;
+  struct StartedRun;  // engine.cpp
+  std::mutex wall_mutex_;  // guards what follows and StartedRun's charge
+  double last_run_end_ = 0;  // when the last started run finished (BatchTimes::wall_seconds)
+  std::deque<std::shared_ptr<StartedRun>> started_;  // the runs not yet done, in start order
 };
 
 // The encoded bytes of one input: its buffer, or its file read into file_buffer. False (with

@@ -466,7 +466,7 @@ class FastdataContender:
             if self.backend != "native":  # rows per decoder: a GPU backend that hands all to the CPU shows here
                 st = loader.stats()
                 self.detail.update(gpu_rows=st.gpu_rows, native_rows=st.native_rows, gpu_rejected=st.gpu_rejected,
-                                   gpu_share=round(st.gpu_share, 3))
+                                   gpu_share=round(st.gpu_share, 3), native_busy_in_runs=round(st.native_busy_in_runs, 3))
                 stages = getattr(loader._pipeline.decoders[0], "stage_seconds", None)
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)
                     self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}

@@ -168,7 +168,8 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     side is the limit; the first batches' slower calls can put that estimate above 100%, shown
     as 100%); the share of their CPU time the GPU decoder's threads spent runnable
     but waiting for a core (``thread_runqueue_seconds``); the cores of the native decode threads
-    and of the planning (inline engine) threads. The stage
+    and of the planning (inline engine) threads, with how busy the native threads were within
+    their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life). The stage
     seconds and rows are the decoder's totals since it was made, so per-row figures include
     the warm-up batches; the thread figures are the timed window's."""
     lines = []
@@ -194,6 +195,9 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         for kind, what in (("fastdata-native", "native decode"), ("fastdata-inline", "planning")):
             if threads.get(kind, 0.0) > 0 and seconds > 0:
                 line += f"; {what} threads {threads[kind] / seconds:.1f} cores"
+                if kind == "fastdata-native" and detail.get("native_busy_in_runs"):
+                    # the rest of their time in runs they waited for a run's last rows (LoaderStats)
+                    line += f", busy {detail['native_busy_in_runs']:.0%} within their runs"
         lines.append(line)
     return lines
 

@@ -36,7 +36,7 @@ class NativeDecoder:
     ``BatchReport`` (times, warnings, Pillow fallbacks, failures) for the loader's stats.
 
     The pipeline drives it directly (not through the GPU decoders' start/finish): ``start``
-    queues a batch's rows on the engine's run queue and ``finish`` waits for them, so batch
+    queues a batch's rows on the engine's threads and ``finish`` waits for them, so batch
     n + 1 is decoding while the producer hands out batch n (``depth`` 2); ``decode`` and
     ``run`` decode at once, on the calling thread and the engine's pool.
     """

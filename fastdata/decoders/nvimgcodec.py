@@ -21,9 +21,9 @@ decoder made a code stream object and read an array interface per image, and the
 of 256, hundreds of GIL hand-overs beside the training thread. On the H200, gpu-only training
 ran 57-60% of synthetic through that API and 71-75% through this call (docs/results.md).
 
-Which rows: 8-bit Huffman JPEGs with 3 components that end with EOI (routing.py's
-``gpu_decodable``; gray files go native, see ``accepts``), 4:2:0, 4:2:2 or 4:4:4
-(``ENGINE_SUBSAMPLINGS``: 4:4:0 and 4:1:1 go native), and not progressive:
+Which rows: 8-bit Huffman JPEGs with 1 or 3 components that end with EOI (routing.py's
+``gpu_decodable``), gray, 4:2:0, 4:2:2 or 4:4:4 (``ENGINE_SUBSAMPLINGS``: 4:4:0 and 4:1:1 go
+native; a gray file reaches the engines with 1x1 sampling factors, see ``engine_bytes``), and not progressive:
 the hardware engines decode baseline scans only, and a progressive file on them comes back
 refused after the batch (a serial native re-decode), so it is routed to the native threads up front. Rows
 the engines still refuse, whose header nvImageCodec cannot read, or whose size differs from
@@ -71,7 +71,9 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # 9,473 with instances of their own against 8,773 shared (one pair, another call). The cost: six
 # instances to create instead of two (hybrid's first batch came 8.5 s after its start against
 # 4.5 s, one run each).
-ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4")
+# Gray files joined them on 2026-12-04: the demo mix is 5% gray, and the native threads, which
+# decode every row the engines do not take, are hybrid's bound there (docs/results.md).
+ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4", "gray")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
@@ -262,14 +264,10 @@ class NvImageCodecDecoder:
 
     # ---- the Decoder protocol ----
     def accepts(self, batch: PlannedBatch) -> np.ndarray:
-        ok = gpu_decodable(batch)
+        ok = gpu_decodable(batch)  # 1 or 3 components (gray ones are given 1x1 sampling: engine_bytes)
         if not ok.any():  # also a batch without a plan, whose header facts are not there
             return ok
         plan = batch.plan
-        # Gray JPEGs go native: decoded on the H200's engines (nvImageCodec 0.9) the demo set's
-        # gray files came back 11-14 dB off the native decode, 5 of 5 (2026-12-02), though a
-        # synthetic gray file matched Pillow; until that is understood, no wrong pixels.
-        ok &= np.asarray(plan.components) == 3
         # Very large images go native: the decoded images of the batches in flight live, whole
         # (not cropped), on the training GPU.
         sizes = np.asarray(plan.sizes, np.int64)
@@ -377,7 +375,8 @@ class NvImageCodecDecoder:
         stream = self._decode_streams[k]
 
         def call(positions: np.ndarray, cuda_stream: int) -> np.ndarray:
-            datas = [batch.datas[decoded.rows[p]] for p in positions]
+            datas = [engine_bytes(batch.datas[decoded.rows[p]], batch.plan.components[decoded.rows[p]])
+                     for p in positions]
             return np.asarray(self._decoders[k].decode(datas, decoded.buffer.data_ptr(), decoded.nbytes,
                                                        layout.base[positions], layout.height[positions],
                                                        layout.width[positions], cuda_stream))
@@ -465,6 +464,54 @@ class NvImageCodecDecoder:
                                 self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
         self.stage_seconds["resample"] += time.perf_counter() - t0
         return DecodedRows(pixels=pixels, rejected=rejected)
+
+
+# SOF markers of Huffman JPEGs (baseline, extended, progressive): what gpu_decodable lets through.
+_SOF_HUFFMAN = (0xC0, 0xC1, 0xC2)
+
+
+def engine_bytes(data: np.ndarray, components: int) -> np.ndarray:
+    """The bytes the engines are given for a row: the file's own, except for a one-component
+    (gray) JPEG whose frame header gives that component sampling factors other than 1x1, which
+    gets a copy with 1x1 there.
+
+    Why: on the H200's engines (nvImageCodec 0.9.0, HW_GPU_ONLY) every gray JPEG with 2x2 factors
+    (what Pillow writes for ``subsampling=2``, as the demo set's are) came back 9.5-12.5 dB off
+    libjpeg's decode, 6 demo files and 5 synthetic sizes from 64x48 to 1052x592, while the same
+    files with 1x1 factors decoded identically to Pillow (2026-12-04, .devrun-style probe in
+    docs/results.md). With one component the factors decode to the same pixels (ITU T.81 A.1.1:
+    the component's size is X * H / Hmax = X; a one-component scan is non-interleaved, one block
+    per MCU), so the copy is the same image; libjpeg decodes both to identical bytes (tested).
+    Any frame header this walk cannot read leaves the bytes as they are (the plan read them)."""
+    if components != 1:
+        return data
+    at = _sof_component_sampling_offset(data)
+    if at is None or data[at] == 0x11:
+        return data
+    fixed = np.frombuffer(data, np.uint8).copy()
+    fixed[at] = 0x11
+    return fixed
+
+
+def _sof_component_sampling_offset(data: np.ndarray) -> Optional[int]:
+    """Offset of the first component's sampling byte in the frame header (SOF0/1/2), or None."""
+    n, at = len(data), 2  # after SOI
+    while at + 4 <= n:
+        if data[at] != 0xFF:
+            return None
+        marker = int(data[at + 1])
+        if marker == 0xFF:  # a fill byte before the marker
+            at += 1
+            continue
+        length = (int(data[at + 2]) << 8) | int(data[at + 3])
+        if marker in _SOF_HUFFMAN:
+            # FF Cn, length (2), precision (1), height (2), width (2), components (1), then per
+            # component: id (1), sampling (1), table (1)
+            return at + 11 if length >= 11 and at + 11 < n else None
+        if marker == 0xDA or length < 2:  # a scan before any frame header, or a broken length
+            return None
+        at += 2 + length
+    return None
 
 
 def _at_least_one(name: str, value: Any) -> int:

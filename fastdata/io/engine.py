@@ -89,7 +89,7 @@ class BatchReport:
     failed_rows: List[int] = field(default_factory=list)
     read_seconds: float = 0.0
     decode_seconds: float = 0.0
-    wall_seconds: float = 0.0  # the run's own duration (a started run: its time on the queue thread)
+    wall_seconds: float = 0.0  # the run's own duration (a started run: its share of the native threads' time, BatchTimes)
     warnings: int = 0
     fallbacks: int = 0
 
@@ -228,8 +228,8 @@ class Engine:
     """A persistent pool of ``threads`` native threads (the calling thread counts as one).
 
     ``run`` releases the GIL while it works, so it can run on a Python background thread
-    while the training step runs. Calls on one engine are serialized; ``start`` queues a
-    batch on the engine's own queue thread instead.
+    while the training step runs. Synchronous calls on one engine are serialized; ``start``
+    queues a batch on the engine's threads instead and returns at once.
 
     ``nice`` > 0: the native threads run that many nice steps below the thread that made the
     engine (Linux thread priority), so other threads of the process (the ones feeding a GPU,
@@ -319,13 +319,16 @@ class Engine:
               max_pixels: int = DEFAULT_MAX_PIXELS, names: Optional[Sequence[str]] = None,
               roi: bool = True, normalize: Optional[Tuple[Sequence[float], Sequence[float]]] = None,
               max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> "EngineRun":
-        """``run``, queued: the engine's queue thread decodes it (after the runs started before
-        it) while the caller goes on; ``finish()`` on the result waits and returns the report.
-        ``out`` (and the items' buffers) must stay untouched until then. The Loader starts
-        batch n + 1 this way while it hands out batch n, so the native threads never wait
-        for its Python. A synchronous call (``run``, ``plan``) on the same engine meanwhile
-        shares the native threads with the queued runs (one batch at a time holds them), so
-        it can wait a whole batch: use a second engine for work needed at once."""
+        """``run``, queued: the engine's threads decode it while the caller goes on, its rows
+        claimed once the runs started before it have none left to claim (no barrier between
+        runs: the last rows of one batch do not idle the other threads; ``_C._set_overlap_runs``
+        puts the barrier back, for A/B runs), and it finishes after them. ``finish()`` on the
+        result waits and returns the report. ``out`` (and the items' buffers) must stay
+        untouched until then. The Loader starts batch n + 1 this way while it hands out batch
+        n, so the native threads never wait for its Python. A synchronous call (``run``,
+        ``plan``) on the same engine meanwhile starts on its rows at once on the calling
+        thread, and the native threads join it once the started runs' rows are claimed: use a
+        second engine for work needed at once."""
         call = _RunCall(self, items, transform, out, seed, epoch, indices, strict, max_pixels, names, roi, normalize,
                         max_file_bytes)
         with self._lock:

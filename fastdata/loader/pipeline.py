@@ -214,9 +214,9 @@ class BatchPipeline:
             GpuNormalizer(mean, std, dtype, channels_last, self.device)
         self._cpu_norm = cpu_norm
         native = dict(seed=self.seed, strict=strict, max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes,
-                      roi=roi, normalize=cpu_norm, on_report=self._count_report)
-        self.native = NativeDecoder(self.engine, transform, **native)
-        self.inline = NativeDecoder(self.inline_engine, transform, **native)
+                      roi=roi, normalize=cpu_norm)
+        self.native = NativeDecoder(self.engine, transform, on_report=self._count_native_report, **native)
+        self.inline = NativeDecoder(self.inline_engine, transform, on_report=self._count_report, **native)
         self.decoders: List[Decoder] = ([gpu] if gpu is not None else []) + [self.native]
         self.depth = max(d.depth for d in self.decoders)
         # A slot is taken when its batch is submitted: ``depth`` batches hold one at once.
@@ -463,6 +463,13 @@ class BatchPipeline:
     def _count_report(self, report: BatchReport) -> None:
         self._count(read_seconds=report.read_seconds, decode_seconds=report.decode_seconds,
                     warnings=report.warnings, fallbacks=report.fallbacks)
+
+    def _count_native_report(self, report: BatchReport) -> None:
+        """A queued run of the native threads: also how long it ran and how busy they were in it
+        (LoaderStats.native_occupancy, native_busy_in_runs: where those threads idle)."""
+        self._count_report(report)
+        self._count(native_run_seconds=report.wall_seconds,
+                    native_busy_seconds=report.read_seconds + report.decode_seconds)
 
     def _count(self, **deltas: float) -> None:
         if self._on_stats is not None:

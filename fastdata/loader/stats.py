@@ -29,6 +29,9 @@ class LoaderStats:
     gpu_rows: int              # rows the GPU decoder delivered (backend gpu, hybrid, nvjpeg, dali)
     native_rows: int           # rows the native threads decoded (those the GPU was not given, and gpu_rejected)
     gpu_rejected: int          # rows the GPU decoder was given but handed back (decoded natively)
+    native_run_seconds: float  # the native threads' queued runs, each from its start to its end (wall,
+                               # not summed over threads): how long they had a batch to decode
+    native_busy_seconds: float # those runs' read + decode time, summed over the native threads
     cpu_seconds: float         # this process's CPU time (all threads) over wall_seconds
     threads: int
     prefetch: int
@@ -39,6 +42,19 @@ class LoaderStats:
         """Share of the rows the GPU decoded (the hybrid split, averaged over batches)."""
         rows = self.gpu_rows + self.native_rows
         return self.gpu_rows / rows if rows else 0.0
+
+    @property
+    def native_occupancy(self) -> float:
+        """Share of wall time the native threads had a queued run to decode (1 - this: the
+        producer had queued none, e.g. while it planned or waited for the GPU side)."""
+        return self.native_run_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def native_busy_in_runs(self) -> float:
+        """Share of the native threads' time inside their runs spent reading and decoding (1 - this:
+        threads idle while a run's last rows finish, before the next run starts)."""
+        span = self.threads * self.native_run_seconds
+        return self.native_busy_seconds / span if span > 0 else 0.0
 
     @property
     def cpu_cores(self) -> float:
@@ -56,7 +72,7 @@ class StatsCounter:
 
     _FIELDS = ("batches", "images", "wait_seconds", "fetch_seconds", "read_seconds", "decode_seconds",
                "h2d_seconds", "failures", "replacement_failures", "warnings", "fallbacks", "gpu_rows", "native_rows",
-               "gpu_rejected")
+               "gpu_rejected", "native_run_seconds", "native_busy_seconds")
 
     def __init__(self, threads: int, prefetch: int, batch_size: int):
         self._lock = threading.Lock()

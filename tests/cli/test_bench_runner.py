@@ -265,7 +265,7 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
 
     hybrid = {"name": "fastdata-hybrid", "label": "hybrid", "status": "ok", "images_per_s": 20000.0,
               "timed_seconds": 10.0,
-              "detail": {"gpu_rows": 120000, "native_rows": 80000, "gpu_share": 0.6,
+              "detail": {"gpu_rows": 120000, "native_rows": 80000, "gpu_share": 0.6, "native_busy_in_runs": 0.834,
                          "gpu_stage_seconds": {"decode": 9.0, "decode_cpu": 6.0, "resample": 4.0, "gpu_wait": 0.1}},
               "thread_cpu_seconds": {"py:fastdata-gpu-decode": 7.0, "py:fastdata-gpu-resample": 2.0,
                                      "[NVIMGCODEC][TP": 1.0, "fastdata-native": 100.0, "fastdata-inline": 8.0,
@@ -277,7 +277,7 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     # 12,000 GPU rows/s at 75 us of stage wall per row: 90% busy; feeders 4 of 10 CPU-s waiting
     assert lines == ["hybrid: GPU side 12,000 rows/s; its decode calls 75 us of wall and 50 us of CPU per row, "
                      "the stage busy 90%; its threads waited for a core 40% of their CPU time; "
-                     "native decode threads 10.0 cores; planning threads 0.8 cores"]
+                     "native decode threads 10.0 cores, busy 83% within their runs; planning threads 0.8 cores"]
     hybrid["thread_runqueue_seconds"] = None  # not kept by the kernel (or an older result): left out, not 0%
     hybrid["detail"]["gpu_stage_seconds"]["decode"] = 12.0  # 100 us per row at 12,000 rows/s: capped
     del hybrid["thread_cpu_seconds"]["fastdata-native"]  # gpu-only: no native decode threads busy

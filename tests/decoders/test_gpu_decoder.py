@@ -100,10 +100,11 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
         a, fa, ra = gpu.run(paths, indices, 2)
         b, fb, rb = native.run(paths, indices, 2)
         stats = dict(gpu.stats)
-    # Baseline and EXIF-rotated JPEGs went to the decoder; gray, CMYK, progressive, PNG,
+    # Baseline, gray and EXIF-rotated JPEGs went to the decoder; CMYK, progressive, PNG,
     # truncated, garbage and missing did not (they are the native decoder's).
-    to_gpu = {"exif6.jpg", "exif7.jpg"} | set(names[:PLAIN])
-    assert stats["gpu_rows"] == len(to_gpu) and decoder.given == [len(to_gpu)]
+    to_gpu = {"gray.jpg", "exif6.jpg", "exif7.jpg"} | set(names[:PLAIN])
+    # one call per subsampling: the gray file's, and the 4:2:0 files'
+    assert stats["gpu_rows"] == len(to_gpu) and sorted(decoder.given) == [1, len(to_gpu) - 1]
     assert stats["gpu_rejected"] == 0
     assert ra == rb and [(e.index, e.name) for e in fa] == [(e.index, e.name) for e in fb]
     for row, name in enumerate(names):
@@ -113,19 +114,20 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
             assert psnr(a[row], b[row]) >= 35, (name, psnr(a[row], b[row]))
 
 
-def test_the_engines_take_baseline_colour_files_of_their_subsamplings_only():
-    """4:2:0, 4:2:2 and 4:4:4 (ENGINE_SUBSAMPLINGS) go to the engines; gray and progressive files
+def test_the_engines_take_baseline_files_of_their_subsamplings_only():
+    """4:2:0, 4:2:2, 4:4:4 and gray (ENGINE_SUBSAMPLINGS) go to the engines; progressive files
     go native, as do subsamplings outside ENGINE_SUBSAMPLINGS."""
     from fastdata.decoders import nvimgcodec
 
     img = photo_like(48, 64)
     files = {"4:2:0": encode_jpeg(img), "4:2:2": encode_jpeg(img, subsampling="4:2:2"),
              "4:4:4": encode_jpeg(img, subsampling="4:4:4"), "progressive": encode_jpeg(img, progressive=True),
-             "gray": encode_jpeg(img.convert("L")), "4:2:0 exif 6": encode_jpeg(img, orientation=6)}
+             "gray": encode_jpeg(img.convert("L")), "gray 2x2": gray_jpeg_2x2(img),
+             "4:2:0 exif 6": encode_jpeg(img, orientation=6)}
     transform = fastdata.RandomResizedCrop(32)
     with fastdata.Engine(1) as engine:
         batch = plan_batch(list(files.values()), np.arange(len(files)), 0, [None] * len(files), engine, transform, seed=0)
-    assert nvimgcodec.ENGINE_SUBSAMPLINGS == ("4:2:0", "4:2:2", "4:4:4")
+    assert nvimgcodec.ENGINE_SUBSAMPLINGS == ("4:2:0", "4:2:2", "4:4:4", "gray")
     decoder = CpuEngines(transform)
     try:
         taken = dict(zip(files, decoder.accepts(batch).tolist()))
@@ -133,10 +135,10 @@ def test_the_engines_take_baseline_colour_files_of_their_subsamplings_only():
         any_kind = dict(zip(files, decoder.accepts(batch).tolist()))
     finally:
         decoder.close()
-    assert taken == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": False, "gray": False,
-                     "4:2:0 exif 6": True}
-    assert any_kind == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": True, "gray": False,
-                        "4:2:0 exif 6": True}
+    assert taken == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": False, "gray": True,
+                     "gray 2x2": True, "4:2:0 exif 6": True}
+    assert any_kind == {"4:2:0": True, "4:2:2": True, "4:4:4": True, "progressive": True, "gray": True,
+                        "gray 2x2": True, "4:2:0 exif 6": True}
     # A subsampling taken off the list goes native; the list is read when the decoder is made,
     # with the instances that decode it, so widening it later cannot route rows to no instance.
     codes = list(nvimgcodec.ENGINE_SUBSAMPLING_CODES)
@@ -149,7 +151,73 @@ def test_the_engines_take_baseline_colour_files_of_their_subsamplings_only():
         fewer = dict(zip(files, decoder.accepts(batch).tolist()))
     finally:
         decoder.close()
-    assert fewer == {**taken, "4:2:2": False, "4:4:4": False}
+    assert fewer == {**taken, "4:2:2": False, "4:4:4": False, "gray": False, "gray 2x2": False}
+
+
+def gray_jpeg_2x2(img) -> bytes:
+    """A gray JPEG whose one component has 2x2 sampling factors (Pillow's ``subsampling=2``, as
+    the demo set's gray files have): the kind the engines decode wrong as it is (engine_bytes)."""
+    import io
+
+    buf = io.BytesIO()
+    img.convert("L").save(buf, "JPEG", quality=90, subsampling=2)
+    return buf.getvalue()
+
+
+def sampling_bytes(data: bytes) -> list:
+    """Each frame component's sampling byte, as Pillow's parser reads the SOF (the oracle for
+    engine_bytes' own walk)."""
+    from PIL import Image
+    import io
+
+    return [h << 4 | v for _, h, v, _ in Image.open(io.BytesIO(data)).layer]
+
+
+@pytest.mark.parametrize("kind", ["baseline", "progressive", "exif", "optimized"])
+def test_engine_bytes_give_a_gray_file_1x1_sampling_and_the_same_pixels(kind):
+    from PIL import Image
+    import io
+
+    from fastdata.decoders.nvimgcodec import engine_bytes
+
+    img = photo_like(37, 53).convert("L")
+    extra = {"progressive": dict(progressive=True), "exif": dict(exif=b"Exif\x00\x00" + bytes(20)),
+             "optimized": dict(optimize=True)}.get(kind, {})
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=90, subsampling=2, **extra)
+    data = np.frombuffer(buf.getvalue(), np.uint8)
+    assert sampling_bytes(data.tobytes()) == [0x22]
+    fixed = engine_bytes(data, 1)
+    assert sampling_bytes(fixed.tobytes()) == [0x11]
+    # One byte changed, the caller's bytes untouched, and libjpeg (fastdata's engine and Pillow)
+    # decodes the copy to the very same pixels.
+    assert int((fixed != data).sum()) == 1 and sampling_bytes(data.tobytes()) == [0x22]
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(fixed.tobytes()))),
+                          np.asarray(Image.open(io.BytesIO(data.tobytes()))))
+    with fastdata.Engine(1) as engine:
+        a, b = np.zeros((2, 32, 32, 3), np.uint8), np.zeros((2, 32, 32, 3), np.uint8)
+        engine.run([data, data], fastdata.RandomResizedCrop(32), a, indices=np.arange(2))
+        engine.run([fixed, fixed], fastdata.RandomResizedCrop(32), b, indices=np.arange(2))
+    assert np.array_equal(a, b) and a.any()
+
+
+def test_engine_bytes_leave_other_files_as_they_are():
+    from fastdata.decoders.nvimgcodec import engine_bytes
+
+    img = photo_like(37, 53)
+    colour = np.frombuffer(encode_jpeg(img), np.uint8)
+    gray_1x1 = np.frombuffer(encode_jpeg(img.convert("L")), np.uint8)
+    assert sampling_bytes(gray_1x1.tobytes()) == [0x11]
+    assert engine_bytes(colour, 3) is colour and engine_bytes(gray_1x1, 1) is gray_1x1
+    gray = np.frombuffer(gray_jpeg_2x2(img), np.uint8)
+    # A header the walk cannot read (cut before the frame header, no marker where one must be)
+    # is left alone: the decode that follows reports it.
+    sof = int(np.flatnonzero((gray[:-1] == 0xFF) & (gray[1:] == 0xC0))[0])
+    cut = gray[:sof + 5]
+    assert engine_bytes(cut, 1) is cut
+    broken = gray.copy()
+    broken[2] = 0x00
+    assert engine_bytes(broken, 1) is broken
 
 
 @needs_interpreter
@@ -235,9 +303,11 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
     cfg = dict(transform=transform, device="cpu", dtype=torch.uint8, batch_size=8, threads=2, seed=9,
                shuffle=False, prefetch=4)
     out = {}
+    from fastdata.decoders.nvimgcodec import ENGINE_SUBSAMPLINGS
+    per_lane = 2 * len(ENGINE_SUBSAMPLINGS)  # 2 per subsampling the engines take (this set has the first 3)
     for lanes in (1, 2):
         decoder = CpuEngines(transform, lanes=lanes, decode_threads=2)
-        assert len(decoder._decoders) == 6 * lanes  # 2 per subsampling, per lane
+        assert len(decoder._decoders) == per_lane * lanes
         with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
             batches = list(loader)
             stats = loader.stats()
@@ -247,8 +317,9 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
     (a, la, one), (b, lb, two) = out[1], out[2]
     assert la.tolist() == lb.tolist() == list(range(len(paths)))
     assert torch.equal(a, b)
-    # every instance of both lanes took rows (lane 1's are 6-11): the batches went to both lanes
-    assert set(one.instances) == set(range(6)) and set(two.instances) == set(range(12)), (one.instances, two.instances)
+    # both instances of each of the set's subsamplings, in both lanes, took rows: the batches went to both lanes
+    assert set(one.instances) == set(range(6)), one.instances
+    assert set(two.instances) == set(range(6)) | set(range(per_lane, per_lane + 6)), two.instances
     with pytest.raises(ValueError, match="lanes"):
         CpuEngines(transform, lanes=0)
 
@@ -307,7 +378,8 @@ def test_each_subsampling_has_instances_of_its_own_and_the_rows_keep_their_place
     transform = fastdata.RandomResizedCrop(32)
     cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
     decoder = CpuEngines(transform, decode_threads=2)
-    assert len(decoder._decoders) == 6
+    from fastdata.decoders.nvimgcodec import ENGINE_SUBSAMPLINGS
+    assert len(decoder._decoders) == 2 * len(ENGINE_SUBSAMPLINGS)  # this set uses the colour ones' 6
     with make_backend(decoder, transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
         a, fa, _ = gpu.run(paths, np.arange(len(paths)), 0)
         gpu.run(paths[::-1], np.arange(len(paths)), 1)  # a second batch: each instance keeps its subsampling

@@ -70,12 +70,12 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
     engine = Engine(2)
     plan = engine.plan([np.fromfile(p, np.uint8) for p in paths], transform, seed=5, epoch=1, indices=indices)
     engine.close()
-    # Every baseline 3-component 4:2:0, 4:2:2 and 4:4:4 JPEG went to the engines (gray, CMYK and
-    # progressive go native); they refused few, counted.
+    # Every baseline 4:2:0, 4:2:2, 4:4:4 and gray JPEG went to the engines (CMYK and progressive
+    # go native); they refused few, counted.
     names = fastdata._C.SUBSAMPLING_NAMES
-    assert rows == [r for r in range(len(paths)) if plan.components[r] == 3 and not plan.progressive[r]
+    assert rows == [r for r in range(len(paths)) if plan.components[r] in (1, 3) and not plan.progressive[r]
                     and names[plan.subsamplings[r]] in nvimgcodec.ENGINE_SUBSAMPLINGS]
-    assert {names[plan.subsamplings[r]] for r in rows} == {"4:2:0", "4:2:2", "4:4:4"}
+    assert {names[plan.subsamplings[r]] for r in rows} == {"4:2:0", "4:2:2", "4:4:4", "gray"}
     assert stats["gpu_rejected"] == len(refused) <= 0.1 * len(rows) and stats["gpu_rows"] == len(rows) - len(refused)
     # The boxes and flips the GPU used are the native plan's for (seed, epoch, index), bit for bit.
     kept = [r for r in rows if r not in set(refused)]
@@ -85,6 +85,10 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
     assert 10 * np.log10(255 ** 2 / mse) >= 35
     scores = [psnr(a[r], b[r]) for r in range(len(paths))]
     assert min(scores) >= 30, sorted(scores)[:5]
+    # The demo set's gray files have 2x2 sampling factors, which the engines decoded 9-12 dB off
+    # until engine_bytes gave them 1x1 (docs/results.md, 2026-12-04).
+    gray = [r for r in kept if names[plan.subsamplings[r]] == "gray"]
+    assert gray and min(scores[r] for r in gray) >= 35, [scores[r] for r in gray]
 
 
 @pytest.mark.parametrize("backend", ["gpu", "hybrid"])

@@ -6,8 +6,13 @@ test makes broken on purpose.
 """
 from __future__ import annotations
 
+import gc
 import io
 import math
+import os
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -173,3 +178,223 @@ def test_each_row_lands_in_its_own_place_whatever_the_claim_order():
         assert not out2[2].any()
         keep = [0, 1, 3, 4, 5]
         np.testing.assert_array_equal(out2[keep], out[keep])
+
+
+# Started runs overlap: once every row of a run has been claimed, free threads take rows of the
+# next one (no barrier between runs). Oracle: the same rows decoded by a synchronous run.
+
+def _started_batches(seed: int, runs: int = 12):
+    """``runs`` batches of 1..40 rows drawn from JPEGs of varied sizes; every fourth batch has a
+    corrupt row (a JPEG start, then noise: a native decode error), and (batch, row) of each."""
+    rng = np.random.default_rng(seed)
+    pool = [encode_jpeg(photo_like(int(h), int(w), index=i), quality=int(q))
+            for i, (h, w, q) in enumerate(zip(rng.integers(24, 200, 40), rng.integers(24, 200, 40),
+                                              rng.integers(50, 96, 40)))]
+    batches, corrupt = [], []
+    for b in range(runs):
+        n = int(rng.integers(1, 41)) if b else 40
+        items = [pool[int(k)] for k in rng.integers(0, len(pool), n)]
+        if b % 4 == 1:
+            row = int(rng.integers(0, n))
+            items[row] = b"\xff\xd8\xff" + rng.bytes(int(rng.integers(500, 30000)))
+            corrupt.append((b, row))
+        batches.append(items)
+    return batches, corrupt
+
+
+_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def _started_equal_synchronous(threads: int) -> None:
+    batches, corrupt = _started_batches(seed=threads)
+    rrc = fastdata.RandomResizedCrop(24)
+    with fastdata.Engine(threads) as engine:
+        def args(b):
+            dtype = np.float32 if b % 3 == 2 else np.uint8  # every third run: normalized float32 rows
+            out = np.full((len(batches[b]), 24, 24, 3), 7, dtype)
+            kw = dict(seed=b, epoch=2, indices=np.arange(len(batches[b])) + 100 * b,
+                      normalize=_MEAN_STD if dtype == np.float32 else None)
+            return out, kw
+
+        started = []
+        for b, items in enumerate(batches):  # back to back, none finished in between
+            out, kw = args(b)
+            started.append((out, engine.start(items, rrc, out, **kw)))
+        reports = [run.finish() for _, run in started]
+        for b, items in enumerate(batches):
+            want, kw = args(b)
+            ref = engine.run(items, rrc, want, **kw)
+            out, report = started[b][0], reports[b]
+            assert out.tobytes() == want.tobytes(), b
+            rows = [row for bb, row in corrupt if bb == b]
+            assert report.failed_rows == ref.failed_rows == rows, b
+            assert [str(e) for e in report.failures] == [str(e) for e in ref.failures]
+            assert report.warnings == ref.warnings
+            for row in rows:
+                assert not out[row].any()  # zero-filled; the others decoded
+            assert all(out[r].any() for r in range(len(items)) if r not in rows)
+            assert report.wall_seconds >= 0 and (report.decode_seconds > 0 or len(rows) == len(items))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_runs_started_back_to_back_equal_synchronous_runs(threads):
+    assert _C._overlap_runs() is True  # the default
+    _started_equal_synchronous(threads)
+
+
+def test_runs_started_back_to_back_without_overlap_equal_synchronous_runs():
+    was = _C._set_overlap_runs(False)  # the A/B switch: the old barrier between runs
+    try:
+        assert was is True and _C._overlap_runs() is False
+        _started_equal_synchronous(3)
+    finally:
+        _C._set_overlap_runs(was)
+    assert _C._overlap_runs() is True
+
+
+def test_a_synchronous_run_while_runs_are_started_is_correct():
+    batches, _ = _started_batches(seed=7, runs=6)
+    rrc = fastdata.RandomResizedCrop(24)
+    with fastdata.Engine(3) as engine:
+        want = [np.empty((len(items), 24, 24, 3), np.uint8) for items in batches]
+        for items, w in zip(batches, want):
+            engine.run(items, rrc, w, seed=3)
+        outs = [np.full_like(w, 7) for w in want]
+        runs = [engine.start(items, rrc, o, seed=3) for items, o in zip(batches, outs)]
+        # The caller works on its own rows at once (worker 0), the workers join once the started
+        # runs' rows are claimed; the queue thread (its own scratch) keeps to the started runs.
+        sync = [np.full_like(w, 7) for w in want]
+        for items, s in zip(batches, sync):
+            engine.run(items, rrc, s, seed=3)
+        plan = engine.plan(batches[0], rrc, seed=3)
+        for r in runs:
+            r.finish()
+        for w, o, s in zip(want, outs, sync):
+            assert o.tobytes() == w.tobytes() and s.tobytes() == w.tobytes()
+        assert plan.failed_rows == [row for row in range(len(batches[0])) if not want[0][row].any()]
+
+
+def test_a_native_engine_destroyed_with_runs_started_finishes_them_first():
+    """The native destructor waits for every started run (its caller holds the buffers): the
+    handles then report the same as synchronous runs. On a thread, so that a hang fails."""
+    batches, corrupt = _started_batches(seed=11, runs=8)
+    s = spec(out_h=24, out_w=24)
+    ref_engine = _C.Engine(2)
+    want = [np.empty((len(items), 24, 24, 3), np.uint8) for items in batches]
+    refs = [ref_engine.run(items, s, w, 5, 0, None, False, 0, 0) for items, w in zip(batches, want)]
+    got: dict = {}
+
+    def scenario():
+        engine = _C.Engine(3)
+        outs = [np.full_like(w, 7) for w in want]
+        pending = [engine.start_run(items, s, o, 5, 0, None, False, 0, 0) for items, o in zip(batches, outs)]
+        del engine
+        gc.collect()  # the native destructor runs here, with runs still started
+        got["done"] = [p.done() for p in pending]
+        got["reports"] = [p.wait() for p in pending]
+        got["outs"] = outs
+
+    t = threading.Thread(target=scenario, daemon=True)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive(), "destroying an engine with runs started hung"
+    assert all(got["done"])  # finished by the destructor
+    for b, (o, w, report, ref) in enumerate(zip(got["outs"], want, got["reports"], refs)):
+        assert o.tobytes() == w.tobytes(), b
+        assert [(f.row, f.status) for f in report.failures] == [(f.row, f.status) for f in ref.failures]
+        assert [f.row for f in report.failures] == [row for bb, row in corrupt if bb == b]
+
+
+def test_started_runs_wall_seconds_count_overlap_once():
+    """Each started run is charged from the later of its start and the previous run's end to
+    its own end: the sum is at most the time the sequence took, and more than nothing."""
+    batches, _ = _started_batches(seed=5)
+    rrc = fastdata.RandomResizedCrop(24)
+    with fastdata.Engine(3) as engine:
+        outs = [np.empty((len(items), 24, 24, 3), np.uint8) for items in batches]
+        t0 = time.monotonic()
+        runs = [engine.start(items, rrc, o) for items, o in zip(batches, outs)]
+        walls = [r.finish().wall_seconds for r in runs]
+        elapsed = time.monotonic() - t0
+    assert all(w >= 0 for w in walls)
+    assert 0 < sum(walls) <= elapsed + 1e-4
+
+
+def test_a_started_run_s_rows_start_while_the_run_before_it_still_decodes():
+    """Run A is one slow row (a full decode of a 3000x3000 JPEG, ~40 ms here), run B many small
+    ones (~3 ms of decoding), on two threads. With the overlap one thread decodes A's row while
+    the other decodes all of B: the two runs are charged together about A's time alone (B ran
+    inside A's window, which they share by decode seconds: B is not charged ~0, which would read
+    as a huge rate). With the old barrier B started once A had ended: at least A's row plus B's
+    span (half its two threads' decode seconds)."""
+    big = encode_jpeg(Image.fromarray(np.tile(np.asarray(photo_like(500, 500, index=3)), (6, 6, 1))), quality=95)
+    small = [encode_jpeg(photo_like(96, 128, index=i), quality=85) for i in range(80)]
+    rrc = fastdata.RandomResizedCrop(32)
+
+    def a_then_b():
+        out_a, out_b = np.empty((1, 32, 32, 3), np.uint8), np.empty((len(small), 32, 32, 3), np.uint8)
+        run_a = engine.start([big], rrc, out_a, roi=False)
+        run_b = engine.start(small, rrc, out_b)
+        a, b = run_a.finish(), run_b.finish()
+        assert not a.failures and not b.failures and b.wall_seconds > 0
+        return a.wall_seconds + b.wall_seconds, a.decode_seconds, b.decode_seconds, b.wall_seconds
+
+    with fastdata.Engine(2) as engine:
+        was = _C._set_overlap_runs(False)
+        try:
+            wall, a, b, _ = a_then_b()
+            assert wall >= a + 0.45 * b, (wall, a, b)
+        finally:
+            _C._set_overlap_runs(was)
+        # A few tries: B must finish on one thread while A's row decodes on the other, which a
+        # loaded machine can delay; without the overlap no try can pass.
+        tries = []
+        for _ in range(3):
+            wall, a, b, b_wall = a_then_b()
+            tries.append((wall, a, b, b_wall))
+            if wall < a + 0.3 * b:
+                assert b_wall > 0.5 * b, tries  # its share of A's window: ~a * b / (a + b)
+                break
+        else:
+            pytest.fail(f"run B did not overlap run A: (wall, A's and B's decode seconds, B's wall) {tries}")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_start_run_in_a_forked_child_raises_instead_of_hanging():
+    """A child has none of its parent's native threads: start_run refuses there (whether the
+    queue thread was made yet or not, and for a pool of one thread too), rather than queue a run
+    nothing would finish; a handle the parent started, dropped in the child, does not wait."""
+    items = [encode_jpeg(photo_like(40, 48, index=i), quality=90) for i in range(3)]
+    s = spec()
+    engines = [_C.Engine(1), _C.Engine(3), _C.Engine(2)]
+    out = np.empty((3, 8, 8, 3), np.uint8)
+    engines[2].start_run(items, s, out, 0, 0, None, False, 0, 0).wait()  # its queue thread exists
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        said = []
+        try:
+            os.close(r)
+            for engine in engines:
+                try:
+                    engine.start_run(items, s, np.empty_like(out), 0, 0, None, False, 0, 0)
+                    said.append("no error")
+                except RuntimeError as e:
+                    said.append(str(e))
+        finally:
+            os.write(w, "\n".join(said).encode())
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 60
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("start_run in a forked child hung")
+        time.sleep(0.02)
+    with os.fdopen(r) as f:
+        said = f.read().split("\n")
+    assert len(said) == 3 and all("before a fork" in m and "do not exist" in m for m in said), said
+    out2 = np.empty_like(out)
+    engines[0].start_run(items, s, out2, 0, 0, None, False, 0, 0).wait()  # the parent's engines still work
+    assert out2.tobytes() == out.tobytes()

@@ -487,6 +487,13 @@ def test_stats_account_for_every_batch_and_prefetch_hides_the_pipeline(folder) -
     assert stats.threads == 2 and stats.prefetch == 2 and stats.batch_size == 4
     assert stats.wall_seconds >= 6 * 0.03
     assert 0 <= stats.wait_share <= 1
+    # The native threads' runs: every row was theirs (no GPU decoder, no replacement), so their
+    # busy time is the read + decode time, spent within the runs' span; with a step far slower
+    # than decoding, they had a run to decode for a small part of the time.
+    assert stats.native_busy_seconds == pytest.approx(stats.read_seconds + stats.decode_seconds)
+    assert 0 < stats.native_busy_seconds <= stats.threads * stats.native_run_seconds * 1.01 + 1e-4
+    assert 0 < stats.native_run_seconds <= stats.wall_seconds
+    assert 0 < stats.native_occupancy < 0.5 and 0 < stats.native_busy_in_runs <= 1.01
 
 
 def test_default_threads_are_this_ranks_share_of_the_node(folder, monkeypatch) -> None:

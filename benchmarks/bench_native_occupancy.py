@@ -1,0 +1,98 @@
+"""Where a Loader's native threads idle: no run queued, or inside a run while its last rows finish.
+
+For each run (its own Loader, after ``--warmup`` batches, timed for ``--seconds``), from the
+Loader's own counters (``LoaderStats.native_run_seconds`` and ``native_busy_seconds``):
+
+* occupancy: share of the window the native threads had a queued batch (run) to decode; the
+  rest they waited for the producer to queue one;
+* busy in runs: share of the threads' time inside those runs spent reading and decoding; the
+  rest they waited for a run's last rows (each run ends at a barrier before the next starts);
+* native cores: busy seconds over the window.
+
+``--switch claim`` alternates the engine's claim order (rows largest encoded size first, or the
+batch's order: ``_C._set_claim_largest_first``) across the runs, in one process; ``--switch
+overlap`` whether a queued run's rows may start before the run ahead of it has ended
+(``_C._set_overlap_runs``). The other switch stays at its default.
+
+    python benchmarks/bench_native_occupancy.py /tmp/mixed --device cuda --backend hybrid --runs 4 --switch overlap
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import fastdata
+from fastdata import _C
+
+
+SWITCHES = {"claim": "_set_claim_largest_first", "overlap": "_set_overlap_runs"}
+
+
+def one_run(root: str, args: argparse.Namespace, on: bool) -> dict:
+    getattr(_C, SWITCHES[args.switch])(on)
+    dtype = None if args.dtype == "uint8" else getattr(torch, args.dtype)
+    loader = fastdata.Loader(fastdata.ImageFolder(root), batch_size=args.batch_size, transform=fastdata.RandomResizedCrop(224), shuffle=True,
+                             seed=0, drop_last=True, threads=args.threads, backend=args.backend, device=args.device,
+                             dtype=dtype, prefetch=3)
+    try:
+        epoch, seen, s0, t_end = 0, 0, None, None
+        while True:
+            loader.set_epoch(epoch)
+            for images, _ in loader:
+                seen += 1
+                if seen == args.warmup:
+                    if images.is_cuda:
+                        torch.cuda.synchronize()
+                    s0, t_end = loader.stats(), time.perf_counter() + args.seconds
+                elif s0 is not None and time.perf_counter() >= t_end:
+                    if images.is_cuda:
+                        torch.cuda.synchronize()
+                    s1 = loader.stats()
+                    return _deltas(s0, s1, f"{args.switch} {'on' if on else 'off'}")
+            epoch += 1
+    finally:
+        loader.close()
+
+
+def _deltas(s0: "fastdata.LoaderStats", s1: "fastdata.LoaderStats", setting: str) -> dict:
+    wall = s1.wall_seconds - s0.wall_seconds
+    run = s1.native_run_seconds - s0.native_run_seconds
+    busy = s1.native_busy_seconds - s0.native_busy_seconds
+    rows = (s1.gpu_rows - s0.gpu_rows) + (s1.native_rows - s0.native_rows)
+    return {"setting": setting, "img_s": (s1.images - s0.images) / wall,
+            "gpu_share": (s1.gpu_rows - s0.gpu_rows) / rows if rows else 0.0, "occupancy": run / wall,
+            "busy_in_runs": busy / (s1.threads * run) if run > 0 else 0.0, "native_cores": busy / wall,
+            "threads": s1.threads, "cpu_cores": (s1.cpu_seconds - s0.cpu_seconds) / wall}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("root")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--backend", default="native")
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--threads", type=int, default=None, help="native threads (default: the Loader's own choice)")
+    p.add_argument("--seconds", type=float, default=15.0, help="timed seconds per run")
+    p.add_argument("--warmup", type=int, default=20, help="batches before the timed window")
+    p.add_argument("--runs", type=int, default=4)
+    p.add_argument("--switch", choices=sorted(SWITCHES), default="claim", help="the A/B switch to alternate")
+    p.add_argument("--order", default="off,on", help="the switch's settings in turn")
+    args = p.parse_args()
+    settings = [c.strip() == "on" for c in args.order.split(",")]
+    try:
+        rows = [one_run(args.root, args, settings[i % len(settings)]) for i in range(args.runs)]
+    finally:
+        getattr(_C, SWITCHES[args.switch])(True)
+    print(f"{args.root}, backend={args.backend}, {args.device}, batch {args.batch_size}, {args.seconds:g} s per run")
+    print("| setting | img/s | GPU share | native threads | occupancy | busy in runs | native cores | process cores |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['setting']} | {r['img_s']:,.0f} | {r['gpu_share']:.2f} | {r['threads']} | {r['occupancy']:.0%} | "
+              f"{r['busy_in_runs']:.0%} | {r['native_cores']:.1f} | {r['cpu_cores']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
