@@ -8,6 +8,7 @@
 #   bash benchmarks/gpu_suite.sh engines # the hardware JPEG engines per chroma subsampling and call layout; hybrid per layout
 #   bash benchmarks/gpu_suite.sh contention # gpu-only and hybrid on the 8,192 set: lanes, SCHED_IDLE vs nice 10 (10 runs of ~35 s)
 #   bash benchmarks/gpu_suite.sh claim   # hybrid on the demo mix: the native rows claimed largest first vs in batch order
+#   bash benchmarks/gpu_suite.sh overlap # hybrid on both sets: the native runs with and without a barrier, where the threads idle
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -15,7 +16,7 @@ OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|train|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|train|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -144,6 +145,18 @@ PY
 sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')" \
         /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 30 \
         --compare fastdata-hybrid 2>&1 | grep -E "backend=hybrid" | grep -v '^\['
+    done
+    ;;
+  overlap)
+    # The native engine's runs without a barrier (ThreadPool::enqueue) against with one
+    # (_C._set_overlap_runs(False)), alternating in one process; the table says where the native
+    # threads idle: no run queued (occupancy) or inside runs (docs/results.md, "fifteenth session").
+    [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
+    [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
+from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+    for set in /tmp/mixed /tmp/set8192; do
+      python3 benchmarks/bench_native_occupancy.py $set --device cuda --backend hybrid --seconds 15 --runs 4 \
+        --switch overlap 2>&1 | tail -7 | tee -a "$OUT/overlap.log"
     done
     ;;
   train)

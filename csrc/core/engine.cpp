@@ -251,8 +251,8 @@ struct RowArgs {
 
 // Row i of a run into its place in out, its outcome into *res; the thread's time reading and
 // decoding is added to *read_s and *decode_s. Never throws for bad data.
-void decode_row(const RowArgs& a, size_t i, SampleScratch* s, std::vector<uint8_t>* file_buffer, SampleResult* res,
-                double* read_s, double* decode_s) {
+void decode_row_unguarded(const RowArgs& a, size_t i, SampleScratch* s, std::vector<uint8_t>* file_buffer,
+                          SampleResult* res, double* read_s, double* decode_s) {
   const size_t pixels = static_cast<size_t>(a.spec.out_h) * a.spec.out_w;
   const SampleInput& in = a.inputs[i];
   try {
@@ -299,6 +299,23 @@ void decode_row(const RowArgs& a, size_t i, SampleScratch* s, std::vector<uint8_
   }
 }
 
+
+// decode_row_unguarded, never throwing: its handlers build messages, which can themselves run
+// out of memory, and a row must not throw (ThreadPool: on a worker that would terminate the
+// process, on parallel_for's caller leave its loop behind).
+void decode_row(const RowArgs& a, size_t i, SampleScratch* s, std::vector<uint8_t>* file_buffer, SampleResult* res,
+                double* read_s, double* decode_s) {
+  try {
+    decode_row_unguarded(a, i, s, file_buffer, res, read_s, decode_s);
+  } catch (...) {
+    res->status = SampleStatus::kInternal;
+    try {
+      res->message = "out of memory";
+    } catch (...) {
+    }
+    zero_row(a.out, i, static_cast<size_t>(a.spec.out_h) * a.spec.out_w);
+  }
+}
 }  // namespace
 
 void Engine::run(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
@@ -374,37 +391,42 @@ void Engine::start_run(std::shared_ptr<RunJob> job, std::function<void()> on_don
       double charge = run->charge;
       if (!run->charged) {  // BatchTimes::wall_seconds says why
         const double window = n > 0 ? std::max(0.0, end - std::max(run->started, last_run_end_)) : 0.0;
-        std::vector<StartedRun*> inside;  // later runs already finished: they ran in this window
-        for (const auto& later : started_) {
-          if (later != run && !later->charged && later->finished.load(std::memory_order_acquire)) {
-            inside.push_back(later.get());
-          }
-        }
         charge = window;
-        if (!inside.empty()) {
-          // By thread-seconds; by rows where none were measured (rows that failed at once).
-          double total = run->busy();
-          for (StartedRun* r : inside) total += r->busy();
-          const bool by_rows = total <= 0;
-          const auto weight = [&](const StartedRun& r) {
-            return by_rows ? static_cast<double>(r.job->inputs.size()) : r.busy();
-          };
-          if (by_rows) {
-            total = weight(*run);
-            for (StartedRun* r : inside) total += weight(*r);
-          }
-          if (total > 0) {
-            charge = window * weight(*run) / total;
-            for (StartedRun* r : inside) {
-              r->charge = window * weight(*r) / total;
-              r->charged = true;
+        // Out of memory for the list below: this run is charged the whole window, and the run is
+        // still erased and its caller told (a caller never told would wait forever).
+        try {
+          std::vector<StartedRun*> inside;  // later runs already finished: they ran in this window
+          for (const auto& later : started_) {
+            if (later != run && !later->charged && later->finished.load(std::memory_order_acquire)) {
+              inside.push_back(later.get());
             }
           }
+          if (!inside.empty()) {
+            // By thread-seconds; by rows where none were measured (rows that failed at once).
+            double total = run->busy();
+            for (StartedRun* r : inside) total += r->busy();
+            const bool by_rows = total <= 0;
+            const auto weight = [&](const StartedRun& r) {
+              return by_rows ? static_cast<double>(r.job->inputs.size()) : r.busy();
+            };
+            if (by_rows) {
+              total = weight(*run);
+              for (StartedRun* r : inside) total += weight(*r);
+            }
+            if (total > 0) {
+              charge = window * weight(*run) / total;
+              for (StartedRun* r : inside) {
+                r->charge = window * weight(*r) / total;
+                r->charged = true;
+              }
+            }
+          }
+        } catch (const std::bad_alloc&) {
         }
       }
       j.times.wall_seconds += charge;
       last_run_end_ = std::max(last_run_end_, end);
-      for (auto it = started_.begin(); it != started_.end(); ++it) {  // the front: runs end in start order
+      for (auto it = started_.begin(); it != started_.end(); ++it) {  // the front, unless two threads start runs at once
         if (*it == run) {
           started_.erase(it);
           break;
@@ -417,7 +439,7 @@ void Engine::start_run(std::shared_ptr<RunJob> job, std::function<void()> on_don
     std::lock_guard<std::mutex> lock(wall_mutex_);
     started_.push_back(run);
   }
-  try {
+  try {  // not under wall_mutex_: a run of no rows may be done (done() called) on this thread, in enqueue
     pool_->enqueue(n, std::move(row), std::move(done), !overlap_runs());
   } catch (...) {  // not queued (a forked child): it will never end
     std::lock_guard<std::mutex> lock(wall_mutex_);

@@ -171,7 +171,12 @@ void ThreadPool::enqueue(size_t n, std::function<void(size_t, int)> fn, std::fun
     deliver(lock);  // at once if nothing enqueued before it is still to be done
     return;
   }
-  active_.push_back(loop);
+  try {
+    active_.push_back(loop);
+  } catch (...) {  // out of memory: a loop in pending_ that nobody can claim would block every later on_done
+    pending_.pop_back();
+    throw;
+  }
   wake_.notify_all();
 }
 

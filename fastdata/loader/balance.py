@@ -51,6 +51,13 @@ from typing import Optional
 # slow batch and for a consumer that speeds up.
 HEADROOM = 1.25
 
+# One batch's measured rate counts at most this many times the average so far: a side's time
+# for a batch can read near zero (the native engine charges overlapping runs their share of
+# the threads' time, and a small run that ends just after the one before it gets a sliver of
+# it, csrc/core/engine.h BatchTimes), and one such spike would hold the split off for many
+# batches. A side that really got faster is followed, this factor per batch at most.
+RATE_SPIKE = 4.0
+
 
 class SplitBalancer:
     """Per batch: ``gpu_rows(n, acceptable)``, then ``observe`` what each side did."""
@@ -122,4 +129,4 @@ class SplitBalancer:
         if rows <= 0 or seconds <= 0:
             return rate
         now = rows / seconds
-        return now if rate is None else rate + self.smoothing * (now - rate)
+        return now if rate is None else rate + self.smoothing * (min(now, RATE_SPIKE * rate) - rate)

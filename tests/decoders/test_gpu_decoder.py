@@ -515,6 +515,28 @@ def test_balancer_converges_to_the_rate_ratio_and_keeps_probing():
         SplitBalancer(smoothing=0)
 
 
+def test_balancer_takes_one_near_zero_time_as_a_bounded_step_and_follows_a_real_speedup():
+    from fastdata.loader.balance import RATE_SPIKE
+
+    bal = SplitBalancer(smoothing=0.25)
+    for _ in range(20):  # GPU 3000 rows/s, native 1000: the GPU takes 3/4
+        g = bal.gpu_rows(256, 256)
+        bal.observe(g, g / 3000.0, 256 - g, (256 - g) / 1000.0)
+    assert bal.gpu_rows(256, 256) == 192
+    # One native run charged 2 us for its 64 rows (32M rows/s): a step of RATE_SPIKE at most.
+    bal.observe(192, 192 / 3000.0, 64, 2e-6)
+    assert bal.native_rate == pytest.approx(1000 + 0.25 * (RATE_SPIKE - 1) * 1000)
+    assert bal.gpu_rows(256, 256) >= 128  # the split moved, but the GPU side still takes half
+    for _ in range(20):  # back to normal: the split returns
+        g = bal.gpu_rows(256, 256)
+        bal.observe(g, g / 3000.0, 256 - g, (256 - g) / 1000.0)
+    assert bal.gpu_rows(256, 256) == 192
+    for _ in range(25):  # the native side really got 9x faster (9000 rows/s): followed within ~20 batches
+        g = bal.gpu_rows(256, 256)
+        bal.observe(g, g / 3000.0, 256 - g, (256 - g) / 9000.0)
+    assert bal.native_rate == pytest.approx(9000, rel=0.01) and bal.gpu_rows(256, 256) == 64
+
+
 def test_balancer_gives_the_gpu_the_least_that_keeps_the_loader_ahead():
     bal = SplitBalancer(smoothing=1.0)
     bal.observe(192, 192 / 3000.0, 64, 64 / 1000.0)  # GPU 3000 rows/s, native 1000: balanced 3/4
