@@ -478,8 +478,8 @@ def engine_bytes(data: np.ndarray, components: int) -> np.ndarray:
     Why: on the H200's engines (nvImageCodec 0.9.0, HW_GPU_ONLY) every gray JPEG with 2x2 factors
     (what Pillow writes for ``subsampling=2``, as the demo set's are) came back 9.5-12.5 dB off
     libjpeg's decode, 6 demo files and 5 synthetic sizes from 64x48 to 1052x592, while the same
-    files with 1x1 factors decoded identically to Pillow (2026-12-04, .devrun-style probe in
-    docs/results.md). With one component the factors decode to the same pixels (ITU T.81 A.1.1:
+    files with 1x1 factors decoded identically to Pillow (2026-12-04; docs/results.md,
+    fifteenth session). With one component the factors decode to the same pixels (ITU T.81 A.1.1:
     the component's size is X * H / Hmax = X; a one-component scan is non-interleaved, one block
     per MCU), so the copy is the same image; libjpeg decodes both to identical bytes (tested).
     Any frame header this walk cannot read leaves the bytes as they are (the plan read them)."""
