@@ -6,7 +6,9 @@ Loader's own counters (``LoaderStats.native_run_seconds`` and ``native_busy_seco
 * occupancy: share of the window the native threads had a queued batch (run) to decode; the
   rest they waited for the producer to queue one;
 * busy in runs: share of the threads' time inside those runs spent reading and decoding; the
-  rest they waited for a run's last rows (each run ends at a barrier before the next starts);
+  rest they waited with no row left to claim (with ``_C._set_overlap_runs(False)``: for a
+  run's last rows, each run ending at a barrier before the next starts; without it, only when
+  the rows of every run queued are claimed);
 * native cores: busy seconds over the window.
 
 ``--switch claim`` alternates the engine's claim order (rows largest encoded size first, or the

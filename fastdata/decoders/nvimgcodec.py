@@ -75,6 +75,7 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # decode every row the engines do not take, are hybrid's bound there (docs/results.md).
 ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4", "gray")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
+GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")  # the calls whose files engine_bytes may rewrite
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
@@ -375,8 +376,10 @@ class NvImageCodecDecoder:
         stream = self._decode_streams[k]
 
         def call(positions: np.ndarray, cuda_stream: int) -> np.ndarray:
-            datas = [engine_bytes(batch.datas[decoded.rows[p]], batch.plan.components[decoded.rows[p]])
-                     for p in positions]
+            rows = [decoded.rows[p] for p in positions]
+            datas = [batch.datas[r] for r in rows]
+            if rows and batch.plan.subsamplings[rows[0]] == GRAY_CODE:  # a call holds one subsampling (engine_calls)
+                datas = [engine_bytes(data) for data in datas]
             return np.asarray(self._decoders[k].decode(datas, decoded.buffer.data_ptr(), decoded.nbytes,
                                                        layout.base[positions], layout.height[positions],
                                                        layout.width[positions], cuda_stream))
@@ -470,10 +473,10 @@ class NvImageCodecDecoder:
 _SOF_HUFFMAN = (0xC0, 0xC1, 0xC2)
 
 
-def engine_bytes(data: np.ndarray, components: int) -> np.ndarray:
-    """The bytes the engines are given for a row: the file's own, except for a one-component
-    (gray) JPEG whose frame header gives that component sampling factors other than 1x1, which
-    gets a copy with 1x1 there.
+def engine_bytes(data: np.ndarray) -> np.ndarray:
+    """The bytes the engines are given for a gray row: the file's own, except where the frame
+    header of a one-component JPEG gives that component sampling factors other than 1x1: a copy
+    with 1x1 there. Called for the gray calls' rows only (GRAY_CODE).
 
     Why: on the H200's engines (nvImageCodec 0.9.0, HW_GPU_ONLY) every gray JPEG with 2x2 factors
     (what Pillow writes for ``subsampling=2``, as the demo set's are) came back 9.5-12.5 dB off
@@ -482,9 +485,9 @@ def engine_bytes(data: np.ndarray, components: int) -> np.ndarray:
     fifteenth session). With one component the factors decode to the same pixels (ITU T.81 A.1.1:
     the component's size is X * H / Hmax = X; a one-component scan is non-interleaved, one block
     per MCU), so the copy is the same image; libjpeg decodes both to identical bytes (tested).
-    Any frame header this walk cannot read leaves the bytes as they are (the plan read them)."""
-    if components != 1:
-        return data
+    Any frame header this walk cannot read leaves the bytes as they are (the plan read them).
+    (The native header reader knows the factors too, but not where they sit in the file; the
+    walk reads a few marker lengths, for ~5% of the demo mix's rows.)"""
     at = _sof_component_sampling_offset(data)
     if at is None or data[at] == 0x11:
         return data
@@ -494,7 +497,8 @@ def engine_bytes(data: np.ndarray, components: int) -> np.ndarray:
 
 
 def _sof_component_sampling_offset(data: np.ndarray) -> Optional[int]:
-    """Offset of the first component's sampling byte in the frame header (SOF0/1/2), or None."""
+    """Offset of the sampling byte of a one-component frame header (SOF0/1/2), or None (more
+    components, or no frame header this walk can read)."""
     n, at = len(data), 2  # after SOI
     while at + 4 <= n:
         if data[at] != 0xFF:
@@ -507,7 +511,7 @@ def _sof_component_sampling_offset(data: np.ndarray) -> Optional[int]:
         if marker in _SOF_HUFFMAN:
             # FF Cn, length (2), precision (1), height (2), width (2), components (1), then per
             # component: id (1), sampling (1), table (1)
-            return at + 11 if length >= 11 and at + 11 < n else None
+            return at + 11 if length >= 11 and at + 11 < n and data[at + 9] == 1 else None
         if marker == 0xDA or length < 2:  # a scan before any frame header, or a broken length
             return None
         at += 2 + length

@@ -29,8 +29,9 @@ class LoaderStats:
     gpu_rows: int              # rows the GPU decoder delivered (backend gpu, hybrid, nvjpeg, dali)
     native_rows: int           # rows the native threads decoded (those the GPU was not given, and gpu_rejected)
     gpu_rejected: int          # rows the GPU decoder was given but handed back (decoded natively)
-    native_run_seconds: float  # the native threads' queued runs, each from its start to its end (wall,
-                               # not summed over threads): how long they had a batch to decode
+    native_run_seconds: float  # the native threads' queued runs, each charged its share of the wall
+                               # time (not summed over threads; overlaps counted once, BatchTimes in
+                               # csrc/core/engine.h): how long they had a batch to decode
     native_busy_seconds: float # those runs' read + decode time, summed over the native threads
     cpu_seconds: float         # this process's CPU time (all threads) over wall_seconds
     threads: int
@@ -52,7 +53,7 @@ class LoaderStats:
     @property
     def native_busy_in_runs(self) -> float:
         """Share of the native threads' time inside their runs spent reading and decoding (1 - this:
-        threads idle while a run's last rows finish, before the next run starts)."""
+        threads with no row left to claim while the last rows in flight finish)."""
         span = self.threads * self.native_run_seconds
         return self.native_busy_seconds / span if span > 0 else 0.0
 

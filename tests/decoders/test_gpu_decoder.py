@@ -27,7 +27,7 @@ from fastdata.decoders.nvimgcodec import NvImageCodecDecoder
 from fastdata.loader.balance import HEADROOM, SplitBalancer
 from fastdata.loader.pipeline import make_backend, resolve_backend
 from fastdata.decoders.routing import plan_batch
-from imagegen import encode_jpeg, hard_case_folder, photo_like, psnr
+from imagegen import _sof_offset, encode_jpeg, hard_case_folder, photo_like, psnr
 from repo import ROOT
 
 pytest.importorskip("nvidia.nvimgcodec")
@@ -187,7 +187,7 @@ def test_engine_bytes_give_a_gray_file_1x1_sampling_and_the_same_pixels(kind):
     img.save(buf, "JPEG", quality=90, subsampling=2, **extra)
     data = np.frombuffer(buf.getvalue(), np.uint8)
     assert sampling_bytes(data.tobytes()) == [0x22]
-    fixed = engine_bytes(data, 1)
+    fixed = engine_bytes(data)
     assert sampling_bytes(fixed.tobytes()) == [0x11]
     # One byte changed, the caller's bytes untouched, and libjpeg (fastdata's engine and Pillow)
     # decodes the copy to the very same pixels.
@@ -208,16 +208,15 @@ def test_engine_bytes_leave_other_files_as_they_are():
     colour = np.frombuffer(encode_jpeg(img), np.uint8)
     gray_1x1 = np.frombuffer(encode_jpeg(img.convert("L")), np.uint8)
     assert sampling_bytes(gray_1x1.tobytes()) == [0x11]
-    assert engine_bytes(colour, 3) is colour and engine_bytes(gray_1x1, 1) is gray_1x1
+    assert engine_bytes(colour) is colour and engine_bytes(gray_1x1) is gray_1x1  # 3 components; 1x1 already
     gray = np.frombuffer(gray_jpeg_2x2(img), np.uint8)
     # A header the walk cannot read (cut before the frame header, no marker where one must be)
     # is left alone: the decode that follows reports it.
-    sof = int(np.flatnonzero((gray[:-1] == 0xFF) & (gray[1:] == 0xC0))[0])
-    cut = gray[:sof + 5]
-    assert engine_bytes(cut, 1) is cut
+    cut = gray[:_sof_offset(gray.tobytes()) + 5]
+    assert engine_bytes(cut) is cut
     broken = gray.copy()
     broken[2] = 0x00
-    assert engine_bytes(broken, 1) is broken
+    assert engine_bytes(broken) is broken
 
 
 @needs_interpreter
