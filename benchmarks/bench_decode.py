@@ -8,7 +8,8 @@ Exact commands (docs/results.md's decode table comes from these):
     python benchmarks/bench_decode.py --images 256 --threads 1,2,4,8,16 --json bench_decode_16c.json
 
 Data: ``--images`` photo-like JPEGs of ``--size`` (default 500x375, baseline 4:2:0, quality 90,
-~0.5-1 byte/pixel) from ``fastdata.cli.demo.photo_like_jpeg``, held in memory (no file IO).
+~0.5-1 byte/pixel) from ``fastdata.cli.demo.photo_like_jpeg``, held in memory (no file IO);
+with ``--progressive`` the same pictures written as progressive JPEGs by Pillow.
 
 Rows, one thread each (per-core numbers): fastdata.probe; the entropy floor (Huffman decoding
 of only the rows each RandomResizedCrop needs, ``fastdata._C.entropy_floor``); libjpeg-turbo's
@@ -55,8 +56,17 @@ from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD
 Row = Tuple[str, str, Callable[[int], None]]  # key, label, fn(round) doing one pass over all images
 
 
-def make_images(n: int, width: int, height: int, seed: int = 0) -> List[bytes]:
-    return [demo.photo_like_jpeg(seed, i, width, height) for i in range(n)]
+def make_images(n: int, width: int, height: int, seed: int = 0, progressive: bool = False) -> List[bytes]:
+    datas = [demo.photo_like_jpeg(seed, i, width, height) for i in range(n)]
+    if progressive:  # the same pictures as Pillow writes progressive files (libjpeg's default script)
+        from PIL import Image
+
+        def again(data: bytes) -> bytes:
+            buf = io.BytesIO()
+            Image.open(io.BytesIO(data)).save(buf, "JPEG", quality=demo.QUALITY, subsampling=2, progressive=True)
+            return buf.getvalue()
+        datas = [again(d) for d in datas]
+    return datas
 
 
 def _skip(reason: str) -> Callable[[int], None]:
@@ -89,6 +99,8 @@ def build_rows(datas: List[bytes]) -> List[Row]:
         rows.append(("entropy_floor", "entropy floor (Huffman, RRC rows)", _skip(f"not exposed: {e}")))
         rows.append(("plain_decode", "libjpeg-turbo full decode (plain)", _skip(f"not exposed: {e}")))
     rows.append(("decode", "fastdata.decode (full, new array)", lambda r: [fastdata.decode(d) for d in datas] and None))
+    rows.append(("decode_libjpeg_huffman", "fastdata.decode, libjpeg-turbo's own Huffman decoder",
+                 lambda r: _with_libjpeg_huffman(lambda: [fastdata.decode(d) for d in datas])))
     rows.append(("rrc", "fused RandomResizedCrop(224)+flip",
                  lambda r: _check(eng1.run(datas, rrc, out, seed=0, epoch=r))))
     indexed = _restart_indexed(datas)
@@ -390,6 +402,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--threads", default=default_threads, help=f"thread counts for scaling (default {default_threads})")
     p.add_argument("--process-seconds", type=float, default=3.0,
                    help="seconds per run of the independent-process ceiling (0: skip it)")
+    p.add_argument("--progressive", action="store_true",
+                   help="the same images written as progressive JPEGs (every scan through fastdata's "
+                        "progressive Huffman decoder; the libjpeg rows are the A/B)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     width, height = (int(x) for x in args.size.lower().split("x"))
@@ -399,9 +414,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    datas = make_images(args.images, width, height)
+    datas = make_images(args.images, width, height, progressive=args.progressive)
     bpp = sum(len(d) for d in datas) / (len(datas) * width * height)
-    log(f"generated {len(datas)} photo-like {width}x{height} JPEGs, {bpp:.2f} bytes/px "
+    log(f"generated {len(datas)} photo-like {width}x{height} {'progressive' if args.progressive else 'baseline'} "
+        f"JPEGs, {bpp:.2f} bytes/px "
         f"({time.perf_counter() - t0:.1f} s)")
     log("per-core rows")
     res = time_rows(build_rows(datas), len(datas), args.repeats, args.min_time, log)
@@ -418,14 +434,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from fastdata.cli.bench_report import machine_info
 
     machine = machine_info()
-    header = (f"bench_decode: {len(datas)} photo-like {width}x{height} JPEGs ({bpp:.2f} B/px, q90 4:2:0), "
+    kind = "progressive" if args.progressive else "baseline"
+    header = (f"bench_decode: {len(datas)} photo-like {width}x{height} {kind} JPEGs ({bpp:.2f} B/px, q90 4:2:0), "
               f"{args.repeats} rounds, median [min-max]\n{machine['cpu']}, {cores} usable cores, "
               f"Python {platform.python_version()}")
     print_tables(res, scaling, targets, header)
     if args.json is not None:
         doc = {"benchmark": "bench_decode", "command": " ".join(["benchmarks/bench_decode.py"] + list(argv or sys.argv[1:])),
                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine,
-               "images": {"count": len(datas), "width": width, "height": height, "bytes_per_pixel": bpp},
+               "images": {"count": len(datas), "width": width, "height": height, "bytes_per_pixel": bpp,
+                          "progressive": args.progressive},
                "per_core": res, "thread_scaling": scaling, "targets": targets}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
         log(f"wrote {args.json}")

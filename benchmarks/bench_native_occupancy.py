@@ -14,7 +14,9 @@ Loader's own counters (``LoaderStats.native_run_seconds`` and ``native_busy_seco
 ``--switch claim`` alternates the engine's claim order (rows largest encoded size first, or the
 batch's order: ``_C._set_claim_largest_first``) across the runs, in one process; ``--switch
 overlap`` whether a queued run's rows may start before the run ahead of it has ended
-(``_C._set_overlap_runs``). The other switch stays at its default.
+(``_C._set_overlap_runs``); ``--switch progressive`` whether progressive JPEGs take fastdata's
+Huffman decoder or libjpeg-turbo's (``_C._set_fast_progressive``). The other switches stay at
+their defaults.
 
     python benchmarks/bench_native_occupancy.py /tmp/mixed --device cuda --backend hybrid --runs 4 --switch overlap
 """
@@ -29,7 +31,8 @@ import fastdata
 from fastdata import _C
 
 
-SWITCHES = {"claim": "_set_claim_largest_first", "overlap": "_set_overlap_runs"}
+SWITCHES = {"claim": "_set_claim_largest_first", "overlap": "_set_overlap_runs",
+            "progressive": "_set_fast_progressive"}
 
 
 def one_run(root: str, args: argparse.Namespace, on: bool) -> dict:

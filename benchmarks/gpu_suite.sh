@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu_suite.sh contention # gpu-only and hybrid on the 8,192 set: lanes, SCHED_IDLE vs nice 10 (10 runs of ~35 s)
 #   bash benchmarks/gpu_suite.sh claim   # hybrid on the demo mix: the native rows claimed largest first vs in batch order
 #   bash benchmarks/gpu_suite.sh overlap # hybrid on both sets: the native runs with and without a barrier, where the threads idle
+#   bash benchmarks/gpu_suite.sh progressive # hybrid on the demo mix and per-core decode: progressive Huffman decoder vs libjpeg's
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
@@ -16,7 +17,7 @@ OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|train|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -158,6 +159,17 @@ from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 50
       python3 benchmarks/bench_native_occupancy.py $set --device cuda --backend hybrid --seconds 15 --runs 4 \
         --switch overlap 2>&1 | tail -7 | tee -a "$OUT/overlap.log"
     done
+    ;;
+  progressive)
+    # fastdata's progressive Huffman decoder against libjpeg-turbo's (_C._set_fast_progressive),
+    # alternating in one process: hybrid on the demo mix, whose native side is bound by the
+    # progressive rows the engines refuse (docs/results.md, "sixteenth session"); then the
+    # per-core decode A/B on progressive files.
+    [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
+    python3 benchmarks/bench_native_occupancy.py /tmp/mixed --device cuda --backend hybrid --seconds 15 --runs 4 \
+      --switch progressive 2>&1 | tail -7 | tee "$OUT/progressive.log"
+    python3 benchmarks/bench_decode.py --progressive --images 64 --threads 1,16 --process-seconds 0 \
+      --json "$OUT/bench_decode_progressive.json" 2>&1 | tail -30 | tee -a "$OUT/progressive.log"
     ;;
   train)
     python3 -m fastdata.cli.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_C, m) {
   fastdata::bindings::register_filters(m);
   fastdata::bindings::register_nvimgcodec(m);
   fastdata::bindings::register_testing(m);
+  fastdata::bindings::register_test_encoder(m);
 }

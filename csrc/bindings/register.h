@@ -12,5 +12,6 @@ void register_transcode(pybind11::module_& m);  // transcode.cpp: transcode_to_b
 void register_filters(pybind11::module_& m);    // filters.cpp: axis_filters (the GPU resampler's tables)
 void register_nvimgcodec(pybind11::module_& m); // nvimgcodec.cpp: NvImageCodecBatch (the gpu decoder's batch call)
 void register_testing(pybind11::module_& m);    // testing.cpp: benchmark floors and test switches
+void register_test_encoder(pybind11::module_& m); // test_encoder.cpp: progressive JPEGs with any scan script
 
 }  // namespace fastdata::bindings

@@ -109,10 +109,19 @@ void register_testing(py::module_& m) {
   m.def("plain_decode", &plain_decode_py, py::arg("datas"),
         "Benchmark baseline: libjpeg-turbo full decode to RGB into one reused buffer (one thread).");
   m.def("_set_fast_huffman", &set_fast_huffman, py::arg("enabled"),
-        "Testing/A-B switch: decode baseline JPEGs with fastdata's Huffman decoder (default) or "
-        "libjpeg-turbo's own. Returns the previous setting.");
+        "Testing/A-B switch: decode baseline and progressive JPEGs with fastdata's Huffman decoder "
+        "(default) or libjpeg-turbo's own. Returns the previous setting.");
   m.def("_fast_huffman_scans", &fast_huffman_scans,
         "Scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
+  m.def("_set_fast_progressive", [](bool enabled) {
+          const bool was = fast_progressive_enabled();
+          set_fast_progressive_enabled(enabled);
+          return was;
+        }, py::arg("enabled"),
+        "A/B switch: progressive JPEGs with fastdata's Huffman decoder (default) or libjpeg-turbo's own, "
+        "baseline ones unchanged. Returns the previous setting.");
+  m.def("_fast_progressive_scans", &fast_progressive_scans,
+        "Progressive scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
   m.def("_restart_index_jumps", &restart_index_jumps,
         "Jumps over skipped restart intervals with a restart index so far in this process (for tests).");
   m.def("_set_claim_largest_first", &set_claim_largest_first_py, py::arg("enabled"),

@@ -1,6 +1,11 @@
 #include "core/cpu_features.h"
 
 #include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
 
 namespace fastdata {
 
@@ -10,6 +15,28 @@ bool simd_allowed() {
     return v == nullptr || v[0] == '\0' || v[0] == '0';
   }();
   return allowed;
+}
+
+bool fast_bit_deposit() {
+  static const bool fast = [] {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (!simd_allowed() || !__builtin_cpu_supports("bmi2") || !__builtin_cpu_supports("popcnt")) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned base = (eax >> 8) & 0xF;  // the family, extended when the base one is 0xF
+    const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
+    const bool amd_like = std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+    return !(amd_like && family == 0x17);
+#else
+    return false;
+#endif
+  }();
+  return fast;
 }
 
 }  // namespace fastdata

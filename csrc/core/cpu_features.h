@@ -11,4 +11,9 @@ namespace fastdata {
 // scalar) version. Tests compare both ways bit for bit (tests/io/test_simd_parity.py).
 bool simd_allowed();
 
+// BMI2 with a fast bit deposit (pdep): simd_allowed, BMI2 and POPCNT present, and not AMD's
+// Zen 1 and 2 (family 17h, Hygon's Dhyana too), which run pdep as microcode (tens to hundreds
+// of cycles, by the bit count).
+bool fast_bit_deposit();
+
 }  // namespace fastdata

@@ -234,6 +234,7 @@ DecodedRegion JpegDecoder::decode_region(int denom, int x0, int y0, int x1, int 
   // Without a column crop the rows start at column 0, whatever x0 asked for.
   JDIMENSION out_x0 = crop_columns ? static_cast<JDIMENSION>(x0) : 0, out_w = static_cast<JDIMENSION>(sw);
   check_coefficient_budget(&cinfo_, input_size_, jpeg_has_multiple_scans(&cinfo_) != 0);
+  if (fast_huffman_) huffman_.prepare_progressive(&cinfo_);  // progressive scans are decoded inside start_decompress
   if (setjmp(err_.jump)) fail();
   if (!jpeg_start_decompress(&cinfo_)) {  // only with suspending sources, which we never use
     jpeg_abort_decompress(&cinfo_);
@@ -308,6 +309,7 @@ void JpegDecoder::skip_rows(int rows) {
   cinfo_.out_color_space =
       (info_.color_space == ColorSpace::kCMYK || info_.color_space == ColorSpace::kYCCK) ? JCS_CMYK : JCS_RGB;
   check_coefficient_budget(&cinfo_, input_size_, jpeg_has_multiple_scans(&cinfo_) != 0);
+  if (fast_huffman_) huffman_.prepare_progressive(&cinfo_);
   if (setjmp(err_.jump)) fail();
   jpeg_start_decompress(&cinfo_);
   if (fast_huffman_) huffman_.install(&cinfo_);

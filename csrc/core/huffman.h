@@ -10,8 +10,9 @@
 // How: after jpeg_start_decompress, `FastHuffman::install` replaces the decode_mcu hook of
 // libjpeg's entropy module, so IDCT, upsampling, colour conversion, ROI cropping and row
 // skipping stay libjpeg-turbo's. It installs only for 8-bit baseline sequential Huffman
-// scans (with or without restart markers, which libjpeg's own marker reader reads);
-// progressive and arithmetic-coded files keep libjpeg's own decoder. On valid data it
+// scans (with or without restart markers, which libjpeg's own marker reader reads).
+// Progressive Huffman files are decoded scan by scan (`prepare_progressive`,
+// huffman_progressive.cpp); arithmetic-coded files keep libjpeg's own decoder. On valid data it
 // yields libjpeg's coefficients exactly (tests/io/test_fast_huffman.py). On damaged data
 // it follows libjpeg (a bad code reads as symbol 0; running into a marker or the end of the
 // data warns and decodes the rest as zeros) and is stricter in two ways: every bad code
@@ -39,6 +40,12 @@ bool fast_huffman_enabled();
 uint64_t fast_huffman_scans();
 // Jumps over skipped restart intervals with a restart index since the process started (tests).
 uint64_t restart_index_jumps();
+// Progressive scans decoded by FastHuffman since the process started (tests).
+uint64_t fast_progressive_scans();
+// The progressive decoder alone (default on; off: libjpeg's for progressive files, the
+// fast one for baseline scans), for A/B runs.
+void set_fast_progressive_enabled(bool enabled);
+bool fast_progressive_enabled();
 
 class FastHuffman {
  public:
@@ -50,6 +57,21 @@ class FastHuffman {
   // which must outlive the decode. The source must be jpeg_mem_src (all data in memory).
   bool install(j_decompress_ptr cinfo);
 
+  // For a progressive file: after jpeg_read_header and before jpeg_start_decompress (or
+  // jpeg_read_coefficients), which entropy-decode every scan of such a file before the
+  // first row comes out. Hooks libjpeg's input controller so that each scan of an 8-bit
+  // progressive Huffman file is decoded here: libjpeg's own start_pass still checks the
+  // scan's parameters, keeps its progression status (coef_bits, which block smoothing
+  // reads) and builds its tables, then the scan's decode_mcu is ours. Returns whether it
+  // hooked. `cinfo->client_data` is set to this object, which must outlive the decode. Call
+  // it for each image: the hook removes itself when the image's first scan starts (a struct
+  // reused for another image takes libjpeg's decoder unless it is called again); an image
+  // abandoned before jpeg_start_decompress leaves it set, so such a struct must be called
+  // again or recreated (JpegDecoder recreates its struct per image, Transcoder per call).
+  bool prepare_progressive(j_decompress_ptr cinfo);
+
+  // The progressive scan libjpeg just started (called from the hook): takes it if it can.
+  bool start_progressive_scan(j_decompress_ptr cinfo);
   // After jpeg_crop_scanline: libjpeg inverse-transforms only the MCU columns of the crop
   // (its first_iMCU_col..last_iMCU_col), so coefficients of the others are decoded (they
   // must be, to find the next code) but not stored. Recomputed here with libjpeg's formula.
@@ -69,6 +91,10 @@ class FastHuffman {
     //   (symbol << 16) | code length: the symbol only (its value bits follow);
     //   0: a code longer than kLutBits (or none): canonical decoding below.
     uint64_t lut[1 << kLutBits];
+    // By the next kLutBits bits: (symbol << 5) | code length, or 0 for a longer code (or
+    // none). Progressive AC scans read symbols this way: their end-of-band symbols carry a
+    // run of blocks that the baseline entries above fold into "end of block".
+    uint16_t symbols[1 << kLutBits];
     int32_t maxcode[18];              // canonical decoding of long codes, as libjpeg
     int32_t valoffset[18];
     uint8_t huffval[256];
@@ -132,11 +158,30 @@ class FastHuffman {
   long interval_mcus = 0;
   const uint8_t* scan_begin = nullptr;
   bool interval_needed(long i, long mcus_per_row) const;
+  // The progressive scan being decoded (start_progressive_scan).
+  enum class ScanKind { kDcFirst, kDcRefine, kAcFirst, kAcRefine };
+  ScanKind scan_kind = ScanKind::kDcFirst;
+  int scan_ss = 0, scan_se = 0, scan_al = 0;  // spectral band and successive-approximation bit
+  unsigned eobrun = 0;                        // blocks left in an end-of-band run
+  const Table* scan_ac = nullptr;             // an AC scan's table (one component)
+  boolean* libjpeg_insufficient = nullptr;    // libjpeg's own "out of data" flag (block smoothing reads it)
+  // Which AC coefficients of each block are nonzero, one word per block (bit 63 - j: zigzag
+  // position j), kept up to date by the AC scans as they decode: the refinement scans read
+  // a block's word instead of testing its 63 coefficients. Valid while every AC scan of the
+  // image so far was decoded here (masks_valid); scan_masks: the current AC scan's
+  // component's words, one per block in scan order (null: test the coefficients).
+  std::vector<uint64_t> nonzero_masks;
+  size_t component_masks[4] = {};
+  bool masks_valid = false;
+  uint64_t* scan_masks = nullptr;
+  void (*libjpeg_start_input_pass)(j_decompress_ptr) = nullptr;  // what the hooks wrap
+  void (*libjpeg_start_pass)(j_decompress_ptr) = nullptr;
   const Table* dc[10] = {};  // per block of the MCU
   const Table* ac[10] = {};
   int comp[10] = {};
 
  private:
+  bool take_progressive_scan(j_decompress_ptr cinfo);
   // Rebuilds a table only when the image's table differs from the one it was built from
   // (datasets mostly share libjpeg's standard tables).
   const Table* table_for(const JHUFF_TBL* src, int kind, int number);

@@ -35,7 +35,22 @@ bool lower_thread_priority(int increment) {
 
 ThreadPool::ThreadPool(int threads, int nice_increment, std::string thread_name)
     : owner_pid_(::getpid()), nice_increment_(nice_increment), thread_name_(std::move(thread_name).substr(0, 15)) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back(&ThreadPool::thread_main, this, i, false);
+  for (int i = 1; i < threads; ++i) {
+    workers_.emplace_back(&ThreadPool::thread_main, this, i, false);
+    name_thread(workers_.back());
+  }
+}
+
+void ThreadPool::name_thread(std::thread& t) const {
+  // An OS thread name (top -H, /proc/<pid>/task/*/comm, fastdata-bench's per-thread CPU
+  // seconds) that says whose threads these are. Set by the creator, so that it is there as
+  // soon as the thread exists (glibc writes /proc/self/task/<tid>/comm for that), and by the
+  // thread itself (thread_main: prctl, for a sandbox without /proc); failure only loses it.
+#ifdef __linux__
+  (void)pthread_setname_np(t.native_handle(), thread_name_.c_str());
+#else
+  (void)t;
+#endif
 }
 
 bool ThreadPool::made_here() const { return ::getpid() == owner_pid_; }
@@ -118,10 +133,8 @@ void ThreadPool::deliver(std::unique_lock<std::mutex>& lock) {
 }
 
 void ThreadPool::thread_main(int worker, bool queue_thread) {
-  // An OS thread name (top -H, /proc/<pid>/task/*/comm, fastdata-bench's per-thread CPU
-  // seconds) that says whose threads these are; failure only loses the name.
 #ifdef __linux__
-  (void)pthread_setname_np(pthread_self(), thread_name_.c_str());
+  (void)pthread_setname_np(pthread_self(), thread_name_.c_str());  // see name_thread
 #endif
   if (!lower_thread_priority(nice_increment_)) priority_failures_.fetch_add(1);
   std::unique_lock<std::mutex> lock(mutex_);
@@ -165,7 +178,10 @@ void ThreadPool::enqueue(size_t n, std::function<void(size_t, int)> fn, std::fun
   std::unique_lock<std::mutex> lock(mutex_);
   // Made here rather than with the workers: a pool only ever used synchronously has no idle
   // thread, and like a worker it takes its creator's priority, lowered by nice_increment.
-  if (!queue_thread_.joinable()) queue_thread_ = std::thread(&ThreadPool::thread_main, this, size(), true);
+  if (!queue_thread_.joinable()) {
+    queue_thread_ = std::thread(&ThreadPool::thread_main, this, size(), true);
+    name_thread(queue_thread_);
+  }
   pending_.push_back(loop);
   if (n == 0) {
     deliver(lock);  // at once if nothing enqueued before it is still to be done

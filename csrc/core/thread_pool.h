@@ -89,6 +89,7 @@ class ThreadPool {
   };
   using LoopPtr = std::shared_ptr<Loop>;
 
+  void name_thread(std::thread& t) const;
   void thread_main(int worker, bool queue_thread);
   // Under mutex_: the first loop in active_ this thread may take a row of (nullptr: none).
   Loop* claimable(bool queue_thread) const;

@@ -1,10 +1,12 @@
-"""fastdata's Huffman decoder (csrc/core/huffman.cpp) against libjpeg-turbo's own.
+"""fastdata's Huffman decoder (csrc/core/huffman.cpp, huffman_progressive.cpp) against
+libjpeg-turbo's own.
 
 The oracle is libjpeg-turbo itself: the same file decoded with ``_C._set_fast_huffman(False)``.
 Both produce the same DCT coefficients, so every pixel must be identical, for whole images,
-fused crops and skipped rows, and for damaged data in non-strict mode. A counter shows where
-the fast decoder took over (baseline scans, with or without restart markers) and where it
-must not (progressive).
+fused crops and skipped rows, and for damaged data in non-strict mode. Counters show where
+the fast decoder took over: baseline scans (with or without restart markers), and every scan
+of a progressive file (whatever its scan script: libjpeg's own encoder writes the scripts,
+``_C._encode_progressive``).
 """
 from __future__ import annotations
 
@@ -85,11 +87,126 @@ def test_fused_crops_are_bit_identical(huffman_switch, name, data):
     np.testing.assert_array_equal(fast, ref)
 
 
-def test_not_used_for_progressive(huffman_switch):
-    data = ig.encode_jpeg(ig.photo_like(64, 80), progressive=True)
-    fast, ref, used = huffman_switch(lambda: _C.decode_full(data, True, 0))
-    assert used == 0
+def _scans(data: bytes) -> int:
+    """SOS markers: entropy-coded data never holds FF DA (an FF there is followed by 00 or an
+    RSTn), nor do these test files' headers."""
+    return data.count(b"\xff\xda")
+
+
+def _script(components: int, *bands):
+    """A scan script: DC of every component interleaved, then each (Ss, Se, Ah, Al) band for
+    each component; a band with Ss == 0 is a DC refinement (interleaved)."""
+    out = []
+    for ss, se, ah, al in bands:
+        if ss == 0:
+            out.append((list(range(components)), 0, 0, ah, al))
+        else:
+            out.extend(([c], ss, se, ah, al) for c in range(components))
+    return out
+
+
+def _progressive_cases():
+    photo = ig.photo_like(75, 97, index=3)
+    for sub in ("4:4:4", "4:2:2", "4:2:0"):
+        for q in (30, 90, 100):
+            yield f"pillow-{sub}-q{q}", ig.encode_jpeg(photo, quality=q, subsampling=sub, progressive=True)
+    yield "pillow-gray", ig.encode_jpeg(photo.convert("L"), progressive=True)
+    yield "pillow-cmyk", ig.encode_jpeg(photo.convert("CMYK"), progressive=True)  # four components
+    yield "pillow-1x1", ig.encode_jpeg(ig.photo_like(1, 1), progressive=True)
+    yield "pillow-odd-17x9", ig.encode_jpeg(ig.photo_like(9, 17), progressive=True)
+    noise = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)
+    yield "pillow-noise-q100", ig.encode_jpeg(Image.fromarray(noise), quality=100, subsampling="4:4:4",
+                                              progressive=True)
+    yield "pillow-restart-3", ig.encode_jpeg(photo, progressive=True, restart_blocks=3)
+    yield "pillow-restart-rows", ig.encode_jpeg(photo, progressive=True, restart_rows=1)
+    rgb = np.asarray(photo)
+    gray = np.asarray(photo.convert("L"))[:, :, None]
+    # Scan scripts Pillow does not write, from libjpeg's own encoder: spectral selection
+    # alone; successive approximation three bits deep in DC and AC; a band split with
+    # refinements; DC refined per component; restart intervals of 1 and 2 MCUs; gray.
+    spectral = [([0, 1, 2], 0, 0, 0, 0)] + _script(3, (1, 5, 0, 0), (6, 20, 0, 0), (21, 63, 0, 0))[1:]
+    deep = [([0, 1, 2], 0, 0, 0, 3)] + _script(3, (1, 63, 0, 3))[1:] + [([0, 1, 2], 0, 0, 3, 2)] + \
+        _script(3, (1, 63, 3, 2))[1:] + [([0, 1, 2], 0, 0, 2, 1)] + _script(3, (1, 63, 2, 1))[1:] + \
+        [([0, 1, 2], 0, 0, 1, 0)] + _script(3, (1, 63, 1, 0))[1:]
+    split = [([0, 1, 2], 0, 0, 0, 1), ([0], 1, 9, 0, 2), ([0], 10, 63, 0, 1), ([1], 1, 63, 0, 0),
+             ([2], 1, 63, 0, 0), ([0], 1, 9, 2, 1), ([0], 1, 63, 1, 0), ([0, 1, 2], 0, 0, 1, 0)]
+    dc_apart = [([0], 0, 0, 0, 1), ([1], 0, 0, 0, 1), ([2], 0, 0, 0, 1), ([0], 1, 63, 0, 1), ([1], 1, 63, 0, 0),
+                ([2], 1, 63, 0, 0), ([0], 0, 0, 1, 0), ([1, 2], 0, 0, 1, 0), ([0], 1, 63, 1, 0)]
+    for name, script in (("spectral", spectral), ("deep", deep), ("split", split), ("dc-apart", dc_apart)):
+        for q in (50, 95):
+            yield f"script-{name}-q{q}", _C._encode_progressive(rgb, q, script)
+    yield "script-deep-restart-1", _C._encode_progressive(rgb, 90, deep, restart_interval=1)
+    yield "script-split-restart-2", _C._encode_progressive(rgb, 90, split, restart_interval=2)
+    yield "script-gray-deep", _C._encode_progressive(gray, 90, [([0], 0, 0, 0, 2), ([0], 1, 63, 0, 2),
+                                                               ([0], 0, 0, 2, 1), ([0], 1, 63, 2, 1),
+                                                               ([0], 0, 0, 1, 0), ([0], 1, 63, 1, 0)])
+    yield "script-noise-deep", _C._encode_progressive(noise, 100, deep)
+
+
+PROGRESSIVE = list(_progressive_cases())
+
+
+@pytest.fixture
+def progressive_switch(huffman_switch):
+    """As huffman_switch, counting the progressive scans the fast decoder took instead."""
+    def both(fn):
+        before = _C._fast_progressive_scans()
+        fast, ref, _ = huffman_switch(fn)
+        return fast, ref, _C._fast_progressive_scans() - before
+    return both
+
+
+def test_progressive_switch_leaves_baseline_scans_alone():
+    """_set_fast_progressive(False), the A/B switch of the progressive decoder alone: libjpeg
+    decodes progressive files (the same pixels), baseline scans keep the fast decoder."""
+    progressive = ig.encode_jpeg(ig.photo_like(40, 56, index=1), progressive=True)
+    baseline = ig.encode_jpeg(ig.photo_like(40, 56, index=1))
+    was = _C._set_fast_progressive(False)
+    try:
+        p0, b0 = _C._fast_progressive_scans(), _C._fast_huffman_scans()
+        off = _C.decode_full(progressive, True, 0)
+        _C.decode_full(baseline, True, 0)
+        assert _C._fast_progressive_scans() == p0
+        assert _C._fast_huffman_scans() == b0 + 1
+    finally:
+        assert _C._set_fast_progressive(was) is False
+    on = _C.decode_full(progressive, True, 0)
+    assert _C._fast_progressive_scans() == p0 + _scans(progressive)
+    np.testing.assert_array_equal(on[0], off[0])
+
+
+def test_encoder_refuses_an_invalid_scan_script():
+    with pytest.raises(ValueError, match="libjpeg refused"):
+        _C._encode_progressive(np.zeros((8, 8, 3), np.uint8), 90, [([0], 1, 63, 0, 0)])  # AC before any DC
+
+
+@pytest.mark.parametrize("name,data", PROGRESSIVE, ids=[c[0] for c in PROGRESSIVE])
+def test_progressive_full_decode_is_bit_identical(progressive_switch, name, data):
+    fast, ref, used = progressive_switch(lambda: _C.decode_full(data, True, 0))
+    assert used == _scans(data), "the fast decoder should take every scan of a progressive file"
     np.testing.assert_array_equal(fast[0], ref[0])
+    assert fast[1] == ref[1] == 0
+
+
+@pytest.mark.parametrize("name,data", PROGRESSIVE, ids=[c[0] for c in PROGRESSIVE])
+def test_progressive_fused_crops_are_bit_identical(progressive_switch, name, data):
+    # Small outputs: DCT scaling (1/2 .. 1/8) on the larger crops, row skipping below the top.
+    datas = [data] * 12
+    for t in (fastdata.RandomResizedCrop(16), fastdata.CenterCrop(24)):
+        fast, ref, used = progressive_switch(lambda: fastdata.decode_batch(datas, t, seed=5, epoch=2, threads=2))
+        assert used == 12 * _scans(data)
+        np.testing.assert_array_equal(fast, ref)
+
+
+def test_progressive_transcode_is_byte_identical(progressive_switch):
+    """fastdata-convert's progressive -> baseline rewrite reads the coefficients with the
+    fast decoder too: the same output file, byte for byte."""
+    data = _C._encode_progressive(np.asarray(ig.photo_like(75, 97, index=2)), 90,
+                                  [([0, 1, 2], 0, 0, 0, 1), ([0], 1, 63, 0, 1), ([1], 1, 63, 0, 0),
+                                   ([2], 1, 63, 0, 0), ([0, 1, 2], 0, 0, 1, 0), ([0], 1, 63, 1, 0)])
+    fast, ref, used = progressive_switch(lambda: _C.transcode_to_baseline(data, 0))
+    assert used == _scans(data)
+    assert fast == ref
 
 
 def _damaged():
@@ -123,6 +240,87 @@ def _restart_file():
 
 
 DAMAGED = list(_damaged())
+
+
+def _damaged_progressive():
+    """Progressive files damaged where each scan kind reads: cut at many points (libjpeg's
+    block smoothing then works from the scans that are complete, and from where the data ran
+    out: the fast decoder keeps libjpeg's out-of-data flag for it), bytes overwritten, stray
+    and lost markers, garbage between scans."""
+    photo = ig.photo_like(80, 112, index=7)
+    plain = ig.encode_jpeg(photo, quality=92, progressive=True)
+    restart = ig.encode_jpeg(photo, quality=92, progressive=True, restart_blocks=2)
+    deep = _C._encode_progressive(np.asarray(photo), 95, [([0, 1, 2], 0, 0, 0, 2)] + _script(3, (1, 63, 0, 2))[1:] +
+                                  [([0, 1, 2], 0, 0, 2, 1)] + _script(3, (1, 63, 2, 1))[1:] +
+                                  [([0, 1, 2], 0, 0, 1, 0)] + _script(3, (1, 63, 1, 0))[1:])
+    for name, src in (("plain", plain), ("restart", restart), ("deep", deep)):
+        for frac in (0.01, 0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 0.95, 0.999):
+            yield f"{name}-truncated-{frac}", ig.truncate_scan(src, frac)
+        for seed in range(6):
+            yield f"{name}-corrupt-{seed}", ig.corrupt_entropy(src, seed=seed, count=2 + 5 * seed)
+        sos = [i for i in range(len(src) - 1) if src[i] == 0xFF and src[i + 1] == 0xDA]
+        mid_scan = sos[len(sos) // 2]
+        yield f"{name}-garbage-before-a-scan", src[:mid_scan] + b"\x01\x02\x03" + src[mid_scan:]
+        yield f"{name}-stray-marker", src[:mid_scan - 40] + b"\xff\xd5" + src[mid_scan - 40:]
+        yield f"{name}-scan-lost", src[:mid_scan] + src[sos[len(sos) // 2 + 1]:]
+        yield f"{name}-eoi-early", src[:mid_scan - 20] + b"\xff\xd9"
+    rst = [i for i in range(ig.sos_offset(restart), len(restart) - 1)
+           if restart[i] == 0xFF and 0xD0 <= restart[i + 1] <= 0xD7]
+    for at in (rst[len(rst) // 4], rst[len(rst) // 2], rst[3 * len(rst) // 4]):
+        yield f"restart-lost-marker-{at}", restart[:at] + restart[at + 2:]
+        yield f"restart-renumbered-{at}", restart[:at + 1] + bytes([0xD0 + (restart[at + 1] - 0xD0 + 3) % 8]) + \
+            restart[at + 2:]
+
+
+DAMAGED_PROGRESSIVE = list(_damaged_progressive())
+
+
+@pytest.mark.parametrize("name,data", DAMAGED_PROGRESSIVE, ids=[c[0] for c in DAMAGED_PROGRESSIVE])
+def test_damaged_progressive_decodes_like_libjpeg(progressive_switch, name, data):
+    """Non-strict: the same pixels (or the same error), whole and cropped; a warning wherever
+    libjpeg warns (and maybe more: bytes between a scan's last block and the next marker always
+    warn here, see test_bytes_before_the_next_scan_always_warn); strict decodes fail wherever
+    libjpeg's do."""
+    def run():
+        try:
+            lenient = _C.decode_full(data, False, 0)
+        except _C.NativeDecodeError as e:
+            lenient = (None, str(e))
+        try:
+            _C.decode_full(data, True, 0)
+            strict = "ok"
+        except _C.NativeDecodeError:
+            strict = "error"
+        crops, failed = fastdata.decode_batch([data] * 6, fastdata.RandomResizedCrop(24), seed=1, strict=False,
+                                              on_error="skip", threads=1)
+        return lenient, strict, crops, [str(e) for e in failed]
+
+    fast, ref, used = progressive_switch(run)
+    assert used > 0
+    if ref[0][0] is None:
+        assert fast[0] == ref[0]
+    else:
+        np.testing.assert_array_equal(fast[0][0], ref[0][0])
+        assert fast[0][1] > 0 or ref[0][1] == 0, (fast[0][1], ref[0][1])
+    assert fast[1] == ref[1] or (fast[1] == "error" and ref[0][0] is not None and fast[0][1] > 0)
+    np.testing.assert_array_equal(fast[2], ref[2])
+    assert fast[3] == ref[3]
+
+
+def test_bytes_before_the_next_scan_always_warn(progressive_switch):
+    """As at EOI (test_bytes_before_eoi_always_warn): garbage between a progressive scan's last
+    block and the next marker warns, whether or not libjpeg's read-ahead swallowed it."""
+    src = ig.encode_jpeg(ig.photo_like(48, 64, index=4), progressive=True)
+    second_sos = [i for i in range(len(src) - 1) if src[i] == 0xFF and src[i + 1] == 0xDA][1]
+    before = src.rfind(b"\xff", 0, second_sos)  # the DHT (or SOS) that follows the first scan
+    data = src[:before] + b"\x01\x02" + src[before:]
+    fast, ref, used = progressive_switch(lambda: _C.decode_full(data, False, 0))
+    assert used == _scans(src)
+    np.testing.assert_array_equal(fast[0], ref[0])
+    np.testing.assert_array_equal(fast[0], _C.decode_full(src, True, 0)[0])
+    assert fast[1] >= 1
+    with pytest.raises(_C.NativeDecodeError, match="extraneous bytes"):
+        _C.decode_full(data, True, 0)
 
 
 @pytest.mark.parametrize("name,data", DAMAGED, ids=[c[0] for c in DAMAGED])
