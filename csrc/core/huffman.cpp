@@ -31,15 +31,7 @@ FASTDATA_HOT inline void decode_blocks(FastHuffman& s, Bits& r, j_decompress_ptr
     const FastHuffman::Table& dc = *s.dc[b];
     const FastHuffman::Table& ac = *s.ac[b];
     if (r.nbits < 32) refill(s, r, cinfo);
-    int diff;
-    const uint64_t f = lookup(r, dc);
-    if (f & FastHuffman::kResolved) {
-      consume(r, f & 0x1F);
-      diff = static_cast<int16_t>(f >> 32);
-    } else {
-      const int size = read_symbol(r, f, dc, cinfo);  // libjpeg checked DC symbols are <= 15
-      diff = size ? extend(take(r, size), size) : 0;
-    }
+    const int diff = read_dc_diff(r, dc, cinfo);
     // Unsigned: corrupt data may push the predictor anywhere; libjpeg's int wraps the same way.
     int& last = s.last_dc[s.comp[b]];
     last = static_cast<int>(static_cast<unsigned>(last) + static_cast<unsigned>(diff));

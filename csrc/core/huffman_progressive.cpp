@@ -84,15 +84,7 @@ FASTDATA_HOT inline void dc_first(FastHuffman& s, Bits& r, j_decompress_ptr cinf
   for (int b = 0; b < cinfo->blocks_in_MCU; ++b) {
     const FastHuffman::Table& dc = *s.dc[b];
     if (r.nbits < 32) refill(s, r, cinfo);
-    int diff;
-    const uint64_t f = lookup(r, dc);
-    if (f & FastHuffman::kResolved) {
-      consume(r, f & 0x1F);
-      diff = static_cast<int16_t>(f >> 32);
-    } else {
-      const int size = read_symbol(r, f, dc, cinfo);  // libjpeg's start_pass checked DC symbols are <= 15
-      diff = size ? extend(take(r, size), size) : 0;
-    }
+    const int diff = read_dc_diff(r, dc, cinfo);
     int& last = s.last_dc[s.comp[b]];
     if ((last >= 0 && diff > INT_MAX - last) || (last < 0 && diff < INT_MIN - last)) {
       ERREXIT(cinfo, JERR_BAD_DCT_COEF);
@@ -210,41 +202,58 @@ FASTDATA_HOT inline void correct_flagged(FastHuffman& s, Bits& r, j_decompress_p
   }
 }
 
-FASTDATA_HOT inline int read_ac_refine_symbol(FastHuffman& s, Bits& r, j_decompress_ptr cinfo,
-                                              const FastHuffman::Table& t) {
+// A refinement scan's block: its band, the steps of bit Al, and its nonzero positions (the
+// kept word, or made here once: a new coefficient lands only where the walk has already
+// passed, and a corrected one stays nonzero).
+struct RefineBlock {
+  const FastHuffman::Table& table;
+  int se, p1, m1;
+  uint64_t nonzero;
+};
+
+FASTDATA_HOT inline RefineBlock refine_block(const FastHuffman& s, const JCOEF* block, const uint64_t* mask) {
+  const int ss = s.scan_ss, se = s.scan_se;
+  return RefineBlock{*s.scan_ac, se, 1 << s.scan_al, static_cast<int>(~0u << s.scan_al),
+                     mask != nullptr ? *mask & positions(ss, se) : nonzero_positions(block, ss, se)};
+}
+
+// One symbol of a refinement scan: false at an end of band (s.eobrun set, this block counted
+// in it); else true with the zeros to pass in *run and the new coefficient in *v (+-p1, or 0
+// for sixteen zeros).
+FASTDATA_HOT inline bool refine_symbol(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, const RefineBlock& b,
+                                       int* run, int* v) {
   if (r.nbits < 32) refill(s, r, cinfo);  // a code (<= 17 bits), then a sign bit or up to 14 bits of run
-  return read_ac_symbol(r, t, cinfo);
+  const int sym = read_ac_symbol(r, b.table, cinfo);
+  const int size = sym & 15;
+  *run = sym >> 4;
+  *v = 0;
+  if (size) {
+    if (size != 1) warn(cinfo, JWRN_HUFF_BAD_CODE);  // a new coefficient is always +-1
+    *v = take(r, 1) ? b.p1 : b.m1;
+  } else if (*run != 15) {
+    s.eobrun = 1u << *run;
+    if (*run) s.eobrun += static_cast<unsigned>(take(r, *run));
+    return false;
+  }
+  return true;
 }
 
 // decode_mcu_AC_refine: newly nonzero coefficients (+-1 at bit Al) placed after runs of
 // still-zero ones, and a correction bit for every already-nonzero coefficient passed. libjpeg
 // visits the band's positions one by one with a branch on each; here the block's nonzero
-// positions are one word (its kept one, or made here once: a new coefficient lands only
-// where the walk has already passed, and a corrected one stays nonzero), a run of zeros is
-// found by clearing its zeros' bits, and the nonzero coefficients passed take their
-// correction bits together. This is the portable version; ac_refine_bmi2 below does the same
+// positions are one word (RefineBlock), a run of zeros is found by clearing its zeros' bits,
+// and the nonzero coefficients passed take their correction bits together. This is the portable version; ac_refine_bmi2 below does the same
 // without a loop per run or per correction.
 FASTDATA_HOT inline void ac_refine(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JCOEF* block,
                                    uint64_t* mask) {
-  const FastHuffman::Table& t = *s.scan_ac;
-  const int se = s.scan_se;
-  const int p1 = 1 << s.scan_al;
-  const int m1 = static_cast<int>(~0u << s.scan_al);
+  const RefineBlock b = refine_block(s, block, mask);
+  const int se = b.se, p1 = b.p1;
+  const uint64_t nonzero = b.nonzero;
   int k = s.scan_ss;
-  const uint64_t nonzero = mask != nullptr ? *mask & positions(k, se) : nonzero_positions(block, k, se);
   if (s.eobrun == 0) {
     for (; k <= se; ++k) {
-      const int sym = read_ac_refine_symbol(s, r, cinfo, t);
-      const int run = sym >> 4, size = sym & 15;
-      int v = 0;
-      if (size) {
-        if (size != 1) warn(cinfo, JWRN_HUFF_BAD_CODE);  // a new coefficient is always +-1
-        v = take(r, 1) ? p1 : m1;
-      } else if (run != 15) {
-        s.eobrun = 1u << run;
-        if (run) s.eobrun += static_cast<unsigned>(take(r, run));
-        break;  // the rest of the block: the end-of-band pass below
-      }
+      int run, v;
+      if (!refine_symbol(s, r, cinfo, b, &run, &v)) break;  // the rest of the block: the end-of-band pass below
       // Past already-nonzero coefficients and `run` zeros, to the zero that becomes the new
       // coefficient (for sixteen zeros, the last of them), or past the band's end.
       uint64_t zeros = ~nonzero & positions(k, se);
@@ -290,27 +299,16 @@ __attribute__((target("bmi2,popcnt"), noinline)) void ac_refine_bmi2(FastHuffman
                                                                      j_decompress_ptr cinfo, JCOEF* block,
                                                                      uint64_t* mask) {
   Bits r = reader;  // in registers (a reference would keep it in memory), given back at the end
-  const FastHuffman::Table& t = *s.scan_ac;
-  const int se = s.scan_se;
-  const int p1 = 1 << s.scan_al;
-  const int m1 = static_cast<int>(~0u << s.scan_al);
+  const RefineBlock b = refine_block(s, block, mask);
+  const int se = b.se, p1 = b.p1;
+  const uint64_t nonzero = b.nonzero;
   int k = s.scan_ss;
-  const uint64_t nonzero = mask != nullptr ? *mask & positions(k, se) : nonzero_positions(block, k, se);
   uint64_t corrected = 0;  // the coefficients whose correction bit was 1
   int past_end = 0;        // a new coefficient that ran past the band's end (corrupt data)
   if (s.eobrun == 0) {
     for (; k <= se; ++k) {
-      const int sym = read_ac_refine_symbol(s, r, cinfo, t);
-      const int run = sym >> 4, size = sym & 15;
-      int v = 0;
-      if (size) {
-        if (size != 1) warn(cinfo, JWRN_HUFF_BAD_CODE);
-        v = take(r, 1) ? p1 : m1;
-      } else if (run != 15) {
-        s.eobrun = 1u << run;
-        if (run) s.eobrun += static_cast<unsigned>(take(r, run));
-        break;
-      }
+      int run, v;
+      if (!refine_symbol(s, r, cinfo, b, &run, &v)) break;
       const uint64_t ahead = positions(k, se);
       const uint64_t zeros = ~nonzero & ahead;
       const int left = __builtin_popcountll(zeros);  // zeros from k on; the run's is the (run + 1)-th

@@ -233,6 +233,19 @@ FASTDATA_HOT inline uint64_t lookup(const Bits& r, const FastHuffman::Table& t) 
   return t.lut[r.acc >> (64 - kLut)];
 }
 
+// A DC difference (code and value): one lookup for most, else the symbol, then its value
+// bits. Needs at most 31 bits buffered (a 17-bit bad code or a 16-bit code and 15 bits);
+// libjpeg has checked that the table's DC symbols are <= 15.
+FASTDATA_HOT inline int read_dc_diff(Bits& r, const FastHuffman::Table& dc, j_decompress_ptr cinfo) {
+  const uint64_t f = lookup(r, dc);
+  if (f & FastHuffman::kResolved) {
+    consume(r, f & 0x1F);
+    return static_cast<int16_t>(f >> 32);
+  }
+  const int size = read_symbol(r, f, dc, cinfo);
+  return size ? extend(take(r, size), size) : 0;
+}
+
 
 // The end-of-data warning of libjpeg's memory source, once this reader needs bits past it.
 inline void report_eof(FastHuffman& s, j_decompress_ptr cinfo) {
