@@ -477,7 +477,12 @@ bool FastHuffman::prepare_progressive(j_decompress_ptr cinfo) {
       component_masks[ci] = total;
       total += static_cast<size_t>(cinfo->comp_info[ci].width_in_blocks) * cinfo->comp_info[ci].height_in_blocks;
     }
-    nonzero_masks.assign(total, 0);  // bounded: check_coefficient_budget passed 16x as much
+    // Bounded: check_coefficient_budget passed 16x as much. Each engine thread keeps its
+    // words from image to image, but not a huge image's after smaller ones come (8 MB and up).
+    if (nonzero_masks.capacity() > (size_t{1} << 20) && total < nonzero_masks.capacity() / 4) {
+      std::vector<uint64_t>().swap(nonzero_masks);
+    }
+    nonzero_masks.assign(total, 0);
     masks_valid = true;
   }
   cinfo->client_data = this;
