@@ -70,8 +70,9 @@ class FastHuffman {
   // again or recreated (JpegDecoder recreates its struct per image, Transcoder per call).
   bool prepare_progressive(j_decompress_ptr cinfo);
 
-  // The progressive scan libjpeg just started (called from the hook): takes it if it can.
-  bool start_progressive_scan(j_decompress_ptr cinfo);
+  // The progressive scan libjpeg just started (called from the hook): takes it if it can,
+  // else leaves it to libjpeg's decoder.
+  void start_progressive_scan(j_decompress_ptr cinfo);
   // After jpeg_crop_scanline: libjpeg inverse-transforms only the MCU columns of the crop
   // (its first_iMCU_col..last_iMCU_col), so coefficients of the others are decoded (they
   // must be, to find the next code) but not stored. Recomputed here with libjpeg's formula.

@@ -52,24 +52,17 @@ struct InputControllerHead {
 // lossless mode's two hooks came before it; the 3.0 betas, 2.1.90 and 2.1.91, have it so too).
 // Fixed when fastdata is built: the library it runs with must be the one whose headers it was
 // built against (pip builds fastdata against the system's libjpeg-turbo; rebuild it after
-// moving that between 2.x and 3.x, which both install as libjpeg.so.62 / .so.8). libjpeg reads the flag before each MCU to
-// know the last iMCU row decoded from real data, which block smoothing of an incomplete
+// moving that between 2.x and 3.x, which both install as libjpeg.so.62 / .so.8). libjpeg
+// reads the flag before each MCU to know the last iMCU row decoded from real data, which block smoothing of an incomplete
 // progressive file depends on: ours keeps it as libjpeg's own decoder would.
-#if defined(LIBJPEG_TURBO_VERSION_NUMBER) && LIBJPEG_TURBO_VERSION_NUMBER >= 2001090
 struct EntropyDecoderFlag {
-  void (*start_pass)(j_decompress_ptr cinfo);
-  boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* MCU_data);
+  EntropyDecoderHead head;  // start_pass, decode_mcu
+#if defined(LIBJPEG_TURBO_VERSION_NUMBER) && LIBJPEG_TURBO_VERSION_NUMBER >= 2001090
   void (*decode_mcus)();
   void (*process_restart)();
-  boolean insufficient_data;
-};
-#else
-struct EntropyDecoderFlag {
-  void (*start_pass)(j_decompress_ptr cinfo);
-  boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* MCU_data);
-  boolean insufficient_data;
-};
 #endif
+  boolean insufficient_data;
+};
 
 FASTDATA_HOT inline int read_ac_symbol(Bits& r, const FastHuffman::Table& t, j_decompress_ptr cinfo) {
   const uint16_t e = t.symbols[r.acc >> (64 - kLut)];
@@ -103,7 +96,6 @@ FASTDATA_HOT inline void dc_refine(FastHuffman& s, Bits& r, j_decompress_ptr cin
   }
 }
 
-// decode_mcu_AC_first: the band's coefficients of one block, or one block of an end-of-band run.
 // A coefficient stored at zigzag position k (past 63: position 63, as kNaturalOrder's
 // padding) in the block's word of nonzero flags: set or cleared by what was stored.
 FASTDATA_HOT inline void flag(uint64_t* mask, int k, JCOEF stored) {
@@ -111,6 +103,14 @@ FASTDATA_HOT inline void flag(uint64_t* mask, int k, JCOEF stored) {
   *mask = stored != 0 ? *mask | bit : *mask & ~bit;
 }
 
+// An AC first scan's coefficient: the value shifted to bit Al, stored and flagged.
+FASTDATA_HOT inline void store_first(JCOEF* block, uint64_t* mask, int k, int value, int al) {
+  const JCOEF c = static_cast<JCOEF>(static_cast<unsigned>(value) << al);
+  block[kNaturalOrder[k]] = c;
+  flag(mask, k, c);
+}
+
+// decode_mcu_AC_first: the band's coefficients of one block, or one block of an end-of-band run.
 FASTDATA_HOT inline void ac_first(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JCOEF* block, uint64_t* mask) {
   if (s.eobrun > 0) {
     --s.eobrun;
@@ -130,19 +130,14 @@ FASTDATA_HOT inline void ac_first(FastHuffman& s, Bits& r, j_decompress_ptr cinf
     if ((e & FastHuffman::kResolved) && value != 0) {
       consume(r, (e >> 5) & 0x1F);
       k += (e >> 16) & 0x7F;
-      const JCOEF c = static_cast<JCOEF>(static_cast<unsigned>(value) << al);
-      block[kNaturalOrder[k]] = c;
-      flag(mask, k, c);
+      store_first(block, mask, k, value, al);
       continue;
     }
     const int sym = read_ac_symbol(r, t, cinfo);
     const int run = sym >> 4, size = sym & 15;
     if (size) {
       k += run;  // at most 63 + 15: kNaturalOrder is padded
-      const int v = extend(take(r, size), size);
-      const JCOEF c = static_cast<JCOEF>(static_cast<unsigned>(v) << al);
-      block[kNaturalOrder[k]] = c;
-      flag(mask, k, c);
+      store_first(block, mask, k, extend(take(r, size), size), al);
     } else if (run == 15) {
       k += 15;  // sixteen zeros
     } else {  // end of band, for this block and 2^run - 1 + (run bits) more
@@ -365,13 +360,9 @@ FASTDATA_HOT inline boolean decode_mcu_progressive_body(j_decompress_ptr cinfo, 
   // Out of data, libjpeg leaves the rest of the scan's blocks as they are, except in a DC
   // refinement scan, which reads on (zeros: its bits only ever set coefficient bits).
   if (!s.insufficient || s.scan_kind == FastHuffman::ScanKind::kDcRefine) {
-    JBLOCK scratch[10];  // libjpeg never passes no blocks to a multi-scan decoder; if it did, decode into these
-    JBLOCKROW scratch_rows[10];
-    if (MCU_data == nullptr) {
-      std::memset(scratch, 0, sizeof(scratch));
-      for (int b = 0; b < 10; ++b) scratch_rows[b] = &scratch[b];
-      MCU_data = scratch_rows;
-    }
+    // No blocks (libjpeg's row skipping) only ever comes for single-scan files: a refinement
+    // could not be decoded without the coefficients it refines.
+    if (MCU_data == nullptr) ERREXIT(cinfo, JERR_NOTIMPL);
     // A non-interleaved (AC) scan's MCU is one block, in the component's raster order.
     uint64_t* mask = s.scan_masks != nullptr ? s.scan_masks + (s.total_mcus - s.mcus_left) : nullptr;
     Bits r = s.bits;
@@ -440,9 +431,9 @@ void start_input_pass_hook(j_decompress_ptr cinfo) {
   // same struct must take this decoder only if prepare_progressive says so for it.
   reinterpret_cast<InputControllerHead*>(cinfo->inputctl)->start_input_pass = s.libjpeg_start_input_pass;
   auto* entropy = reinterpret_cast<EntropyDecoderFlag*>(cinfo->entropy);
-  if (entropy != nullptr && cinfo->progressive_mode && !cinfo->arith_code && entropy->start_pass != start_pass_hook) {
-    s.libjpeg_start_pass = entropy->start_pass;
-    entropy->start_pass = start_pass_hook;
+  if (entropy != nullptr && cinfo->progressive_mode && !cinfo->arith_code && entropy->head.start_pass != start_pass_hook) {
+    s.libjpeg_start_pass = entropy->head.start_pass;
+    entropy->head.start_pass = start_pass_hook;
   }
   s.libjpeg_start_input_pass(cinfo);
 }
@@ -490,11 +481,9 @@ bool FastHuffman::prepare_progressive(j_decompress_ptr cinfo) {
 #endif
 }
 
-bool FastHuffman::start_progressive_scan(j_decompress_ptr cinfo) {
+void FastHuffman::start_progressive_scan(j_decompress_ptr cinfo) {
   scan_masks = nullptr;
-  const bool took = take_progressive_scan(cinfo);
-  if (!took) masks_valid = false;  // libjpeg's own decoder does not keep the nonzero flags
-  return took;
+  if (!take_progressive_scan(cinfo)) masks_valid = false;  // libjpeg's own decoder does not keep the nonzero flags
 }
 
 bool FastHuffman::take_progressive_scan(j_decompress_ptr cinfo) {
@@ -547,7 +536,7 @@ bool FastHuffman::take_progressive_scan(j_decompress_ptr cinfo) {
   scan_begin = begin;
   auto* entropy = reinterpret_cast<EntropyDecoderFlag*>(cinfo->entropy);
   libjpeg_insufficient = &entropy->insufficient_data;
-  entropy->decode_mcu = pick_decode_mcu_progressive();
+  entropy->head.decode_mcu = pick_decode_mcu_progressive();
   g_progressive_scans.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

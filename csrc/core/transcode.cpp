@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <new>
 #include <stdexcept>
 
@@ -90,6 +89,13 @@ bool uses_output_default_tables(const jpeg_decompress_struct& src, const jpeg_co
   return true;
 }
 
+// The progressive Huffman decoder of this thread's transcodes: one per thread, kept (its
+// tables are ~100 KB, and a Transcoder lives for one call).
+FastHuffman& progressive_huffman() {
+  static thread_local FastHuffman huffman;
+  return huffman;
+}
+
 // Both libjpeg objects and everything the error path touches live in one object, so a
 // longjmp back into to_baseline() finds them in memory (no locals modified after setjmp).
 class Transcoder {
@@ -121,8 +127,8 @@ class Transcoder {
   Transcoder(const Transcoder&) = delete;
   Transcoder& operator=(const Transcoder&) = delete;
 
-  // No C++ object is constructed on this frame between setjmp and the libjpeg calls below,
-  // so a longjmp skips no destructor (huffman_, made in between, is a member).
+  // No C++ object is constructed between setjmp and the libjpeg calls below, so a
+  // longjmp skips no destructor.
   // restart_mcus: < 0 no restart markers; 0 one per MCU row; else every restart_mcus MCUs.
   // index_stride: intervals per restart index entry (restart_mcus >= 0).
   std::vector<uint8_t> to_baseline(const uint8_t* data, size_t size, int64_t max_pixels, int restart_mcus,
@@ -162,8 +168,7 @@ class Transcoder {
     // Entropy-decodes every scan into whole-image coefficient arrays (libjpeg's memory);
     // with a memory source it cannot suspend, so NULL would be a libjpeg bug.
     if (src_.progressive_mode) {  // its scans with fastdata's Huffman decoder (huffman.h), as decoding does
-      if (!huffman_) huffman_ = std::make_unique<FastHuffman>();
-      huffman_->prepare_progressive(&src_);
+      progressive_huffman().prepare_progressive(&src_);
     }
     jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&src_);
     if (coefficients == nullptr) {
@@ -212,7 +217,6 @@ class Transcoder {
   JpegDecoder::ErrorManager err_;
   VectorDestination dest_;
   std::vector<uint8_t> out_;
-  std::unique_ptr<FastHuffman> huffman_;  // made only for a progressive file (its tables are ~90 KB)
   bool src_created_ = false, dst_created_ = false;
 };
 
