@@ -17,10 +17,22 @@ bool simd_allowed() {
   return allowed;
 }
 
+bool bmi2_allowed() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool allowed = simd_allowed() && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+                              __builtin_cpu_supports("popcnt");
+  return allowed;
+#else
+  return false;
+#endif
+}
+
 bool fast_bit_deposit() {
   static const bool fast = [] {
 #if defined(__x86_64__) || defined(_M_X64)
-    if (!simd_allowed() || !__builtin_cpu_supports("bmi2") || !__builtin_cpu_supports("popcnt")) return false;
+    if (!bmi2_allowed()) return false;
+    const char* software = std::getenv("FASTDATA_SOFTWARE_BIT_DEPOSIT");
+    if (software != nullptr && software[0] != '\0' && software[0] != '0') return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
     char vendor[13] = {};

@@ -11,9 +11,13 @@ namespace fastdata {
 // scalar) version. Tests compare both ways bit for bit (tests/io/test_simd_parity.py).
 bool simd_allowed();
 
-// BMI2 with a fast bit deposit (pdep): simd_allowed, BMI2 and POPCNT present, and not AMD's
-// Zen 1 and 2 (family 17h, Hygon's Dhyana too), which run pdep as microcode (tens to hundreds
-// of cycles, by the bit count).
+// simd_allowed, and BMI1, BMI2 and POPCNT present: the Huffman decoders' BMI2 copies.
+bool bmi2_allowed();
+
+// BMI2 with a fast bit deposit (pdep): bmi2_allowed, and not AMD's Zen 1 and 2 (family 17h,
+// Hygon's Dhyana too), which run pdep as microcode (tens to hundreds of cycles, by the bit
+// count). FASTDATA_SOFTWARE_BIT_DEPOSIT=1 answers false as those CPUs do, so that their path
+// can be tested and timed on others.
 bool fast_bit_deposit();
 
 }  // namespace fastdata

@@ -170,8 +170,7 @@ using DecodeMcu = boolean (*)(j_decompress_ptr, JBLOCKROW*);
 
 DecodeMcu pick_decode_mcu() {
 #ifdef FASTDATA_X86
-  static const bool bmi2 = simd_allowed() && __builtin_cpu_supports("bmi2");
-  if (bmi2) return decode_mcu_bmi2;
+  if (bmi2_allowed()) return decode_mcu_bmi2;
 #endif
   return decode_mcu;
 }

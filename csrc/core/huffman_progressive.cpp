@@ -179,24 +179,6 @@ FASTDATA_HOT inline void correct(JCOEF* c, uint64_t bit, int p1) {
   *c = static_cast<JCOEF>(v + (step & apply));
 }
 
-// Reads the correction bits of the coefficients flagged in `m`, one per flag in zigzag
-// order, and applies each at once (the portable refinement).
-FASTDATA_HOT inline void correct_flagged(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JCOEF* block, uint64_t m,
-                                         int p1) {
-  while (m != 0) {
-    if (r.nbits < 32) refill(s, r, cinfo);
-    uint64_t bits = r.acc;  // the next bits, first at the top
-    int n = 0;
-    for (; m != 0 && n < 32; ++n) {
-      const int j = __builtin_clzll(m);  // the lowest position left
-      m &= ~(1ULL << (63 - j));
-      correct(block + kNaturalOrder[j], bits >> 63, p1);
-      bits <<= 1;
-    }
-    consume(r, n);
-  }
-}
-
 // A refinement scan's block: its band, the steps of bit Al, and its nonzero positions (the
 // kept word, or made here once: a new coefficient lands only where the walk has already
 // passed, and a corrected one stays nonzero).
@@ -233,46 +215,13 @@ FASTDATA_HOT inline bool refine_symbol(FastHuffman& s, Bits& r, j_decompress_ptr
   return true;
 }
 
-// decode_mcu_AC_refine: newly nonzero coefficients (+-1 at bit Al) placed after runs of
-// still-zero ones, and a correction bit for every already-nonzero coefficient passed. libjpeg
-// visits the band's positions one by one with a branch on each; here the block's nonzero
-// positions are one word (RefineBlock), a run of zeros is found by clearing its zeros' bits,
-// and the nonzero coefficients passed take their correction bits together. This is the portable version; ac_refine_bmi2 below does the same
-// without a loop per run or per correction.
-FASTDATA_HOT inline void ac_refine(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, JCOEF* block,
-                                   uint64_t* mask) {
-  const RefineBlock b = refine_block(s, block, mask);
-  const int se = b.se, p1 = b.p1;
-  const uint64_t nonzero = b.nonzero;
-  int k = s.scan_ss;
-  if (s.eobrun == 0) {
-    for (; k <= se; ++k) {
-      int run, v;
-      if (!refine_symbol(s, r, cinfo, b, &run, &v)) break;  // the rest of the block: the end-of-band pass below
-      // Past already-nonzero coefficients and `run` zeros, to the zero that becomes the new
-      // coefficient (for sixteen zeros, the last of them), or past the band's end.
-      uint64_t zeros = ~nonzero & positions(k, se);
-      for (int i = 0; i < run && zeros != 0; ++i) zeros &= ~(1ULL << (63 - __builtin_clzll(zeros)));
-      const int target = zeros != 0 ? __builtin_clzll(zeros) : se + 1;
-      correct_flagged(s, r, cinfo, block, nonzero & positions(k, target - 1), p1);
-      k = target;
-      if (v) {
-        block[kNaturalOrder[k]] = static_cast<JCOEF>(v);  // k may be se + 1: as libjpeg
-        if (mask != nullptr) flag(mask, k, static_cast<JCOEF>(v));
-      }
-    }
-  }
-  if (s.eobrun > 0) {
-    // In an end-of-band run: only correction bits, for the nonzero coefficients left in the band.
-    correct_flagged(s, r, cinfo, block, nonzero & positions(k, se), p1);
-    --s.eobrun;
-  }
-}
-
-#ifdef FASTDATA_X86
 // The next n bits (n <= 63) as an integer, the first of them its highest bit.
-__attribute__((target("bmi2,popcnt"))) FASTDATA_HOT inline uint64_t read_bits(FastHuffman& s, Bits& r,
-                                                                               j_decompress_ptr cinfo, int n) {
+FASTDATA_HOT inline uint64_t read_bits(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, int n) {
+  if (n <= r.nbits) {  // the usual case: a few bits, and enough are left after the symbol
+    const uint64_t x = (r.acc >> 1) >> (63 - n);  // none when n is 0
+    consume(r, n);
+    return x;
+  }
   uint64_t x = 0;
   while (n > 0) {
     const int part = std::min(n, 32);
@@ -284,15 +233,51 @@ __attribute__((target("bmi2,popcnt"))) FASTDATA_HOT inline uint64_t read_bits(Fa
   return x;
 }
 
-// ac_refine without a loop per run or per correction: the zero a run ends on is one deposit
-// into the zeros left in the band, and the correction bits of the coefficients passed are
-// deposited into their positions at once; the block's corrections are applied together at its end (each
-// coefficient takes at most one per scan, and none is where a new one lands, except past
-// the band's end with corrupt data, where libjpeg corrects first and then overwrites).
-// Not inlined: a function without BMI2 (decode_mcu_progressive_body) may call it, not take it in.
-__attribute__((target("bmi2,popcnt"), noinline)) void ac_refine_bmi2(FastHuffman& s, Bits& reader,
-                                                                     j_decompress_ptr cinfo, JCOEF* block,
-                                                                     uint64_t* mask) {
+// The refinement walk's two bit operations, in BMI2's terms. deposit(v, m) puts v's bits,
+// from the lowest up, onto m's set bits from the lowest up (pdep). nth_zero(zeros, left, run)
+// is the bit, alone, of the (run + 1)-th of the band's `left` zeros still ahead (set in
+// `zeros`, the first the highest; run < left).
+#ifdef FASTDATA_X86
+// BMI2's own pdep, where it is fast (fast_bit_deposit): the zero is the (left - 1 - run)-th
+// set bit from the lowest. Not always_inline: these are taken in only once their caller has
+// been inlined into a function built for BMI2 (decode_mcu_progressive_bmi2).
+struct HardwareDeposit {
+  __attribute__((target("bmi2"))) static inline uint64_t deposit(uint64_t v, uint64_t m) { return _pdep_u64(v, m); }
+  __attribute__((target("bmi2"))) static inline uint64_t nth_zero(uint64_t zeros, int left, int run) {
+    return _pdep_u64(uint64_t{1} << (left - 1 - run), zeros);
+  }
+};
+#endif
+
+// The same without pdep: for AMD Zen 1 and 2, whose pdep is microcode (tens to hundreds of
+// cycles, by the bits set), and for CPUs without BMI2 (ARM among them). Both walk bits, and
+// the walks are short: in the demo set's refinement scans a run is 0 for 53% of the symbols
+// and 1 or 2 for 34%, and a symbol passes no nonzero coefficient for 58%, at most four for
+// 87%. (A branch-free broadword select measured no faster than the walk.)
+struct SoftwareDeposit {
+  FASTDATA_HOT static inline uint64_t deposit(uint64_t v, uint64_t m) {
+    uint64_t out = 0;
+    // Four bits without a branch, then the rest: fewer mispredicted loop exits.
+    for (int i = 0; i < 4; ++i, m &= m - 1, v >>= 1) out |= (m & (0 - m)) & (0 - (v & 1));
+    for (; m != 0; m &= m - 1, v >>= 1) out |= (m & (0 - m)) & (0 - (v & 1));
+    return out;
+  }
+  FASTDATA_HOT static inline uint64_t nth_zero(uint64_t zeros, int, int run) {
+    for (int i = 0; i < run; ++i) zeros &= ~(uint64_t{1} << (63 - __builtin_clzll(zeros)));  // the run's zeros
+    return uint64_t{1} << (63 - __builtin_clzll(zeros));
+  }
+};
+
+// decode_mcu_AC_refine: newly nonzero coefficients (+-1 at bit Al) placed after runs of
+// still-zero ones, and a correction bit for every already-nonzero coefficient passed. libjpeg
+// visits the band's positions one by one with a branch on each; here the block's nonzero
+// positions are one word (RefineBlock), the zero a run ends on is picked from the band's
+// zeros left (nth_zero), and the correction bits of the coefficients passed are read at once
+// and deposited onto their positions. The block's corrections are applied together at its end
+// (each coefficient takes at most one per scan, and none is where a new one lands, except
+// past the band's end with corrupt data, where libjpeg corrects first and then overwrites).
+template <class Deposit>
+FASTDATA_HOT inline void ac_refine(FastHuffman& s, Bits& reader, j_decompress_ptr cinfo, JCOEF* block, uint64_t* mask) {
   Bits r = reader;  // in registers (a reference would keep it in memory), given back at the end
   const RefineBlock b = refine_block(s, block, mask);
   const int se = b.se, p1 = b.p1;
@@ -303,27 +288,20 @@ __attribute__((target("bmi2,popcnt"), noinline)) void ac_refine_bmi2(FastHuffman
   if (s.eobrun == 0) {
     for (; k <= se; ++k) {
       int run, v;
-      if (!refine_symbol(s, r, cinfo, b, &run, &v)) break;
+      if (!refine_symbol(s, r, cinfo, b, &run, &v)) break;  // the rest of the block: the end-of-band pass below
+      // Past already-nonzero coefficients and `run` zeros, to the zero that becomes the new
+      // coefficient (for sixteen zeros, the last of them), or past the band's end.
       const uint64_t ahead = positions(k, se);
       const uint64_t zeros = ~nonzero & ahead;
       const int left = __builtin_popcountll(zeros);  // zeros from k on; the run's is the (run + 1)-th
       int target = se + 1;
       uint64_t passed = nonzero & ahead;
       if (left > run) {
-        const uint64_t at = _pdep_u64(1ULL << (left - 1 - run), zeros);
+        const uint64_t at = Deposit::nth_zero(zeros, left, run);
         target = 63 - __builtin_ctzll(at);
         passed &= ~(at | (at - 1));  // positions before the target: the bits above its bit
       }
-      // Their correction bits: usually a few, and bits enough are left after the symbol.
-      const int n = __builtin_popcountll(passed);
-      uint64_t bits;
-      if (n <= r.nbits) {
-        bits = (r.acc >> 1) >> (63 - n);  // the next n bits; none when n is 0
-        consume(r, n);
-      } else {
-        bits = read_bits(s, r, cinfo, n);
-      }
-      corrected |= _pdep_u64(bits, passed);
+      corrected |= Deposit::deposit(read_bits(s, r, cinfo, __builtin_popcountll(passed)), passed);
       k = target;
       if (v) {
         if (k <= se) {
@@ -336,9 +314,9 @@ __attribute__((target("bmi2,popcnt"), noinline)) void ac_refine_bmi2(FastHuffman
     }
   }
   if (s.eobrun > 0) {
+    // In an end-of-band run: only correction bits, for the nonzero coefficients left in the band.
     const uint64_t passed = nonzero & positions(k, se);
-    const int n = __builtin_popcountll(passed);
-    if (n) corrected |= _pdep_u64(read_bits(s, r, cinfo, n), passed);
+    corrected |= Deposit::deposit(read_bits(s, r, cinfo, __builtin_popcountll(passed)), passed);
     --s.eobrun;
   }
   for (uint64_t m = corrected; m != 0; m &= m - 1) correct(block + kNaturalOrder[63 - __builtin_ctzll(m)], 1, p1);
@@ -348,9 +326,8 @@ __attribute__((target("bmi2,popcnt"), noinline)) void ac_refine_bmi2(FastHuffman
   }
   reader = r;
 }
-#endif
 
-template <bool kBmi2>
+template <class Deposit>
 FASTDATA_HOT inline boolean decode_mcu_progressive_body(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   FastHuffman& s = *static_cast<FastHuffman*>(cinfo->client_data);
   if (cinfo->restart_interval && s.restarts_to_go == 0) {
@@ -370,15 +347,7 @@ FASTDATA_HOT inline boolean decode_mcu_progressive_body(j_decompress_ptr cinfo, 
       case FastHuffman::ScanKind::kDcFirst: dc_first(s, r, cinfo, MCU_data); break;
       case FastHuffman::ScanKind::kDcRefine: dc_refine(s, r, cinfo, MCU_data); break;
       case FastHuffman::ScanKind::kAcFirst: ac_first(s, r, cinfo, MCU_data[0][0], mask); break;
-      case FastHuffman::ScanKind::kAcRefine:
-#ifdef FASTDATA_X86
-        if (kBmi2) {
-          ac_refine_bmi2(s, r, cinfo, MCU_data[0][0], mask);
-          break;
-        }
-#endif
-        ac_refine(s, r, cinfo, MCU_data[0][0], mask);
-        break;
+      case FastHuffman::ScanKind::kAcRefine: ac_refine<Deposit>(s, r, cinfo, MCU_data[0][0], mask); break;
     }
     s.bits = r;
     if (r.nbits < r.pad_bits && !s.insufficient) {  // this MCU read zeros past the end of the data
@@ -395,26 +364,36 @@ FASTDATA_HOT inline boolean decode_mcu_progressive_body(j_decompress_ptr cinfo, 
   return TRUE;
 }
 
-// Two copies, as decode_mcu in huffman.cpp: portable, and with BMI2 (its bit deposit for
-// the refinement scans, and one-uop shifts) where the CPU has it and runs it fast
-// (fast_bit_deposit: not on AMD before Zen 3, which microcodes the deposit).
+// Three copies: portable; with BMI2 (its one-uop shifts and bit counts) but the software bit
+// deposit, for AMD Zen 1 and 2, which microcode pdep; and with BMI2's pdep
+// (fast_bit_deposit), on other CPUs that have it.
 boolean decode_mcu_progressive(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
-  return decode_mcu_progressive_body<false>(cinfo, MCU_data);
+  return decode_mcu_progressive_body<SoftwareDeposit>(cinfo, MCU_data);
 }
 #ifdef FASTDATA_X86
-__attribute__((target("bmi2,popcnt"))) boolean decode_mcu_progressive_bmi2(j_decompress_ptr cinfo,
-                                                                          JBLOCKROW* MCU_data) {
-  return decode_mcu_progressive_body<true>(cinfo, MCU_data);
+__attribute__((target("bmi,bmi2,popcnt"))) boolean decode_mcu_progressive_bmi2_software_deposit(
+    j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+  return decode_mcu_progressive_body<SoftwareDeposit>(cinfo, MCU_data);
+}
+__attribute__((target("bmi,bmi2,popcnt"))) boolean decode_mcu_progressive_bmi2(j_decompress_ptr cinfo,
+                                                                                JBLOCKROW* MCU_data) {
+  return decode_mcu_progressive_body<HardwareDeposit>(cinfo, MCU_data);
 }
 #endif
 
 using DecodeMcu = boolean (*)(j_decompress_ptr, JBLOCKROW*);
 
-DecodeMcu pick_decode_mcu_progressive() {
+struct ProgressiveCopy {
+  DecodeMcu decode_mcu;
+  const char* name;
+};
+
+ProgressiveCopy pick_progressive_copy() {
 #ifdef FASTDATA_X86
-  if (fast_bit_deposit()) return decode_mcu_progressive_bmi2;
+  if (fast_bit_deposit()) return {decode_mcu_progressive_bmi2, "pdep"};
+  if (bmi2_allowed()) return {decode_mcu_progressive_bmi2_software_deposit, "software-deposit"};
 #endif
-  return decode_mcu_progressive;
+  return {decode_mcu_progressive, "portable"};
 }
 
 void start_pass_hook(j_decompress_ptr cinfo) {
@@ -440,6 +419,7 @@ void start_input_pass_hook(j_decompress_ptr cinfo) {
 
 }  // namespace
 
+const char* progressive_decoder_copy() { return pick_progressive_copy().name; }
 uint64_t fast_progressive_scans() { return g_progressive_scans.load(std::memory_order_relaxed); }
 void set_fast_progressive_enabled(bool enabled) { g_progressive_enabled.store(enabled); }
 bool fast_progressive_enabled() { return g_progressive_enabled.load(); }
@@ -536,7 +516,7 @@ bool FastHuffman::take_progressive_scan(j_decompress_ptr cinfo) {
   scan_begin = begin;
   auto* entropy = reinterpret_cast<EntropyDecoderFlag*>(cinfo->entropy);
   libjpeg_insufficient = &entropy->insufficient_data;
-  entropy->head.decode_mcu = pick_decode_mcu_progressive();
+  entropy->head.decode_mcu = pick_progressive_copy().decode_mcu;
   g_progressive_scans.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -3,11 +3,16 @@
 Every CPU must give the same output for the same (seed, epoch, index): a run with
 FASTDATA_FORCE_SCALAR=1 (scalar resample loops, baseline x86-64 Huffman decoders) is compared
 with the default (AVX2/SSSE3 resampling, the BMI2 Huffman decoders, where the CPU has them) in
-two fresh processes, over baseline and progressive JPEGs.
+fresh processes, over baseline and progressive JPEGs; so is FASTDATA_SOFTWARE_BIT_DEPOSIT=1,
+the progressive decoder's copy for AMD Zen 1/2 (BMI2 without its pdep). Each copy of the
+progressive decoder also runs the libjpeg comparisons of test_fast_huffman.py in a child.
 """
 import os
+import pathlib
 import subprocess
 import sys
+
+import pytest
 
 SCRIPT = r"""
 import hashlib, io, fastdata
@@ -26,16 +31,49 @@ print(h.hexdigest())
 """
 
 
-def _digest(force_scalar: bool) -> str:
-    env = dict(os.environ)
-    env["FASTDATA_FORCE_SCALAR"] = "1" if force_scalar else "0"
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+# The environment that selects each copy of the progressive decoder, by its name.
+COPIES = {
+    "pdep": {},
+    "software-deposit": {"FASTDATA_SOFTWARE_BIT_DEPOSIT": "1"},
+    "portable": {"FASTDATA_FORCE_SCALAR": "1"},
+}
+
+
+def _child(args, env_extra, timeout=300) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTDATA_FORCE_SCALAR", "FASTDATA_SOFTWARE_BIT_DEPOSIT")}
+    env.update(env_extra)
+    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        raise AssertionError(f"child failed ({done.returncode}): {done.stderr}")
+        raise AssertionError(f"child failed ({done.returncode}): {done.stdout[-3000:]}{done.stderr[-3000:]}")
     return done.stdout.strip()
 
 
+def _copy_in_child(name: str) -> str:
+    return _child(["-c", "from fastdata import _C; print(_C._progressive_decoder_copy())"], COPIES[name])
+
+
+def _available_copies():
+    """The copies this CPU can run: all three with BMI2 (x86), else the portable one alone."""
+    default = _copy_in_child("pdep")
+    if default == "portable":
+        return ["portable"]
+    # An AMD Zen 1/2 runs the software deposit by default (its pdep is microcode).
+    return ["pdep", "software-deposit", "portable"] if default == "pdep" else ["software-deposit", "portable"]
+
+
 def test_simd_and_scalar_resample_are_bit_identical():
-    simd, scalar = _digest(False), _digest(True)
-    assert len(simd) == 64
-    assert simd == scalar
+    digests = {name: _child(["-c", SCRIPT], COPIES[name], timeout=120) for name in _available_copies()}
+    assert all(len(d) == 64 for d in digests.values())
+    assert len(set(digests.values())) == 1, digests
+
+
+@pytest.mark.parametrize("name", list(COPIES))
+def test_each_progressive_copy_decodes_like_libjpeg(name):
+    if name not in _available_copies():
+        pytest.skip(f"this CPU cannot run the {name!r} copy (no BMI2)")
+    assert _copy_in_child(name) == name
+    suite = pathlib.Path(__file__).with_name("test_fast_huffman.py")
+    out = _child(["-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite), "-k", "progressive"], COPIES[name])
+    summary = out.splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
+    assert int(summary.split(" passed")[0].split()[-1]) >= 100, summary  # the progressive cases all ran
