@@ -9,6 +9,7 @@
 #include "bindings/released_gil.h"
 #include "bindings/register.h"
 #include "core/decoder.h"
+#include "core/huffman.h"
 #include "core/sample.h"
 
 namespace fastdata::bindings {
@@ -70,6 +71,10 @@ py::dict jpeg_info() {
   d["libjpeg_turbo_version"] = libjpeg_version();
   const char* force_none = std::getenv("JSIMD_FORCENONE");
   d["simd_disabled_by_env"] = force_none != nullptr && std::string(force_none) == "1";
+  // Which copy of fastdata's progressive Huffman decoder this CPU runs: "pdep" (BMI2's bit
+  // deposit), "software-deposit" (BMI2 without it: AMD Zen 1/2, or FASTDATA_SOFTWARE_BIT_DEPOSIT=1)
+  // or "portable" (no BMI2, or FASTDATA_FORCE_SCALAR=1).
+  d["progressive_decoder"] = progressive_decoder_copy();
   return d;
 }
 
@@ -79,7 +84,8 @@ void register_decode(py::module_& m) {
   m.def("probe", &probe, py::arg("data"), "Header fields of a JPEG (no pixel decode).");
   m.def("decode_full", &decode_full_py, py::arg("data"), py::arg("strict"), py::arg("max_pixels"),
         "Full decode to uint8 RGB HxWx3 with EXIF orientation; returns (array, warnings).");
-  m.def("jpeg_info", &jpeg_info, "The libjpeg-turbo this build runs, and whether its SIMD is switched off by env.");
+  m.def("jpeg_info", &jpeg_info, "The libjpeg-turbo this build runs, whether its SIMD is switched off by env, and which copy of "
+        "fastdata's progressive decoder this CPU runs.");
 }
 
 }  // namespace fastdata::bindings

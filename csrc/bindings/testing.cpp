@@ -120,10 +120,6 @@ void register_testing(py::module_& m) {
         }, py::arg("enabled"),
         "A/B switch: progressive JPEGs with fastdata's Huffman decoder (default) or libjpeg-turbo's own, "
         "baseline ones unchanged. Returns the previous setting.");
-  m.def("_progressive_decoder_copy", &progressive_decoder_copy,
-        "Which copy of fastdata's progressive decoder this CPU runs: 'pdep' (BMI2's bit deposit), "
-        "'software-deposit' (BMI2 without pdep: AMD Zen 1/2, or FASTDATA_SOFTWARE_BIT_DEPOSIT=1) or "
-        "'portable' (no BMI2, or FASTDATA_FORCE_SCALAR=1).");
   m.def("_fast_progressive_scans", &fast_progressive_scans,
         "Progressive scans decoded by fastdata's Huffman decoder so far in this process (for tests).");
   m.def("_restart_index_jumps", &restart_index_jumps,

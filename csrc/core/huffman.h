@@ -47,7 +47,7 @@ uint64_t fast_progressive_scans();
 void set_fast_progressive_enabled(bool enabled);
 bool fast_progressive_enabled();
 // Which copy of the progressive decoder this CPU runs: "pdep" (BMI2's bit deposit),
-// "software-deposit" (BMI2 without pdep: AMD Zen 1/2) or "portable" (tests and doctor).
+// "software-deposit" (BMI2 without pdep: AMD Zen 1/2) or "portable" (jpeg_info: tests and fastdata-doctor).
 const char* progressive_decoder_copy();
 
 class FastHuffman {

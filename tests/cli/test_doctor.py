@@ -93,6 +93,8 @@ def test_storage_and_cpu_findings_match_the_filesystem(data, capsys):
     assert f["fits_in_ram"]["status"] == "ok" and "RAMCache" in f["fits_in_ram"]["advice"]
     assert f["lmdb_cache"]["status"] == "info" and "fastdata-convert" in f["lmdb_cache"]["advice"]
     assert f["cpu_cores"]["value"]["usable"] == len(os.sched_getaffinity(0))
+    # which progressive decoder copy runs (tests/io/test_simd_parity.py checks each is chosen as named)
+    assert f["libjpeg_turbo"]["value"]["progressive_decoder"] in ("pdep", "software-deposit", "portable")
     assert f["cpu_load"]["value"]["load1"] == pytest.approx(os.getloadavg()[0], abs=1.0)
     dec = f["decode_rate"]["value"]
     assert dec["images"] == "8 JPEGs from DATA"

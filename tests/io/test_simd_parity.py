@@ -49,7 +49,7 @@ def _child(args, env_extra, timeout=300) -> str:
 
 
 def _copy_in_child(name: str) -> str:
-    return _child(["-c", "from fastdata import _C; print(_C._progressive_decoder_copy())"], COPIES[name])
+    return _child(["-c", "from fastdata import _C; print(_C.jpeg_info()['progressive_decoder'])"], COPIES[name])
 
 
 def _available_copies():
