@@ -57,6 +57,8 @@ RegionPlan plan_region(const JpegInfo& info, const TransformSpec& spec, const Sa
 
 // ---- implementation details shared with decode_full ----
 void check_pixel_limit(const JpegInfo& info, int64_t max_pixels);
+// Copies oriented pixels [ox0, ox1) x [oy0, oy1) of a region in JpegDecoder's own buffer
+// (decode_region without a destination: it is padded, and the copy reads a byte past a pixel).
 void copy_oriented(const DecodedRegion& region, int orientation, int ox0, int oy0, int ox1, int oy1,
                    uint8_t* dst, ptrdiff_t dst_stride);
 
