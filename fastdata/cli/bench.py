@@ -1,6 +1,6 @@
 """`fastdata-bench`: how much faster is training input with fastdata, and which change buys what.
 
-    fastdata-bench [DATA] [--batch-size B] [--seconds 20] [--threads N] [--rounds 1] [--step-ms 0]
+    fastdata-bench [DATA] [--batch-size B] [--seconds 20] [--threads N] [--rounds 1] [--step-ms 0] [--settle-max 20]
                    [--compare dataloader,simd,fastdata,lmdb,ram,ffcv,fastdata-dali,fastdata-nvjpeg,dali,nvjpeg]
                    [--ablation] [--device cpu|cuda] [--dtype float32|float16|bfloat16|uint8]
                    [--json out.json] [--plot out.png]
@@ -26,8 +26,13 @@ Time: ``--seconds`` (default 20) is the budget of the measurement phase, split e
 the contenders (or ablation steps) that can run and the rounds; start-up and warm-up count
 against each share (a contender timed for under 2 s is marked * and named below the table:
 its rate means little); a share can overrun by at most the batch in flight. With ``--rounds``
-> 1 the contenders run interleaved (each once per round), so drift on a shared machine hits
-all alike. One-time setup (demo set generation, ~10 s on 2 cores; LMDB conversion; FFCV's
+> 1 the contenders run interleaved (each once per round, each round starting one contender
+later, so that no contender always follows the same one), so drift on a shared machine hits
+all alike. Before each run the machine settles from the one before (no child process left,
+busy cores back within 0.5 of what they were before the first run; at most ``--settle-max``
+seconds, default 20, not counted in the share; the JSON keeps each wait): a DataLoader's
+workers handing back gigabytes of memory slowed the next contender by a third on the H200
+box. One-time setup (demo set generation, ~10 s on 2 cores; LMDB conversion; FFCV's
 packed file) is cached and comes on top, so a first no-argument run on a 2-core machine
 takes well under a minute.
 
@@ -50,7 +55,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from fastdata.cli import bench_contenders as bc
 from fastdata.cli import bench_report, demo
-from fastdata.cli.bench_runner import MAX_WINDOWS, measure, pool, windows  # noqa: F401 (MAX_WINDOWS, windows: API)
+from fastdata.cli.bench_runner import MAX_WINDOWS, SETTLE_MARGIN_CORES, SETTLE_MAX_S, busy_cores, measure, pool, settle, windows  # noqa: F401 (MAX_WINDOWS, windows: API)
 from fastdata.io.host import usable_cores
 from fastdata.sources.folder import read_file_list, scan_image_folder
 
@@ -231,23 +236,35 @@ def compare_plan(job: bc.Job, names: Sequence[str]) -> Plan:
 
 
 def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablation: bool, rounds: int = 1,
-             step_seconds: float = 0.0) -> List[Dict[str, Any]]:
+             step_seconds: float = 0.0, settle_max: float = SETTLE_MAX_S) -> List[Dict[str, Any]]:
     """Every runnable contender, ``rounds`` times interleaved (round 1 of each, then round 2
-    of each, ...), each run an equal share of ``seconds``; rounds pooled per contender."""
+    of each, ...), each run an equal share of ``seconds``; rounds pooled per contender. Each
+    round starts one contender later than the one before (with as many rounds as contenders,
+    each follows every other once), and each run starts once the machine has settled from the
+    one before (``bench_runner.settle``, at most ``settle_max`` seconds, 0: not at all; the wait
+    is not part of the share)."""
+    baseline = busy_cores(0.5) if settle_max > 0 else 0.0  # before anything of ours runs
     if ablation or any(k == "lmdb" for k, _ in plan.runnable()):
         _prepare_lmdb(plan, job, progress)
     todo = plan.runnable()
     share = seconds / max(1, len(todo) * rounds)
     runs: Dict[str, List[Dict[str, Any]]] = {key: [] for key, _ in todo}
     for rnd in range(rounds):
-        for done, (key, contender) in enumerate(todo, 1):
+        order = todo[rnd % len(todo):] + todo[:rnd % len(todo)] if todo else []
+        for done, (key, contender) in enumerate(order, 1):
             if runs[key] and runs[key][-1]["status"] != "ok":
                 continue  # failed in an earlier round: reported once, not retried
             tag = f"[{done}/{len(todo)}]" + (f" round {rnd + 1}/{rounds}" if rounds > 1 else "") + \
                 f" {contender.label}:"
+            calm = settle(baseline, max_seconds=settle_max) if settle_max > 0 else None
+            if calm is not None and not calm["settled"]:
+                progress.line(f"{tag} the machine stayed busy ({calm['busy_cores']:.1f} cores, "
+                              f"{baseline:.1f} before the first contender) for {calm['seconds']:.0f} s: "
+                              "this run shares it")
             progress.line(f"{tag} running ({share:.1f} s)")
             r = measure(contender, job, share, status=lambda msg, tag=tag: progress.status(f"{tag} {msg}"),
                         step_seconds=step_seconds)
+            r["settle"] = calm
             progress.done()
             if r["status"] == "ok":
                 progress.line(f"{tag} {r['images_per_s']:,.0f} img/s "
@@ -345,6 +362,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="normalized float output, or uint8 for raw NHWC images (default float32)")
     p.add_argument("--rounds", type=int, default=1,
                    help="run every contender this many times, interleaved, and pool the rounds (default 1)")
+    p.add_argument("--settle-max", type=float, default=SETTLE_MAX_S, metavar="S",
+                   help="before each contender, wait until the machine is back to its load before the first one "
+                        f"(no child process left, busy cores within {SETTLE_MARGIN_CORES:g}), for at most S seconds "
+                        f"(default {SETTLE_MAX_S:g}; 0: do not wait)")
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="simulated training step after each batch, in ms (default 0: batches back to back)")
     p.add_argument("--json", type=Path, default=None, help="write every number here")
@@ -362,8 +383,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.batch_size is None:
         args.batch_size = 256 if args.device == "cuda" else 64
-    if args.batch_size < 1 or args.seconds <= 0 or args.rounds < 1 or args.step_ms < 0:
-        raise SystemExit("fastdata-bench: --batch-size, --seconds and --rounds must be positive, --step-ms >= 0")
+    if args.batch_size < 1 or args.seconds <= 0 or args.rounds < 1 or args.step_ms < 0 or args.settle_max < 0:
+        raise SystemExit("fastdata-bench: --batch-size, --seconds and --rounds must be positive, "
+                         "--step-ms and --settle-max >= 0")
     if args.ablation and args.dtype == "uint8":
         raise SystemExit("fastdata-bench: the ablation measures normalized output; use a float --dtype")
     args.threads = args.threads or usable_cores()
@@ -389,12 +411,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit(f"fastdata-bench: error: {exc}") from None
     plan = ablation_plan(job) if args.ablation else compare_plan(job, names)
     results = run_plan(plan, job, args.seconds, progress, args.ablation, rounds=args.rounds,
-                       step_seconds=args.step_ms / 1000.0)
+                       step_seconds=args.step_ms / 1000.0, settle_max=args.settle_max)
     report = bench_report.build_report(
         results, dataset=dataset, ablation=args.ablation,
         config={"batch_size": job.batch_size, "seconds": args.seconds, "threads": job.workers,
                 "device": job.device, "dtype": job.dtype, "size": job.size, "rounds": args.rounds,
-                "step_ms": args.step_ms,
+                "step_ms": args.step_ms, "settle_max": args.settle_max,
                 "transform": "RandomResizedCrop(224) + hflip" + ("" if job.dtype == "uint8" else " + normalize"),
                 "compare": None if args.ablation else names},
         wall_seconds=time.perf_counter() - t_start)

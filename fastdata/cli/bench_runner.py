@@ -87,6 +87,51 @@ def _contenders(by_kind: Dict[str, float]) -> Dict[str, float]:
     return {k: v for k, v in by_kind.items() if not k.startswith("py:fastdata-bench-")}
 
 
+# Between contenders the machine settles first. A DataLoader's 16 workers exiting (15 GB of
+# RSS handed back) kept the H200 box busy for seconds, and the engines' decode-only row run
+# right after read 12,864 img/s against 18,200-20,358 in other runs (docs/results.md,
+# fourteenth session). So the next contender starts once this process has no children left
+# and the machine's busy cores are back near what they were before the first contender; a
+# shared host's own load never settles, hence the limit.
+SETTLE_MAX_S = 20.0
+SETTLE_WINDOW_S = 0.25
+SETTLE_MARGIN_CORES = 0.5
+
+
+def busy_cores(window: float = SETTLE_WINDOW_S) -> float:
+    """Cores the whole machine kept busy over the next ``window`` seconds (every process)."""
+    import psutil
+
+    return psutil.cpu_percent(interval=window) / 100.0 * (psutil.cpu_count() or 1)
+
+
+def child_processes() -> int:
+    """This process's live descendants (a DataLoader's workers, say)."""
+    import psutil
+
+    try:
+        return sum(1 for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return 0
+
+
+def settle(baseline: float, *, max_seconds: float = SETTLE_MAX_S, margin: float = SETTLE_MARGIN_CORES,
+           busy: Callable[[], float] = busy_cores, children: Callable[[], int] = child_processes,
+           clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
+    """Waits until no child process is left and the machine's busy cores are at most
+    ``baseline + margin`` (each busy reading takes its window), for at most ``max_seconds``.
+    Returns the seconds waited, the last busy reading, and whether it settled."""
+    t0 = clock()
+    last = None
+    while True:
+        quiet_children = children() == 0
+        last = busy()
+        if quiet_children and last <= baseline + margin:
+            return {"seconds": clock() - t0, "busy_cores": last, "settled": True}
+        if clock() - t0 >= max_seconds:
+            return {"seconds": clock() - t0, "busy_cores": last, "settled": False}
+
+
 def describe(images: Any) -> str:
     """'float32[64x3x224x224] cpu' for a batch tensor."""
     shape = "x".join(str(s) for s in getattr(images, "shape", ()))
@@ -264,6 +309,8 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
                                                      for r in runs]),
         "output": first["output"],
         "detail": first["detail"],
+        # the waits before each round for the machine to settle (fastdata.cli.bench.run_plan)
+        "settle": [r["settle"] for r in runs if r.get("settle") is not None],
     }
     return _with_statistics(pooled, runs, [x for r in runs for x in r["waits"]])
 

@@ -178,3 +178,27 @@ def test_uint8_output_in_interleaved_rounds(tiny_folder: Path, tmp_path: Path) -
         assert 0 < r["wait_fraction"] <= 1.0 and r["wait_ms_p50"] > 0
     assert by["dali"]["status"] == "skipped" and "uint8" in by["dali"]["reason"]
     assert by["ffcv"]["status"] in ("ok", "skipped")  # installed or not, never dropped
+    # each round waited for the machine to settle (a DataLoader's workers gone) before each run
+    assert report["config"]["settle_max"] > 0
+    for name in ("dataloader", "fastdata"):
+        assert len(by[name]["settle"]) == 2 and all(s["seconds"] >= 0 for s in by[name]["settle"])
+
+
+def test_each_round_starts_one_contender_later(monkeypatch, tiny_folder: Path) -> None:
+    """With as many rounds as contenders, each contender runs once right after each other one."""
+    args = bench._parser().parse_args([str(tiny_folder), "--device", "cpu", "--batch-size", "8"])
+    args.threads = 1
+    job, _ = bench.make_job(args.data, args, bench.Progress(quiet=True))
+    plan = bench.compare_plan(job, ["dataloader", "fastdata", "ram"])
+    order = []
+
+    def fake_measure(contender, job, share, **kw):
+        order.append(contender.name)
+        return {"name": contender.name, "label": contender.label, "status": "ok", "images_per_s": 1.0,
+                "timed_images": 8, "timed_seconds": 8.0}
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(bench, "pool", lambda runs: runs[0])
+    results = bench.run_plan(plan, job, 3.0, bench.Progress(quiet=True), False, rounds=3, settle_max=0)
+    assert order == ["dataloader", "fastdata", "ram", "fastdata", "ram", "dataloader", "ram", "dataloader", "fastdata"]
+    assert [r["name"] for r in results] == ["dataloader", "fastdata", "ram"]  # the table keeps the asked order

@@ -383,3 +383,44 @@ def test_usage_leaves_out_its_own_sampling_thread(monkeypatch):
     assert p1 - p0 >= 0.1  # the sampler burned CPU...
     assert c1 - c0 <= 0.05, (c1 - c0, p1 - p0)  # ...which is not the contender's
     assert not any("bench-rss" in k for k in threads)
+
+
+def test_settle_waits_for_children_and_busy_cores_then_stops():
+    clock = FakeClock()
+    busy = iter([3.0, 2.0, 0.4, 0.3])
+    kids = iter([2, 0, 0, 0])
+
+    def reading() -> float:  # each reading takes its window, as busy_cores does
+        clock.now += 0.25
+        return next(busy)
+
+    r = bench_runner.settle(0.1, margin=0.5, busy=reading, children=lambda: next(kids), clock=clock)
+    # 3.0 with two children, 2.0 busy, then 0.4 <= 0.1 + 0.5 with none left: three windows
+    assert r == {"seconds": pytest.approx(0.75), "busy_cores": 0.4, "settled": True}
+
+
+def test_settle_gives_up_on_a_machine_that_stays_busy():
+    clock = FakeClock()
+
+    def reading() -> float:
+        clock.now += 0.25
+        return 5.0
+
+    r = bench_runner.settle(0.2, max_seconds=2.0, busy=reading, children=lambda: 0, clock=clock)
+    assert r["settled"] is False and r["busy_cores"] == 5.0 and 2.0 <= r["seconds"] < 2.3
+
+
+def test_settle_waits_for_a_real_child_process_to_exit():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
+    try:
+        assert bench_runner.child_processes() >= 1
+        # busy cores allowed up to 64 over a baseline of 0: only the child holds it back
+        r = bench_runner.settle(0.0, margin=64.0, max_seconds=30.0)
+        assert r["settled"] is True and r["seconds"] >= 0.5, r
+        assert child.poll() is not None or bench_runner.child_processes() == 0
+    finally:
+        child.kill()
+        child.wait()
