@@ -5,8 +5,9 @@
 #   fuzz/run.sh short [TARGET...]   each target for FUZZ_SECONDS seconds (default 30): CI
 #   fuzz/run.sh long  [TARGET...]   each target for FUZZ_RUNS executions (default 1,000,000)
 #
-# TARGET: probe plan decode crop crop_scalar transcode (default: all; crop_scalar is the
-# crop target with FASTDATA_FORCE_SCALAR=1, the resampler's baseline loops). Work files
+# TARGET: probe plan decode decode_zen crop crop_scalar transcode (default: all; crop_scalar is
+# the crop target with FASTDATA_FORCE_SCALAR=1, the resampler's baseline loops; decode_zen the
+# decode target with FASTDATA_SOFTWARE_BIT_DEPOSIT=1, the progressive decoder's AMD Zen 1/2 copy). Work files
 # (seeds, growing corpus, logs, crash inputs) go to FUZZ_WORK (default /tmp/fastdata-fuzz).
 # Python with numpy and Pillow (for the seeds): FUZZ_PYTHON (default python3).
 # Exit status non-zero on any crash, sanitizer report, timeout, or memory-limit breach.
@@ -20,7 +21,7 @@ case "$mode" in
   *) echo "usage: fuzz/run.sh short|long [TARGET...]" >&2; exit 2 ;;
 esac
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(probe plan decode crop crop_scalar transcode)
+[ ${#targets[@]} -gt 0 ] || targets=(probe plan decode decode_zen crop crop_scalar transcode)
 work=${FUZZ_WORK:-/tmp/fastdata-fuzz}
 mkdir -p "$work/logs" "$work/crashes"
 
@@ -44,6 +45,7 @@ status=0
 for t in "${targets[@]}"; do
   bin=$t env=()
   if [ "$t" = crop_scalar ]; then bin=crop env=(FASTDATA_FORCE_SCALAR=1); fi
+  if [ "$t" = decode_zen ]; then bin=decode env=(FASTDATA_SOFTWARE_BIT_DEPOSIT=1); fi
   mkdir -p "$work/corpus/$t"
   log="$work/logs/${mode}_$t.log"
   if env "${env[@]}" ./build/fuzz_"$bin" "${limit[@]}" -max_len=8192 -timeout=60 -rss_limit_mb=2048 \
