@@ -4,8 +4,9 @@ The checks are in fastdata/diagnostics/doctor_checks.py (each returns ``Finding`
 status, value, advice); this command runs them, prints them (or ``--json``) and exits 1 when
 any finding is ``fail`` (a broken setup: torch cannot see an installed GPU, pinned memory
 fails, libjpeg-turbo without SIMD, unreadable DATA), else 0. ``warn`` marks something slow but
-working. Three checks stay here because they need layers above diagnostics: the decode rate
-(the demo set's JPEG generator in cli.demo, and the public ``fastdata.decode``), storage
+working. Four checks stay here because they need layers above diagnostics: the decode rate
+(the demo set's JPEG generator in cli.demo, and the public ``fastdata.decode``), DATA's mix of
+JPEG kinds (``fastdata.probe`` over up to 200 files' headers), storage
 (it opens an LMDB cache with sources.lmdb.LMDBSource) and the GPU's hardware JPEG engines
 (the gpu decoder's nvImageCodec setup, decoders.nvimgcodec).
 
@@ -134,6 +135,65 @@ def check_decode_rate(samples: Optional[Sequence[bytes]], origin: str) -> List[F
     return [Finding("decode_rate", "ok", value,
                     f"single core, full decode; with {cores} cores expect roughly "
                     f"{value['fastdata_img_per_s'] * cores:,.0f} img/s before crop savings")]
+
+
+# What DATA's JPEGs are, from their headers: the kinds that cost the CPU more than a baseline
+# JPEG, or that the GPU's hardware JPEG engines refuse (backend='hybrid' and 'gpu' hand those
+# to the native threads). One fused RandomResizedCrop(224) on one core, the demo set (Intel
+# Xeon 2-core box, 2026-12-05): baseline 4:2:0 0.71 ms, progressive 2.05 ms, CMYK 1.17 ms.
+MIX_SAMPLE = 200
+MIX_PREFIX = 256 << 10  # headers (EXIF, ICC and all) end well before this in any camera file
+MIX_PROGRESSIVE_PCT = 5.0
+MIX_CMYK_PCT = 1.0
+MIX_MEGAPIXELS = 1.0  # a median above this decodes far more than a 224-pixel crop needs
+
+
+def check_data_mix(scan: _Scan) -> List[Finding]:
+    import fastdata
+
+    from ..diagnostics.doctor_checks import _JPEG_EXT
+
+    jpegs = [p for p, _ in scan.files if p.endswith(_JPEG_EXT)]
+    if not jpegs:
+        return [Finding("data_mix", "info", "no JPEG files", "DATA holds no .jpg/.jpeg files to sample "
+                                                             "(an LMDB cache's records are not sampled)")]
+    sample = random.Random(0).sample(jpegs, min(MIX_SAMPLE, len(jpegs)))
+    counts = dict(progressive=0, cmyk=0, gray=0, exif_rotated=0, bad_header=0)
+    megapixels: List[float] = []
+    bad: List[str] = []
+    for path in sample:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(MIX_PREFIX)
+            info = fastdata.probe(head)
+        except (OSError, ValueError):  # unreadable, or not a JPEG header (DecodeError is a ValueError)
+            counts["bad_header"] += 1
+            bad.append(path)
+            continue
+        counts["progressive"] += bool(info.progressive)
+        counts["cmyk"] += info.color_space in ("cmyk", "ycck")
+        counts["gray"] += info.color_space == "gray"
+        counts["exif_rotated"] += info.orientation != 1
+        megapixels.append(info.width * info.height / 1e6)
+    n = len(sample)
+    pct = {k: round(100.0 * v / n, 1) for k, v in counts.items()}
+    value: Dict[str, Any] = {"sampled": n, **{f"{k}_pct": v for k, v in pct.items()},
+                             "median_megapixels": round(float(np.median(megapixels)), 2) if megapixels else None}
+    advice = []
+    if pct["progressive"] >= MIX_PROGRESSIVE_PCT:
+        advice.append(f"{pct['progressive']:g}% progressive: each is entropy-decoded whole before a row comes out "
+                      "(about 3x the CPU time of a baseline crop) and the GPU's JPEG engines refuse them; "
+                      "`fastdata-convert DATA OUT.lmdb` rewrites them as baseline JPEGs, losslessly")
+    if pct["cmyk"] >= MIX_CMYK_PCT:
+        advice.append(f"{pct['cmyk']:g}% CMYK/YCCK: decoded on the CPU only (the GPU's JPEG engines refuse them), "
+                      "at about 1.6x a baseline crop's time")
+    if value["median_megapixels"] is not None and value["median_megapixels"] > MIX_MEGAPIXELS:
+        advice.append(f"median {value['median_megapixels']:g} megapixels: decode work grows with the file, not the "
+                      "crop; for training at 224 px `fastdata-convert DATA OUT.lmdb --max-side 512` shrinks it once")
+    if counts["bad_header"]:
+        advice.append(f"{counts['bad_header']} sampled file(s) have no readable JPEG header (first: {bad[0]}): "
+                      "Loader(on_error='skip') counts them, 'raise' names them")
+    return [Finding("data_mix", "info" if advice else "ok", value, "; ".join(advice))]
 
 
 # ---------------------------------------------------------------------------------------
@@ -271,6 +331,7 @@ def run_checks(data: Optional[str] = None, *, gpu: bool = True) -> List[Finding]
     if decode and isinstance(decode[0].value, dict):
         rate = decode[0].value.get("fastdata_img_per_s") or decode[0].value.get("pillow_img_per_s")
     if data is not None and scan is not None:
+        findings += _guard("data_mix", lambda: check_data_mix(scan))
         findings += _guard("storage", lambda: check_storage(data, scan, rate))
     else:
         findings.append(Finding("storage", "info", "skipped", "pass DATA (a dataset directory) to measure its storage"))

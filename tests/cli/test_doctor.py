@@ -88,6 +88,9 @@ def test_storage_and_cpu_findings_match_the_filesystem(data, capsys):
     assert size["files"] == len(files) == 8
     assert size["bytes"] == sum(p.stat().st_size for p in files)
     assert size["complete"] is True
+    # every JPEG's header sampled: small baseline files, nothing to advise
+    assert f["data_mix"]["status"] == "ok" and f["data_mix"]["value"]["sampled"] == 8
+    assert f["data_mix"]["value"]["progressive_pct"] == 0.0
     rt = f["read_throughput"]["value"]
     assert rt["sequential_MBps"] > 0 and rt["random_reads_per_s"] > 0
     assert f["fits_in_ram"]["status"] == "ok" and "RAMCache" in f["fits_in_ram"]["advice"]
@@ -192,3 +195,44 @@ def test_text_output_and_process_exit_code(data, tmp_path):
                          capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 1
     assert "FAIL" in bad.stdout
+
+
+def test_data_mix_counts_the_kinds_from_their_headers(tmp_path: Path):
+    from imagegen import encode_jpeg, encode_oriented, photo_like
+
+    root = tmp_path / "mix" / "c0"
+    root.mkdir(parents=True)
+    img = photo_like(60, 80, index=1)
+    files = {f"plain{i}.jpg": encode_jpeg(photo_like(60, 80, index=i)) for i in range(5)}
+    files.update({"prog0.jpg": encode_jpeg(img, progressive=True), "prog1.JPEG": encode_jpeg(img, progressive=True),
+                  "cmyk.jpg": encode_jpeg(img.convert("CMYK")), "rot6.jpg": encode_oriented(img, 6),
+                  "gray.jpg": encode_jpeg(img.convert("L")), "garbage.jpg": b"not a jpeg at all"})
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    img.save(root / "not_sampled.png")
+    (f,) = doctor.check_data_mix(doctor._scan(str(tmp_path / "mix")))
+    v = f.value
+    assert v["sampled"] == 11  # the .jpg/.jpeg files, not the PNG
+    assert (v["progressive_pct"], v["cmyk_pct"], v["exif_rotated_pct"], v["gray_pct"], v["bad_header_pct"]) == \
+        (18.2, 9.1, 9.1, 9.1, 9.1)
+    assert v["median_megapixels"] == round(60 * 80 / 1e6, 2)
+    assert f.status == "info"
+    assert "18.2% progressive" in f.advice and "fastdata-convert" in f.advice
+    assert "9.1% CMYK" in f.advice and "garbage.jpg" in f.advice and "--max-side" not in f.advice
+
+
+def test_data_mix_of_large_baseline_photos_advises_max_side(tmp_path: Path):
+    root = tmp_path / "big" / "c0"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (900, 1300, 3), dtype=np.uint8)).save(root / f"{i}.jpg", quality=80)
+    (f,) = doctor.check_data_mix(doctor._scan(str(tmp_path / "big")))
+    assert f.value["median_megapixels"] == 1.17 and f.value["progressive_pct"] == 0.0
+    assert f.status == "info" and "--max-side 512" in f.advice and "progressive" not in f.advice
+    # small baseline files only: nothing to advise
+    small = tmp_path / "small" / "c0"
+    small.mkdir(parents=True)
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(small / "a.jpg")
+    (g,) = doctor.check_data_mix(doctor._scan(str(tmp_path / "small")))
+    assert g.status == "ok" and g.advice == "" and g.value["sampled"] == 1
