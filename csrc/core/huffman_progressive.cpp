@@ -152,8 +152,8 @@ FASTDATA_HOT inline void ac_first(FastHuffman& s, Bits& r, j_decompress_ptr cinf
 // The refinement scans keep a block's nonzero coefficients as one 64-bit word, zigzag
 // position j at bit 63 - j: in this order BMI2's deposit (which fills a mask's bits from the
 // lowest up with a value's bits from the lowest up) gives the first bit read, the value's
-// highest, to the lowest position (ac_refine_bmi2), and the portable loops walk positions
-// upwards from the highest bit down.
+// highest, to the lowest position (HardwareDeposit), and the bit walks go through positions
+// upwards from the highest bit down (SoftwareDeposit).
 
 // Zigzag positions lo..hi as bits 63 - hi..63 - lo (none when hi < lo; lo <= 65, hi <= 63).
 FASTDATA_HOT inline uint64_t positions(int lo, int hi) {
@@ -233,38 +233,68 @@ FASTDATA_HOT inline uint64_t read_bits(FastHuffman& s, Bits& r, j_decompress_ptr
   return x;
 }
 
-// The refinement walk's two bit operations, in BMI2's terms. deposit(v, m) puts v's bits,
-// from the lowest up, onto m's set bits from the lowest up (pdep). nth_zero(zeros, left, run)
-// is the bit, alone, of the (run + 1)-th of the band's `left` zeros still ahead (set in
-// `zeros`, the first the highest; run < left).
+// The highest set bit of x (not 0), alone.
+FASTDATA_HOT inline uint64_t top_bit(uint64_t x) { return uint64_t{1} << (63 - __builtin_clzll(x)); }
+
+// The refinement walk's two steps over a block's words (the first position the highest bit).
+// nth_zero(zeros, run): the bit, alone, of the (run + 1)-th set bit of `zeros` from the
+// highest (the band's zeros still ahead), or 0 where there are not that many.
+// corrections(s, r, cinfo, passed): one correction bit read for each bit set in `passed`, the
+// highest first, and those that are 1, at their bits.
 #ifdef FASTDATA_X86
-// BMI2's own pdep, where it is fast (fast_bit_deposit): the zero is the (left - 1 - run)-th
-// set bit from the lowest. Not always_inline: these are taken in only once their caller has
-// been inlined into a function built for BMI2 (decode_mcu_progressive_bmi2).
+// With BMI2's deposit (pdep), where it is fast (fast_bit_deposit): the zero is one deposit,
+// and the correction bits are read at once and deposited. Not always_inline: these are taken
+// in only once their caller has been inlined into a function built for BMI2
+// (decode_mcu_progressive_bmi2).
 struct HardwareDeposit {
-  __attribute__((target("bmi2"))) static inline uint64_t deposit(uint64_t v, uint64_t m) { return _pdep_u64(v, m); }
-  __attribute__((target("bmi2"))) static inline uint64_t nth_zero(uint64_t zeros, int left, int run) {
-    return _pdep_u64(uint64_t{1} << (left - 1 - run), zeros);
+  __attribute__((target("bmi2,popcnt"))) static inline uint64_t nth_zero(uint64_t zeros, int run) {
+    const int left = __builtin_popcountll(zeros);
+    return left > run ? _pdep_u64(uint64_t{1} << (left - 1 - run), zeros) : 0;
+  }
+  __attribute__((target("bmi2,popcnt"))) static inline uint64_t corrections(FastHuffman& s, Bits& r,
+                                                                            j_decompress_ptr cinfo, uint64_t passed) {
+    return _pdep_u64(read_bits(s, r, cinfo, __builtin_popcountll(passed)), passed);
   }
 };
 #endif
 
-// The same without pdep: for AMD Zen 1 and 2, whose pdep is microcode (tens to hundreds of
-// cycles, by the bits set), and for CPUs without BMI2 (ARM among them). Both walk bits, and
-// the walks are short: in the demo set's refinement scans a run is 0 for 53% of the symbols
-// and 1 or 2 for 34%, and a symbol passes no nonzero coefficient for 58%, at most four for
-// 87%. (A branch-free broadword select measured no faster than the walk.)
+// The same as bit walks: for AMD Zen 1 and 2, whose pdep is microcode (tens to hundreds of
+// cycles, by the bits set), and for CPUs without BMI2 (ARM among them). The walks are short:
+// in the demo set's refinement scans a run is 0 for 53% of the symbols and at most 2 for 87%,
+// and 58% of the symbols pass no nonzero coefficient. (A branch-free broadword select
+// measured no faster than the walk.) kCounted: the correction bits are read at once (their
+// count known) and walked onto the positions from the lowest, which is faster where the count
+// is one instruction (the BMI2 build, Intel: 2.98 against 3.25 ms per demo progressive file,
+// though 21.8 against 20.5 ms over 20 smooth 35 KB ones); without POPCNT the count is a libgcc
+// call, and the walk takes one bit at a time from the highest position instead (21.2-21.8
+// against 25.5-26.3 ms over the smooth files, 3.32-3.36 against 3.32 over the demo ones).
+template <bool kCounted>
 struct SoftwareDeposit {
-  FASTDATA_HOT static inline uint64_t deposit(uint64_t v, uint64_t m) {
-    uint64_t out = 0;
-    // Four bits without a branch, then the rest: fewer mispredicted loop exits.
-    for (int i = 0; i < 4; ++i, m &= m - 1, v >>= 1) out |= (m & (0 - m)) & (0 - (v & 1));
-    for (; m != 0; m &= m - 1, v >>= 1) out |= (m & (0 - m)) & (0 - (v & 1));
-    return out;
+  FASTDATA_HOT static inline uint64_t nth_zero(uint64_t zeros, int run) {
+    for (int i = 0; i < run && zeros != 0; ++i) zeros &= ~top_bit(zeros);  // the run's zeros
+    return zeros != 0 ? top_bit(zeros) : 0;
   }
-  FASTDATA_HOT static inline uint64_t nth_zero(uint64_t zeros, int, int run) {
-    for (int i = 0; i < run; ++i) zeros &= ~(uint64_t{1} << (63 - __builtin_clzll(zeros)));  // the run's zeros
-    return uint64_t{1} << (63 - __builtin_clzll(zeros));
+  FASTDATA_HOT static inline uint64_t corrections(FastHuffman& s, Bits& r, j_decompress_ptr cinfo, uint64_t passed) {
+    uint64_t out = 0;
+    if constexpr (kCounted) {
+      uint64_t v = read_bits(s, r, cinfo, __builtin_popcountll(passed));  // the first bit read, the highest
+      // Four bits without a branch, then the rest: fewer mispredicted loop exits.
+      for (int i = 0; i < 4; ++i, passed &= passed - 1, v >>= 1) out |= (passed & (0 - passed)) & (0 - (v & 1));
+      for (; passed != 0; passed &= passed - 1, v >>= 1) out |= (passed & (0 - passed)) & (0 - (v & 1));
+    } else {
+      while (passed != 0) {
+        if (r.nbits < 32) refill(s, r, cinfo);
+        uint64_t bits = r.acc;  // the next bits, the first at the top
+        int n = 0;
+        for (; passed != 0 && n < 32; ++n, bits <<= 1) {
+          const uint64_t at = top_bit(passed);
+          out |= at & (0 - (bits >> 63));
+          passed ^= at;
+        }
+        consume(r, n);
+      }
+    }
+    return out;
   }
 };
 
@@ -272,8 +302,8 @@ struct SoftwareDeposit {
 // still-zero ones, and a correction bit for every already-nonzero coefficient passed. libjpeg
 // visits the band's positions one by one with a branch on each; here the block's nonzero
 // positions are one word (RefineBlock), the zero a run ends on is picked from the band's
-// zeros left (nth_zero), and the correction bits of the coefficients passed are read at once
-// and deposited onto their positions. The block's corrections are applied together at its end
+// zeros left (nth_zero), and the correction bits of the coefficients passed are put at their
+// positions (corrections). The block's corrections are applied together at its end
 // (each coefficient takes at most one per scan, and none is where a new one lands, except
 // past the band's end with corrupt data, where libjpeg corrects first and then overwrites).
 template <class Deposit>
@@ -292,16 +322,14 @@ FASTDATA_HOT inline void ac_refine(FastHuffman& s, Bits& reader, j_decompress_pt
       // Past already-nonzero coefficients and `run` zeros, to the zero that becomes the new
       // coefficient (for sixteen zeros, the last of them), or past the band's end.
       const uint64_t ahead = positions(k, se);
-      const uint64_t zeros = ~nonzero & ahead;
-      const int left = __builtin_popcountll(zeros);  // zeros from k on; the run's is the (run + 1)-th
+      const uint64_t at = Deposit::nth_zero(~nonzero & ahead, run);  // the run's zero is the (run + 1)-th from k
       int target = se + 1;
       uint64_t passed = nonzero & ahead;
-      if (left > run) {
-        const uint64_t at = Deposit::nth_zero(zeros, left, run);
+      if (at != 0) {
         target = 63 - __builtin_ctzll(at);
         passed &= ~(at | (at - 1));  // positions before the target: the bits above its bit
       }
-      corrected |= Deposit::deposit(read_bits(s, r, cinfo, __builtin_popcountll(passed)), passed);
+      corrected |= Deposit::corrections(s, r, cinfo, passed);
       k = target;
       if (v) {
         if (k <= se) {
@@ -315,8 +343,7 @@ FASTDATA_HOT inline void ac_refine(FastHuffman& s, Bits& reader, j_decompress_pt
   }
   if (s.eobrun > 0) {
     // In an end-of-band run: only correction bits, for the nonzero coefficients left in the band.
-    const uint64_t passed = nonzero & positions(k, se);
-    corrected |= Deposit::deposit(read_bits(s, r, cinfo, __builtin_popcountll(passed)), passed);
+    corrected |= Deposit::corrections(s, r, cinfo, nonzero & positions(k, se));
     --s.eobrun;
   }
   for (uint64_t m = corrected; m != 0; m &= m - 1) correct(block + kNaturalOrder[63 - __builtin_ctzll(m)], 1, p1);
@@ -368,12 +395,12 @@ FASTDATA_HOT inline boolean decode_mcu_progressive_body(j_decompress_ptr cinfo, 
 // deposit, for AMD Zen 1 and 2, which microcode pdep; and with BMI2's pdep
 // (fast_bit_deposit), on other CPUs that have it.
 boolean decode_mcu_progressive(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
-  return decode_mcu_progressive_body<SoftwareDeposit>(cinfo, MCU_data);
+  return decode_mcu_progressive_body<SoftwareDeposit<false>>(cinfo, MCU_data);
 }
 #ifdef FASTDATA_X86
 __attribute__((target("bmi,bmi2,popcnt"))) boolean decode_mcu_progressive_bmi2_software_deposit(
     j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
-  return decode_mcu_progressive_body<SoftwareDeposit>(cinfo, MCU_data);
+  return decode_mcu_progressive_body<SoftwareDeposit<true>>(cinfo, MCU_data);
 }
 __attribute__((target("bmi,bmi2,popcnt"))) boolean decode_mcu_progressive_bmi2(j_decompress_ptr cinfo,
                                                                                 JBLOCKROW* MCU_data) {
