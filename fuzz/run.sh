@@ -28,12 +28,19 @@ mkdir -p "$work/logs" "$work/crashes"
 make -j"$(nproc)" >/dev/null
 "${FUZZ_PYTHON:-python3}" make_seeds.py "$work/seeds"
 
-# Every checked-in input once (fixed bugs stay fixed).
-for dir in regressions/*/; do
-  t=$(basename "$dir")
-  files=("$dir"*)
+# A target's binary and environment: decode_zen and crop_scalar are decode and crop under a switch.
+binary_and_env() {
+  bin=$1 env=()
+  if [ "$1" = crop_scalar ]; then bin=crop env=(FASTDATA_FORCE_SCALAR=1); fi
+  if [ "$1" = decode_zen ]; then bin=decode env=(FASTDATA_SOFTWARE_BIT_DEPOSIT=1); fi
+}
+
+# Every checked-in input once, under every target that runs its binary (fixed bugs stay fixed).
+for t in probe plan decode decode_zen crop crop_scalar transcode; do
+  binary_and_env "$t"
+  files=(regressions/"$bin"/*)
   [ -e "${files[0]}" ] || continue
-  ./build/fuzz_"$t" -runs=1 "${files[@]}" >"$work/logs/regressions_$t.log" 2>&1 || {
+  env "${env[@]}" ./build/fuzz_"$bin" -runs=1 "${files[@]}" >"$work/logs/regressions_$t.log" 2>&1 || {
     tail -30 "$work/logs/regressions_$t.log"; echo "FAIL: a regression input of $t" >&2; exit 1; }
 done
 echo "regression inputs: ok"
@@ -43,9 +50,7 @@ echo "regression inputs: ok"
 # -rss_limit_mb / -malloc_limit_mb: no decode of a <= 8 KB input may need more than 1 GB.
 status=0
 for t in "${targets[@]}"; do
-  bin=$t env=()
-  if [ "$t" = crop_scalar ]; then bin=crop env=(FASTDATA_FORCE_SCALAR=1); fi
-  if [ "$t" = decode_zen ]; then bin=decode env=(FASTDATA_SOFTWARE_BIT_DEPOSIT=1); fi
+  binary_and_env "$t"
   mkdir -p "$work/corpus/$t"
   log="$work/logs/${mode}_$t.log"
   if env "${env[@]}" ./build/fuzz_"$bin" "${limit[@]}" -max_len=8192 -timeout=60 -rss_limit_mb=2048 \

@@ -28,9 +28,10 @@ against each share (a contender timed for under 2 s is marked * and named below 
 its rate means little); a share can overrun by at most the batch in flight. With ``--rounds``
 > 1 the contenders run interleaved (each once per round, each round starting one contender
 later, so that no contender always follows the same one), so drift on a shared machine hits
-all alike. Before each run the machine settles from the one before (no child process left,
-busy cores back within 0.5 of what they were before the first run; at most ``--settle-max``
-seconds, default 20, not counted in the share; the JSON keeps each wait): a DataLoader's
+all alike. Before each run the machine settles from the one before (no child process using a
+CPU, busy cores back within half a core, or 5% of the cores, of what they were before the
+first run; at most ``--settle-max`` seconds, default 20, not counted in the share; the JSON
+keeps each wait): a DataLoader's
 workers handing back gigabytes of memory slowed the next contender by a third on the H200
 box. One-time setup (demo set generation, ~10 s on 2 cores; LMDB conversion; FFCV's
 packed file) is cached and comes on top, so a first no-argument run on a 2-core machine
@@ -55,7 +56,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from fastdata.cli import bench_contenders as bc
 from fastdata.cli import bench_report, demo
-from fastdata.cli.bench_runner import MAX_WINDOWS, SETTLE_MARGIN_CORES, SETTLE_MAX_S, busy_cores, measure, pool, settle, windows  # noqa: F401 (MAX_WINDOWS, windows: API)
+from fastdata.cli.bench_runner import MAX_WINDOWS, windows  # noqa: F401 (the module's API)
+from fastdata.cli.bench_runner import SETTLE_MAX_S, busy_cores, measure, pool, settle
 from fastdata.io.host import usable_cores
 from fastdata.sources.folder import read_file_list, scan_image_folder
 
@@ -235,14 +237,34 @@ def compare_plan(job: bc.Job, names: Sequence[str]) -> Plan:
     return plan
 
 
+def round_orders(n: int, rounds: int) -> List[List[int]]:
+    """The order of ``n`` contenders in each of ``rounds`` rounds: rows of a Williams design
+    (a balanced Latin square: 0, 1, n-1, 2, n-2, ... shifted by the round), mirrored in every
+    other block of n rounds for an odd n. Over n rounds (2n for an odd n) each contender runs
+    first once (twice) and right after each other contender once (twice), so what the one
+    before leaves behind falls on all alike."""
+    base = [0]
+    lo, hi = 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    orders = []
+    for r in range(rounds):
+        row = [(b + r) % n for b in base]
+        orders.append(row[::-1] if n % 2 == 1 and (r // n) % 2 == 1 else row)
+    return orders
+
+
 def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablation: bool, rounds: int = 1,
              step_seconds: float = 0.0, settle_max: float = SETTLE_MAX_S) -> List[Dict[str, Any]]:
     """Every runnable contender, ``rounds`` times interleaved (round 1 of each, then round 2
-    of each, ...), each run an equal share of ``seconds``; rounds pooled per contender. Each
-    round starts one contender later than the one before (with as many rounds as contenders,
-    each follows every other once), and each run starts once the machine has settled from the
-    one before (``bench_runner.settle``, at most ``settle_max`` seconds, 0: not at all; the wait
-    is not part of the share)."""
+    of each, ...), each run an equal share of ``seconds``; rounds pooled per contender. The
+    rounds take their orders from a balanced Latin square (:func:`round_orders`), and each run
+    starts once the machine has settled from the one before (``bench_runner.settle``, at most
+    ``settle_max`` seconds, 0: not at all; the wait is not part of the share)."""
     baseline = busy_cores(0.5) if settle_max > 0 else 0.0  # before anything of ours runs
     if ablation or any(k == "lmdb" for k, _ in plan.runnable()):
         _prepare_lmdb(plan, job, progress)
@@ -250,7 +272,7 @@ def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablati
     share = seconds / max(1, len(todo) * rounds)
     runs: Dict[str, List[Dict[str, Any]]] = {key: [] for key, _ in todo}
     for rnd in range(rounds):
-        order = todo[rnd % len(todo):] + todo[:rnd % len(todo)] if todo else []
+        order = [todo[i] for i in round_orders(len(todo), rounds)[rnd]] if todo else []
         for done, (key, contender) in enumerate(order, 1):
             if runs[key] and runs[key][-1]["status"] != "ok":
                 continue  # failed in an earlier round: reported once, not retried
@@ -258,9 +280,11 @@ def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablati
                 f" {contender.label}:"
             calm = settle(baseline, max_seconds=settle_max) if settle_max > 0 else None
             if calm is not None and not calm["settled"]:
+                kids = calm.get("busy_children", 0)
                 progress.line(f"{tag} the machine stayed busy ({calm['busy_cores']:.1f} cores, "
-                              f"{baseline:.1f} before the first contender) for {calm['seconds']:.0f} s: "
-                              "this run shares it")
+                              f"{baseline:.1f} before the first contender"
+                              + (f"; {kids} child process(es) of this one still using a CPU" if kids else "")
+                              + f") for {calm['seconds']:.0f} s: this run shares it")
             progress.line(f"{tag} running ({share:.1f} s)")
             r = measure(contender, job, share, status=lambda msg, tag=tag: progress.status(f"{tag} {msg}"),
                         step_seconds=step_seconds)
@@ -364,8 +388,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="run every contender this many times, interleaved, and pool the rounds (default 1)")
     p.add_argument("--settle-max", type=float, default=SETTLE_MAX_S, metavar="S",
                    help="before each contender, wait until the machine is back to its load before the first one "
-                        f"(no child process left, busy cores within {SETTLE_MARGIN_CORES:g}), for at most S seconds "
-                        f"(default {SETTLE_MAX_S:g}; 0: do not wait)")
+                        "(no child process using a CPU, busy cores within half a core or 5%% of the cores), for at "
+                        f"most S seconds (default {SETTLE_MAX_S:g}; 0: do not wait)")
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="simulated training step after each batch, in ms (default 0: batches back to back)")
     p.add_argument("--json", type=Path, default=None, help="write every number here")

@@ -90,12 +90,20 @@ def _contenders(by_kind: Dict[str, float]) -> Dict[str, float]:
 # Between contenders the machine settles first. A DataLoader's 16 workers exiting (15 GB of
 # RSS handed back) kept the H200 box busy for seconds, and the engines' decode-only row run
 # right after read 12,864 img/s against 18,200-20,358 in other runs (docs/results.md,
-# fourteenth session). So the next contender starts once this process has no children left
-# and the machine's busy cores are back near what they were before the first contender; a
-# shared host's own load never settles, hence the limit.
+# fourteenth session). So the next contender starts once no child process of this one is
+# using a CPU and the machine's busy cores are back near what they were before the first
+# contender. Idle children do not count (multiprocessing's forkserver and resource tracker
+# live as long as the process), and a shared host's own load may never settle, hence the limit.
 SETTLE_MAX_S = 20.0
 SETTLE_WINDOW_S = 0.25
-SETTLE_MARGIN_CORES = 0.5
+
+
+def settle_margin_cores() -> float:
+    """How far above the first reading the busy cores may settle: other tenants of a big
+    shared host move by more than half a core on their own."""
+    import psutil
+
+    return max(0.5, 0.05 * (psutil.cpu_count() or 1))
 
 
 def busy_cores(window: float = SETTLE_WINDOW_S) -> float:
@@ -105,31 +113,42 @@ def busy_cores(window: float = SETTLE_WINDOW_S) -> float:
     return psutil.cpu_percent(interval=window) / 100.0 * (psutil.cpu_count() or 1)
 
 
-def child_processes() -> int:
-    """This process's live descendants (a DataLoader's workers, say)."""
+def child_cpu_seconds() -> Dict[int, float]:
+    """CPU seconds so far of each live descendant of this process (a DataLoader's workers, say)."""
     import psutil
 
     try:
-        return sum(1 for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE)
+        children = psutil.Process().children(recursive=True)
     except psutil.Error:
-        return 0
+        return {}
+    seconds = {}
+    for c in children:
+        try:  # one child exiting between listing and reading must not hide the others
+            t = c.cpu_times()
+            seconds[c.pid] = t.user + t.system
+        except psutil.Error:
+            pass
+    return seconds
 
 
-def settle(baseline: float, *, max_seconds: float = SETTLE_MAX_S, margin: float = SETTLE_MARGIN_CORES,
-           busy: Callable[[], float] = busy_cores, children: Callable[[], int] = child_processes,
+def settle(baseline: float, *, max_seconds: float = SETTLE_MAX_S, margin: Optional[float] = None,
+           busy: Callable[[], float] = busy_cores, children: Callable[[], Dict[int, float]] = child_cpu_seconds,
            clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
-    """Waits until no child process is left and the machine's busy cores are at most
-    ``baseline + margin`` (each busy reading takes its window), for at most ``max_seconds``.
-    Returns the seconds waited, the last busy reading, and whether it settled."""
+    """Waits until, over one busy reading (which takes its window), no child process of this
+    one used a CPU (a child that appeared meanwhile counts as busy) and the machine's busy cores
+    were at most ``baseline + margin``; for at most ``max_seconds``. Returns the seconds
+    waited, the last busy reading, and whether it settled."""
+    margin = settle_margin_cores() if margin is None else margin
     t0 = clock()
-    last = None
     while True:
-        quiet_children = children() == 0
+        before = children()
         last = busy()
-        if quiet_children and last <= baseline + margin:
+        after = children()
+        active = [pid for pid, cpu in after.items() if pid not in before or cpu > before[pid] + 0.01]
+        if not active and last <= baseline + margin:
             return {"seconds": clock() - t0, "busy_cores": last, "settled": True}
         if clock() - t0 >= max_seconds:
-            return {"seconds": clock() - t0, "busy_cores": last, "settled": False}
+            return {"seconds": clock() - t0, "busy_cores": last, "settled": False, "busy_children": len(active)}
 
 
 def describe(images: Any) -> str:

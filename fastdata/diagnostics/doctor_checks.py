@@ -238,6 +238,14 @@ def check_libjpeg() -> List[Finding]:
     if info_fn is None:
         return [Finding("libjpeg_turbo", "info", "unknown", "this build of fastdata._C does not expose jpeg_info()")]
     info = dict(info_fn())
+    # fastdata's own switches for tests and A/B runs, slow when left set in a training job
+    forced = [k for k in ("FASTDATA_FORCE_SCALAR", "FASTDATA_SOFTWARE_BIT_DEPOSIT")
+              if os.environ.get(k, "") not in ("", "0")]
+    if forced:
+        return [Finding("libjpeg_turbo", "warn", info,
+                        f"{' and '.join(forced)} set: fastdata's decoders run their slower copies (tests and A/B runs "
+                        "only; progressive JPEGs decode ~1.4-1.9x slower, and FORCE_SCALAR also slows resizing); "
+                        "unset it")]
     simd = info.get("simd")
     if simd is None and info.get("simd_disabled_by_env"):
         simd = False

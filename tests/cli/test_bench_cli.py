@@ -184,12 +184,26 @@ def test_uint8_output_in_interleaved_rounds(tiny_folder: Path, tmp_path: Path) -
         assert len(by[name]["settle"]) == 2 and all(s["seconds"] >= 0 for s in by[name]["settle"])
 
 
-def test_each_round_starts_one_contender_later(monkeypatch, tiny_folder: Path) -> None:
-    """With as many rounds as contenders, each contender runs once right after each other one."""
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_round_orders_put_each_contender_after_each_other_equally_often(n):
+    rounds = n if n % 2 == 0 else 2 * n
+    orders = bench.round_orders(n, rounds)
+    assert all(sorted(row) == list(range(n)) for row in orders)
+    follows = {}
+    for row in orders:
+        for a, b in zip(row, row[1:]):
+            follows[a, b] = follows.get((a, b), 0) + 1
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1  # every ordered pair, equally often
+    firsts = [row[0] for row in orders]
+    assert all(firsts.count(i) == rounds // n for i in range(n))
+
+
+def test_rounds_run_in_the_orders_of_round_orders(monkeypatch, tiny_folder: Path) -> None:
     args = bench._parser().parse_args([str(tiny_folder), "--device", "cpu", "--batch-size", "8"])
     args.threads = 1
     job, _ = bench.make_job(args.data, args, bench.Progress(quiet=True))
-    plan = bench.compare_plan(job, ["dataloader", "fastdata", "ram"])
+    names = ["dataloader", "fastdata", "ram", "lmdb"]
+    plan = bench.compare_plan(job, names)
     order = []
 
     def fake_measure(contender, job, share, **kw):
@@ -199,6 +213,6 @@ def test_each_round_starts_one_contender_later(monkeypatch, tiny_folder: Path) -
 
     monkeypatch.setattr(bench, "measure", fake_measure)
     monkeypatch.setattr(bench, "pool", lambda runs: runs[0])
-    results = bench.run_plan(plan, job, 3.0, bench.Progress(quiet=True), False, rounds=3, settle_max=0)
-    assert order == ["dataloader", "fastdata", "ram", "fastdata", "ram", "dataloader", "ram", "dataloader", "fastdata"]
-    assert [r["name"] for r in results] == ["dataloader", "fastdata", "ram"]  # the table keeps the asked order
+    results = bench.run_plan(plan, job, 4.0, bench.Progress(quiet=True), False, rounds=4, settle_max=0)
+    assert order == [names[i] for row in bench.round_orders(4, 4) for i in row]
+    assert [r["name"] for r in results] == names  # the table keeps the asked order

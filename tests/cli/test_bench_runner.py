@@ -385,17 +385,19 @@ def test_usage_leaves_out_its_own_sampling_thread(monkeypatch):
     assert not any("bench-rss" in k for k in threads)
 
 
-def test_settle_waits_for_children_and_busy_cores_then_stops():
+def test_settle_waits_for_busy_children_and_busy_cores_then_stops():
     clock = FakeClock()
     busy = iter([3.0, 2.0, 0.4, 0.3])
-    kids = iter([2, 0, 0, 0])
+    # child CPU seconds before and after each reading: pid 7 spends CPU in the first window,
+    # pid 9 appears in the second (a new child counts as busy), then both idle
+    kids = iter([{7: 1.0}, {7: 1.2}, {7: 1.2}, {7: 1.2, 9: 0.0}, {7: 1.2, 9: 0.0}, {7: 1.2, 9: 0.0}])
 
     def reading() -> float:  # each reading takes its window, as busy_cores does
         clock.now += 0.25
         return next(busy)
 
-    r = bench_runner.settle(0.1, margin=0.5, busy=reading, children=lambda: next(kids), clock=clock)
-    # 3.0 with two children, 2.0 busy, then 0.4 <= 0.1 + 0.5 with none left: three windows
+    r = bench_runner.settle(0.1, margin=2.5, busy=reading, children=lambda: next(kids), clock=clock)
+    # 3.0 and a busy child, 2.0 <= 2.6 but a new child, then 0.4 with both idle: three windows
     assert r == {"seconds": pytest.approx(0.75), "busy_cores": 0.4, "settled": True}
 
 
@@ -406,21 +408,31 @@ def test_settle_gives_up_on_a_machine_that_stays_busy():
         clock.now += 0.25
         return 5.0
 
-    r = bench_runner.settle(0.2, max_seconds=2.0, busy=reading, children=lambda: 0, clock=clock)
+    r = bench_runner.settle(0.2, max_seconds=2.0, margin=0.5, busy=reading, children=dict, clock=clock)
     assert r["settled"] is False and r["busy_cores"] == 5.0 and 2.0 <= r["seconds"] < 2.3
 
 
-def test_settle_waits_for_a_real_child_process_to_exit():
+def test_settle_waits_for_a_real_child_using_a_cpu_not_for_an_idle_one():
     import subprocess
     import sys
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"
+    idle = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, text=True)
     try:
-        assert bench_runner.child_processes() >= 1
-        # busy cores allowed up to 64 over a baseline of 0: only the child holds it back
-        r = bench_runner.settle(0.0, margin=64.0, max_seconds=30.0)
-        assert r["settled"] is True and r["seconds"] >= 0.5, r
-        assert child.poll() is not None or bench_runner.child_processes() == 0
+        assert idle.stdout.readline().strip() == "ready"  # its start-up CPU is over
+        # busy cores allowed up to 64 over a baseline of 0: only children can hold it back
+        r = bench_runner.settle(0.0, margin=64.0, max_seconds=10.0)
+        assert r["settled"] is True and r["seconds"] < 1.0, r  # the sleeping child does not count
+        busy = subprocess.Popen([sys.executable, "-c", spin])
+        try:
+            time.sleep(0.3)
+            r = bench_runner.settle(0.0, margin=64.0, max_seconds=10.0)
+            assert r["settled"] is True and r["seconds"] >= 0.4, r  # waited for the spinning one to end
+        finally:
+            busy.kill()
+            busy.wait()
     finally:
-        child.kill()
-        child.wait()
+        idle.kill()
+        idle.wait()
+        idle.stdout.close()

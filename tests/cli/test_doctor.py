@@ -236,3 +236,22 @@ def test_data_mix_of_large_baseline_photos_advises_max_side(tmp_path: Path):
     Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(small / "a.jpg")
     (g,) = doctor.check_data_mix(doctor._scan(str(tmp_path / "small")))
     assert g.status == "ok" and g.advice == "" and g.value["sampled"] == 1
+
+
+def test_data_mix_reads_past_a_header_larger_than_its_prefix(tmp_path: Path):
+    root = tmp_path / "icc" / "c0"
+    root.mkdir(parents=True)
+    img = Image.fromarray(np.random.default_rng(2).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    img.save(root / "big_icc.jpg", icc_profile=bytes(range(256)) * 1600, progressive=True)  # 400 KB of ICC
+    assert (root / "big_icc.jpg").stat().st_size > doctor.MIX_PREFIX
+    (f,) = doctor.check_data_mix(doctor._scan(str(tmp_path / "icc")))
+    assert f.value["bad_header_pct"] == 0.0 and f.value["progressive_pct"] == 100.0
+
+
+def test_a_test_switch_left_set_is_a_warning(monkeypatch):
+    monkeypatch.setenv("FASTDATA_SOFTWARE_BIT_DEPOSIT", "1")
+    (f,) = doctor_checks.check_libjpeg()
+    assert f.status == "warn" and "FASTDATA_SOFTWARE_BIT_DEPOSIT" in f.advice
+    monkeypatch.setenv("FASTDATA_SOFTWARE_BIT_DEPOSIT", "0")
+    (g,) = doctor_checks.check_libjpeg()
+    assert "FASTDATA_SOFTWARE_BIT_DEPOSIT" not in g.advice
