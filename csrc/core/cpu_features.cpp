@@ -9,11 +9,18 @@
 
 namespace fastdata {
 
+namespace {
+
+// A switch in the environment: set to anything but empty or "0".
+bool env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && v[0] != '0';
+}
+
+}  // namespace
+
 bool simd_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("FASTDATA_FORCE_SCALAR");
-    return v == nullptr || v[0] == '\0' || v[0] == '0';
-  }();
+  static const bool allowed = !env_switch("FASTDATA_FORCE_SCALAR");
   return allowed;
 }
 
@@ -31,8 +38,7 @@ bool fast_bit_deposit() {
   static const bool fast = [] {
 #if defined(__x86_64__) || defined(_M_X64)
     if (!bmi2_allowed()) return false;
-    const char* software = std::getenv("FASTDATA_SOFTWARE_BIT_DEPOSIT");
-    if (software != nullptr && software[0] != '\0' && software[0] != '0') return false;
+    if (env_switch("FASTDATA_SOFTWARE_BIT_DEPOSIT")) return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
     char vendor[13] = {};

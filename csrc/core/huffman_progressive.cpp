@@ -168,14 +168,14 @@ FASTDATA_HOT inline uint64_t nonzero_positions(const JCOEF* block, int lo, int h
   return m;
 }
 
-// The correction bit of an already-nonzero coefficient: 1 moves it one step of p1 away from
-// zero, unless this scan did already (libjpeg's "(coef & p1) == 0"). Branch-free: whether a
-// bit is 1 and a coefficient's sign are data.
-FASTDATA_HOT inline void correct(JCOEF* c, uint64_t bit, int p1) {
+// A correction bit of 1 on an already-nonzero coefficient: one step of p1 away from zero,
+// unless its bit p1 is set already (libjpeg's "(coef & p1) == 0"). Branch-free: the sign and
+// that bit are data.
+FASTDATA_HOT inline void correct(JCOEF* c, int p1) {
   const int v = *c;
   const int sign = v >> 31;             // 0 or -1
   const int step = (p1 ^ sign) - sign;  // p1 away from zero: +p1 or -p1
-  const int apply = -static_cast<int>(bit & static_cast<uint64_t>((v & p1) == 0));
+  const int apply = -static_cast<int>((v & p1) == 0);
   *c = static_cast<JCOEF>(v + (step & apply));
 }
 
@@ -346,7 +346,7 @@ FASTDATA_HOT inline void ac_refine(FastHuffman& s, Bits& reader, j_decompress_pt
     corrected |= Deposit::corrections(s, r, cinfo, nonzero & positions(k, se));
     --s.eobrun;
   }
-  for (uint64_t m = corrected; m != 0; m &= m - 1) correct(block + kNaturalOrder[63 - __builtin_ctzll(m)], 1, p1);
+  for (uint64_t m = corrected; m != 0; m &= m - 1) correct(block + kNaturalOrder[63 - __builtin_ctzll(m)], p1);
   if (past_end) {
     block[kNaturalOrder[se + 1]] = static_cast<JCOEF>(past_end);
     if (mask != nullptr) flag(mask, se + 1, static_cast<JCOEF>(past_end));

@@ -92,6 +92,11 @@ void copy_oriented(const DecodedRegion& region, int orientation, int ox0, int oy
                    uint8_t* dst, ptrdiff_t dst_stride) {
   const OrientationMap m = orientation_map(orientation, region.scaled_width, region.scaled_height);
   const int n = ox1 - ox0;
+  auto move3 = [](uint8_t* q, const uint8_t* p) {
+    q[0] = p[0];
+    q[1] = p[1];
+    q[2] = p[2];
+  };
   auto stored = [&](int ox, int oy) {  // the stored pixel shown at oriented (ox, oy)
     return region.pixels + static_cast<ptrdiff_t>(m.ay * ox + m.by * oy + m.cy - region.y0) * region.stride +
            static_cast<ptrdiff_t>(m.ax * ox + m.bx * oy + m.cx - region.x0) * 3;
@@ -104,11 +109,7 @@ void copy_oriented(const DecodedRegion& region, int orientation, int ox0, int oy
       if (m.ax > 0) {
         std::memcpy(o, p, static_cast<size_t>(n) * 3);
       } else {
-        for (int i = 0; i < n; ++i, o += 3, p -= 3) {
-          o[0] = p[0];
-          o[1] = p[1];
-          o[2] = p[2];
-        }
+        for (int i = 0; i < n; ++i, o += 3, p -= 3) move3(o, p);
       }
     }
     return;
@@ -122,11 +123,6 @@ void copy_oriented(const DecodedRegion& region, int orientation, int ox0, int oy
   constexpr int kRows = 8;
   const ptrdiff_t next = m.bx * 3;  // from one output row's pixel to the next row's, in the stored row
   auto move4 = [](uint8_t* q, const uint8_t* p) { std::memcpy(q, p, 4); };
-  auto move3 = [](uint8_t* q, const uint8_t* p) {
-    q[0] = p[0];
-    q[1] = p[1];
-    q[2] = p[2];
-  };
   for (int oy = oy0; oy < oy1; oy += kRows) {
     const int rows = std::min(kRows, oy1 - oy);
     uint8_t* o = dst + (oy - oy0) * dst_stride;

@@ -243,6 +243,8 @@ def round_orders(n: int, rounds: int) -> List[List[int]]:
     other block of n rounds for an odd n. Over n rounds (2n for an odd n) each contender runs
     first once (twice) and right after each other contender once (twice), so what the one
     before leaves behind falls on all alike."""
+    if n == 0:  # every contender skipped
+        return [[] for _ in range(rounds)]
     base = [0]
     lo, hi = 1, n - 1
     while len(base) < n:
@@ -271,9 +273,8 @@ def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablati
     todo = plan.runnable()
     share = seconds / max(1, len(todo) * rounds)
     runs: Dict[str, List[Dict[str, Any]]] = {key: [] for key, _ in todo}
-    for rnd in range(rounds):
-        order = [todo[i] for i in round_orders(len(todo), rounds)[rnd]] if todo else []
-        for done, (key, contender) in enumerate(order, 1):
+    for rnd, order in enumerate(round_orders(len(todo), rounds)):
+        for done, (key, contender) in enumerate((todo[i] for i in order), 1):
             if runs[key] and runs[key][-1]["status"] != "ok":
                 continue  # failed in an earlier round: reported once, not retried
             tag = f"[{done}/{len(todo)}]" + (f" round {rnd + 1}/{rounds}" if rounds > 1 else "") + \

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..diagnostics.doctor_checks import (STATUSES, Finding, _check_fits_ram, _drop_cache, _fs_info, _mb, _read_file,
-                                         _sample_jpegs, _Scan, _scan, check_cpu, check_cuda, check_libjpeg, check_load,
+                                         _jpeg_paths, _sample_jpegs, _Scan, _scan, check_cpu, check_cuda, check_libjpeg, check_load,
                                          check_packages, check_pinned_and_h2d, check_shm, check_torch)
 from ..io.host import usable_cores
 
@@ -152,9 +152,7 @@ MIX_MEGAPIXELS = 1.0  # a median above this decodes far more than a 224-pixel cr
 def check_data_mix(scan: _Scan) -> List[Finding]:
     import fastdata
 
-    from ..diagnostics.doctor_checks import _JPEG_EXT
-
-    jpegs = [p for p, _ in scan.files if p.endswith(_JPEG_EXT)]
+    jpegs = _jpeg_paths(scan)
     if not jpegs:
         return [Finding("data_mix", "info", "no JPEG files", "DATA holds no .jpg/.jpeg files to sample "
                                                              "(an LMDB cache's records are not sampled)")]
@@ -163,7 +161,7 @@ def check_data_mix(scan: _Scan) -> List[Finding]:
     bad: List[str] = []
     n = 0
     deadline = time.perf_counter() + MIX_BUDGET_S
-    for path in random.Random(0).sample(jpegs, min(MIX_SAMPLE, len(jpegs))):
+    for path in jpegs[:MIX_SAMPLE]:
         if n and time.perf_counter() > deadline:
             break
         n += 1
@@ -175,7 +173,7 @@ def check_data_mix(scan: _Scan) -> List[Finding]:
                 except ValueError:  # DecodeError: maybe only cut short (a big ICC profile or XMP before the frame)
                     if len(head) < MIX_PREFIX:
                         raise
-                    info = fastdata.probe(head + f.read(32 << 20))
+                    info = fastdata.probe(head + f.read())  # _jpeg_paths: under 32 MB
         except (OSError, ValueError):  # unreadable, or no JPEG header
             counts["bad_header"] += 1
             bad.append(path)

@@ -361,11 +361,17 @@ def _check_fits_ram(scan: _Scan) -> Finding:
                    "does not fit comfortably in RAM: keep it on local SSD, ideally as an LMDB (fastdata-convert)")
 
 
-def _sample_jpegs(scan: _Scan, n: int = 20) -> List[bytes]:
+def _jpeg_paths(scan: _Scan) -> List[str]:
+    """The scan's JPEG files (non-empty, under 32 MB) in one fixed random order: every check
+    that samples DATA's JPEGs takes a prefix of it."""
     jpegs = [p for p, s in scan.files if p.endswith(_JPEG_EXT) and 0 < s < 32 << 20]
     random.Random(0).shuffle(jpegs)
+    return jpegs
+
+
+def _sample_jpegs(scan: _Scan, n: int = 20) -> List[bytes]:
     out = []
-    for p in jpegs[:n]:
+    for p in _jpeg_paths(scan)[:n]:
         with contextlib.suppress(OSError):
             with open(p, "rb") as f:
                 out.append(f.read())

@@ -196,6 +196,7 @@ def test_round_orders_put_each_contender_after_each_other_equally_often(n):
     assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1  # every ordered pair, equally often
     firsts = [row[0] for row in orders]
     assert all(firsts.count(i) == rounds // n for i in range(n))
+    assert bench.round_orders(0, 2) == [[], []]  # nothing runnable: rounds with nothing to run
 
 
 def test_rounds_run_in_the_orders_of_round_orders(monkeypatch, tiny_folder: Path) -> None:
