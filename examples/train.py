@@ -300,6 +300,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--amp", choices=("bf16", "fp16", "none"), default=None, help="default bf16 on CUDA, none on CPU")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile-mode", default=None, choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+                   help="torch.compile's mode (implies --compile); reduce-overhead replays each step as CUDA graphs")
     p.add_argument("--val-fraction", type=float, default=0.05)
     p.add_argument("--eval-batches", type=int, default=0, help="cap held-out batches (0: all)")
     p.add_argument("--no-eval", action="store_true")
@@ -333,6 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     # fastdata picks its own thread count (its share of the node's cores; hybrid keeps cores for
     # the threads that feed the GPU); the DataLoader gets the same share of worker processes.
     args.loader_threads = args.workers
+    args.compile = args.compile or args.compile_mode is not None
     if args.workers is None:
         args.workers = cores_per_local_rank()
     amp_name = args.amp or ("bf16" if device.type == "cuda" else "none")
@@ -373,7 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     if world > 1:
         train_model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if args.compile:
-        train_model = torch.compile(train_model)
+        train_model = torch.compile(train_model, mode=args.compile_mode)
     lr = args.lr * args.batch_size * world / 256
     decay, no_decay = [], []
     for n_, p_ in model.named_parameters():
@@ -442,7 +445,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     summary: Dict[str, Any] = {
         "arch": args.arch, "input": "synthetic" if args.synthetic else args.loader,
         "backend": args.backend if not args.synthetic and args.loader == "fastdata" else None, "batch_size": args.batch_size,
-        "world_size": world, "amp": amp_name, "channels_last": args.channels_last, "compile": args.compile,
+        "world_size": world, "amp": amp_name, "channels_last": args.channels_last, "compile": args.compile_mode or args.compile,
         "workers": args.workers, "image_size": args.image_size, "steps": step, "train_seconds": train_seconds,
         "final_loss": mean_loss,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -37,6 +37,31 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _threads_per_core() -> Optional[int]:
+    """Hardware threads sharing cpu0's core (2 with SMT/hyper-threading), from sysfs; None where
+    unknown. A row's CPU cores mean less with SMT: two busy siblings share one core's units."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list", encoding="ascii") as f:
+            return cpu_list_count(f.read())
+    except OSError:
+        return None
+
+
+def cpu_list_count(text: str) -> Optional[int]:
+    """CPUs in a kernel CPU list ("0,8", "0-1", "3"); None when it is not one."""
+    count = 0
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            return None
+        if last < first:
+            return None
+        count += last - first + 1
+    return count
+
+
 def machine_info() -> Dict[str, Any]:
     """CPU model, cores, memory, GPU and the versions that matter for these numbers."""
     import psutil
@@ -45,6 +70,7 @@ def machine_info() -> Dict[str, Any]:
         "cpu": _cpu_model(),
         "cores_usable": usable_cores(),
         "cores_logical": os.cpu_count(),
+        "threads_per_core": _threads_per_core(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "os": platform.platform(),
         "python": platform.python_version(),
@@ -232,7 +258,11 @@ def machine_line(report: Dict[str, Any]) -> str:
     m = report["machine"]
     v = m["versions"]
     gpu = m.get("gpu") or {}
-    parts = [f"{m['cpu']} ({m['cores_usable']} usable cores)", f"{m['memory_gb']} GB"]
+    smt = m.get("threads_per_core")
+    per_core = f", {smt} thread{'s' if smt != 1 else ''} per core" if smt else ""
+    parts = [f"{m['cpu']} ({m['cores_usable']} usable cores{per_core})", f"{m['memory_gb']} GB"]
+    if m.get("os"):
+        parts.append(m["os"])
     parts.append(f"GPU {gpu.get('name')} x{gpu.get('count')}" if gpu.get("name") else "no GPU")
     libs = ", ".join(f"{k} {val}" for k, val in v.items())
     return " | ".join(parts) + "\n" + f"Python {m['python']}, {libs}"

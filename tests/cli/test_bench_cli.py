@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fastdata.cli import bench, bench_contenders
+from fastdata.cli import bench, bench_contenders, bench_report
 from fastdata.io.host import thread_runqueue_seconds
 
 ABLATION_ORDER = ["baseline", "pin_memory", "workers", "native_decode", "roi_decode", "lmdb", "ram",
@@ -67,6 +67,10 @@ def test_compare_json_table_and_plot(tiny_folder: Path, tmp_path: Path, capsys: 
     assert by["dali"]["status"] == "skipped" and "cuda" in by["dali"]["reason"].lower()
     assert report["dataset"]["images"] == 48 and report["config"]["batch_size"] == 8
     assert report["machine"]["cores_usable"] >= 1 and report["machine"]["versions"]["torch"]
+    # SMT shown beside the cores (the sysfs answer, parsed apart here) where the kernel reports it
+    with open("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list") as f:
+        siblings = bench_report.cpu_list_count(f.read())
+    assert report["machine"]["threads_per_core"] == siblings
     # That --seconds bounds each measurement is checked on a fake clock
     # (tests/unit/test_bench_runner.py), not against this machine's wall clock.
 
@@ -217,3 +221,8 @@ def test_rounds_run_in_the_orders_of_round_orders(monkeypatch, tiny_folder: Path
     results = bench.run_plan(plan, job, 4.0, bench.Progress(quiet=True), False, rounds=4, settle_max=0)
     assert order == [names[i] for row in bench.round_orders(4, 4) for i in row]
     assert [r["name"] for r in results] == names  # the table keeps the asked order
+
+
+def test_cpu_lists_as_the_kernel_writes_them() -> None:
+    assert [bench_report.cpu_list_count(t) for t in ("0\n", "0,8", "0-1", "0-1,4-5", "", "x", "3-1")] == \
+        [1, 2, 2, 4, None, None, None]
