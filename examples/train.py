@@ -305,6 +305,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--val-fraction", type=float, default=0.05)
     p.add_argument("--eval-batches", type=int, default=0, help="cap held-out batches (0: all)")
     p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--gil-probe", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure how late the GIL comes (a thread waking every 1 ms; the summary's gil_* fields)")
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--seed", type=int, default=0)
@@ -402,7 +404,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     # same run with --synthetic, the difference is the input pipeline's Python threads, which
     # can slow a step while the data wait stays zero.
     meter = StallMeter(batch_size=args.batch_size, warmup=min(args.warmup_steps, max(0, total_steps - 1)),
-                       gil_probe=True)
+                       gil_probe=args.gil_probe)
     windows: List[StallReport] = []
     loss_sum = torch.zeros((), device=device)
     loss_n = 0

@@ -76,8 +76,9 @@ def test_backend_reaches_the_loader(data):
 
 def test_synthetic_and_table(data, tmp_path, capsys):
     results = tmp_path / "runs.jsonl"
-    s = train.main(["--synthetic", "--num-classes", "5", "--results", str(results), *COMMON])
+    s = train.main(["--synthetic", "--num-classes", "5", "--results", str(results), "--no-gil-probe", *COMMON])
     assert s["input"] == "synthetic" and s["steps"] == 24 and "top1" not in s
+    assert s.get("gil_late_fraction") is None  # no probe thread: nothing measured, and nothing made up
     train.main([str(data), "--loader", "dataloader", "--workers", "0", "--no-eval", "--results", str(results), *COMMON])
     capsys.readouterr()
     train.main(["--table", str(results)])
