@@ -1,0 +1,173 @@
+"""Where a Loader's batch time goes, step by step: the producer thread's steps and the gpu decoder's stages.
+
+Issue 14's hybrid loses a third of its GPU side beside busy native threads (H200, 8,192 set, 2026-12-05:
+11,796 GPU rows/s against 18,371 alone) while neither side is saturated (the engines busy 66%, the native
+threads 81% of the time). Whether the producer thread's own loop (plan, route, start, wait, upload) is the
+pace, or one side keeps the other waiting, is what this prints: each step's wall time per batch and its share
+of the timed window, per thread kind, from clocks wrapped around the steps (this script only: the Loader
+itself is not changed).
+
+    python benchmarks/bench_producer_timeline.py /tmp/set8192 --device cuda --backend hybrid --seconds 10
+    python benchmarks/bench_producer_timeline.py /tmp/set8192 --device cuda --backend hybrid --depth 5
+
+The steps (fastdata/loader/producer.py, pipeline.py, decoders/nvimgcodec.py):
+
+* producer ``start``: ``fetch`` (the source) + ``submit``: ``plan`` (read bytes and plan crops on the
+  inline engine), ``route``, ``gpu_start``, ``queue_native``;
+* producer ``finish``: ``decode`` (``wait_native`` for the batch's native run, ``wait_gpu`` for its GPU
+  rows) + ``deliver`` (upload, placement, normalize); ``queue_put_wait``: room in the consumer's queue;
+* gpu decoder threads: ``gpu_decode_stage`` (the nvImageCodec calls of one batch, per lane) and
+  ``gpu_resample_stage`` (waiting for that, the resample kernels, the stream sync).
+
+The knobs set the module defaults the decoders and the pipeline read at construction: ``--depth``
+(nvimgcodec.DEPTH, batches in flight), ``--lanes`` (DECODE_LANES), ``--inline`` (pipeline.INLINE_THREADS_GPU),
+``--host-cores`` (HYBRID_HOST_CORES). With ``--device cpu --backend native`` it runs anywhere (the CI
+checks it does).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import re
+import threading
+import time
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+import fastdata
+from fastdata.decoders import native as native_decoder
+from fastdata.loader import pipeline as pipeline_mod
+from fastdata.loader import producer as producer_mod
+
+# (thread name, step, start, end) of every step that ended inside the timed window
+_SPANS: List[Tuple[str, str, float, float]] = []
+_TIMING = [False]
+
+
+def _clock(owner: Any, attr: str, step: str) -> None:
+    """Wrap ``owner.attr`` so that each call inside the timed window is recorded as ``step``."""
+    fn = getattr(owner, attr)
+
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if _TIMING[0]:
+                _SPANS.append((threading.current_thread().name, step, t0, time.perf_counter()))
+    setattr(owner, attr, timed)
+
+
+def _wrap_steps(gpu: bool) -> None:
+    for owner, attr, step in (
+            (pipeline_mod, "plan_batch", "plan"), (pipeline_mod, "route", "route"),
+            (pipeline_mod.BatchPipeline, "_start_native", "queue_native"), (pipeline_mod.BatchPipeline, "submit", "submit"),
+            (native_decoder.NativeDecoder, "finish", "wait_native"), (pipeline_mod.BatchPipeline, "_finish_gpu", "wait_gpu"),
+            (pipeline_mod.BatchPipeline, "decode", "decode"), (pipeline_mod.BatchPipeline, "deliver", "deliver"),
+            (producer_mod.BatchProducer, "start", "start"), (producer_mod.BatchProducer, "finish", "finish"),
+            (producer_mod.BatchProducer, "_fetch", "fetch"), (producer_mod.Feed, "_put", "queue_put_wait")):
+        _clock(owner, attr, step)
+    if gpu:
+        from fastdata.decoders import nvimgcodec
+
+        for attr, step in (("start", "gpu_start"), ("_decode_stage", "gpu_decode_stage"),
+                           ("_resample_stage", "gpu_resample_stage")):
+            _clock(nvimgcodec.NvImageCodecDecoder, attr, step)
+
+
+def thread_kind(name: str) -> str:
+    """A thread's name without its pool index or object id: "fastdata-gpu-decode_1" -> "fastdata-gpu-decode"."""
+    return re.sub(r"([-_][0-9a-f]{6,}|_[0-9]+)$", "", name)
+
+
+def step_table(spans: List[Tuple[str, str, float, float]], batches: int, wall: float) -> List[Dict[str, Any]]:
+    """Per (thread kind, step): calls, milliseconds per batch, share of the window (over 100% where
+    several threads of a kind run the step at once), the largest first within each kind."""
+    seconds: Dict[Tuple[str, str], float] = collections.defaultdict(float)
+    calls: collections.Counter = collections.Counter()
+    for thread, step, t0, t1 in spans:
+        key = (thread_kind(thread), step)
+        seconds[key] += t1 - t0
+        calls[key] += 1
+    return [{"thread": kind, "step": step, "calls": calls[(kind, step)], "ms_per_batch": 1000 * s / batches,
+             "share": s / wall}
+            for (kind, step), s in sorted(seconds.items(), key=lambda kv: (kv[0][0], -kv[1]))]
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    for value, module, name in ((args.depth, "nvimgcodec", "DEPTH"), (args.lanes, "nvimgcodec", "DECODE_LANES"),
+                                (args.inline, "pipeline", "INLINE_THREADS_GPU"),
+                                (args.host_cores, "pipeline", "HYBRID_HOST_CORES")):
+        if value is not None:
+            if module == "nvimgcodec":
+                from fastdata.decoders import nvimgcodec as target
+            else:
+                target = pipeline_mod
+            setattr(target, name, value)
+    _wrap_steps(gpu=args.backend in ("gpu", "hybrid", "auto"))
+    cuda = args.device.startswith("cuda")
+    loader = fastdata.Loader(fastdata.ImageFolder(args.root), batch_size=args.batch_size,
+                             transform=fastdata.RandomResizedCrop(224), shuffle=True, seed=0, drop_last=True,
+                             threads=args.threads, backend=args.backend, device=args.device,
+                             dtype=getattr(torch, args.dtype), prefetch=3)
+    try:
+        seen, epoch, t0, t_end, s0, n0 = 0, 0, 0.0, None, None, 0
+        while t_end is None or time.perf_counter() < t_end:
+            loader.set_epoch(epoch)
+            for _ in loader:
+                seen += 1
+                if seen == args.warmup:
+                    if cuda:
+                        torch.cuda.synchronize()
+                    _TIMING[0] = True
+                    t0, s0, n0 = time.perf_counter(), loader.stats(), seen
+                    t_end = t0 + args.seconds
+                elif t_end is not None and time.perf_counter() >= t_end:
+                    break
+            epoch += 1
+        if cuda:
+            torch.cuda.synchronize()
+        _TIMING[0] = False
+        wall, s1, batches = time.perf_counter() - t0, loader.stats(), seen - n0
+    finally:
+        loader.close()
+    if batches <= 0:
+        raise SystemExit("no batch was timed: lower --warmup or use a larger set")
+    return {"backend": args.backend, "label": args.label, "images_per_s": batches * args.batch_size / wall,
+            "ms_per_batch": 1000 * wall / batches, "batches": batches, "wall": wall,
+            "gpu_rows": s1.gpu_rows - s0.gpu_rows, "native_rows": s1.native_rows - s0.native_rows,
+            "native_occupancy": (s1.native_run_seconds - s0.native_run_seconds) / wall,
+            "steps": step_table(_SPANS, batches, wall)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("root", help="an ImageFolder tree")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--backend", default="hybrid")
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--threads", type=int, default=None, help="native threads (default: the Loader's own choice)")
+    p.add_argument("--seconds", type=float, default=10.0, help="timed seconds")
+    p.add_argument("--warmup", type=int, default=30, help="batches before the timed window")
+    p.add_argument("--depth", type=int, default=None, help="gpu decoder batches in flight (nvimgcodec.DEPTH)")
+    p.add_argument("--lanes", type=int, default=None, help="gpu decoder lanes (nvimgcodec.DECODE_LANES)")
+    p.add_argument("--inline", type=int, default=None, help="planning threads (pipeline.INLINE_THREADS_GPU)")
+    p.add_argument("--host-cores", type=int, default=None, help="cores hybrid leaves to the GPU's feeders")
+    p.add_argument("--label", default="", help="a name for this setting in the output")
+    args = p.parse_args()
+    r = run(args)
+    print(f"{r['backend']} {r['label']}: {r['images_per_s']:,.0f} img/s, {r['ms_per_batch']:.2f} ms per batch over "
+          f"{r['wall']:.1f} s; GPU rows {r['gpu_rows']}, native rows {r['native_rows']}, native threads had a run "
+          f"{100 * r['native_occupancy']:.0f}% of the time")
+    print("| thread | step | calls | ms per batch | share of the window |")
+    print("|---|---|---:|---:|---:|")
+    for s in r["steps"]:
+        print(f"| {s['thread']} | {s['step']} | {s['calls']} | {s['ms_per_batch']:.2f} | {100 * s['share']:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()
