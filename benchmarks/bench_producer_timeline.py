@@ -97,17 +97,22 @@ def step_table(spans: List[Tuple[str, str, float, float]], batches: int, wall: f
             for (kind, step), s in sorted(seconds.items(), key=lambda kv: (kv[0][0], -kv[1]))]
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
-    for value, module, name in ((args.depth, "nvimgcodec", "DEPTH"), (args.lanes, "nvimgcodec", "DECODE_LANES"),
-                                (args.inline, "pipeline", "INLINE_THREADS_GPU"),
-                                (args.host_cores, "pipeline", "HYBRID_HOST_CORES")):
+def _set_defaults(args: argparse.Namespace, gpu: bool) -> None:
+    """The knobs given, into the module defaults read when the Loader is made."""
+    settings = [(pipeline_mod, "INLINE_THREADS_GPU", args.inline), (pipeline_mod, "HYBRID_HOST_CORES", args.host_cores)]
+    if gpu:
+        from fastdata.decoders import nvimgcodec
+
+        settings += [(nvimgcodec, "DEPTH", args.depth), (nvimgcodec, "DECODE_LANES", args.lanes)]
+    for module, name, value in settings:
         if value is not None:
-            if module == "nvimgcodec":
-                from fastdata.decoders import nvimgcodec as target
-            else:
-                target = pipeline_mod
-            setattr(target, name, value)
-    _wrap_steps(gpu=args.backend in ("gpu", "hybrid", "auto"))
+            setattr(module, name, value)
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    gpu = args.backend in ("gpu", "hybrid", "auto")
+    _set_defaults(args, gpu)
+    _wrap_steps(gpu)
     cuda = args.device.startswith("cuda")
     loader = fastdata.Loader(fastdata.ImageFolder(args.root), batch_size=args.batch_size,
                              transform=fastdata.RandomResizedCrop(224), shuffle=True, seed=0, drop_last=True,

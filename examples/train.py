@@ -301,7 +301,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--compile-mode", default=None, choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
-                   help="torch.compile's mode (implies --compile); reduce-overhead replays each step as CUDA graphs")
+                   help="torch.compile's mode (implies --compile); reduce-overhead replays the model's forward and backward as CUDA graphs")
     p.add_argument("--val-fraction", type=float, default=0.05)
     p.add_argument("--eval-batches", type=int, default=0, help="cap held-out batches (0: all)")
     p.add_argument("--no-eval", action="store_true")

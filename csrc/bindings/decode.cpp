@@ -8,6 +8,7 @@
 #include "bindings/common.h"
 #include "bindings/released_gil.h"
 #include "bindings/register.h"
+#include "core/cpu_features.h"
 #include "core/decoder.h"
 #include "core/huffman.h"
 #include "core/sample.h"
@@ -75,6 +76,12 @@ py::dict jpeg_info() {
   // deposit), "software-deposit" (BMI2 without it: AMD Zen 1/2, or FASTDATA_SOFTWARE_BIT_DEPOSIT=1)
   // or "portable" (no BMI2, or FASTDATA_FORCE_SCALAR=1).
   d["progressive_decoder"] = progressive_decoder_copy();
+  // fastdata's test switches set now (fastdata-doctor warns: slower copies in a training job)
+  py::list switches;
+  for (const char* name : kTestSwitches) {
+    if (env_switch(name)) switches.append(name);
+  }
+  d["test_switches"] = switches;
   return d;
 }
 

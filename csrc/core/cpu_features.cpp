@@ -9,15 +9,10 @@
 
 namespace fastdata {
 
-namespace {
-
-// A switch in the environment: set to anything but empty or "0".
 bool env_switch(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] != '\0' && v[0] != '0';
 }
-
-}  // namespace
 
 bool simd_allowed() {
   static const bool allowed = !env_switch("FASTDATA_FORCE_SCALAR");

@@ -26,9 +26,9 @@ Time: ``--seconds`` (default 20) is the budget of the measurement phase, split e
 the contenders (or ablation steps) that can run and the rounds; start-up and warm-up count
 against each share (a contender timed for under 2 s is marked * and named below the table:
 its rate means little); a share can overrun by at most the batch in flight. With ``--rounds``
-> 1 the contenders run interleaved (each once per round, each round starting one contender
-later, so that no contender always follows the same one), so drift on a shared machine hits
-all alike. Before each run the machine settles from the one before (no child process using a
+> 1 the contenders run interleaved (each once per round, the rounds' orders a balanced Latin
+square: each contender first, and right after each other one, equally often), so drift on a
+shared machine and what one contender leaves behind hit all alike. Before each run the machine settles from the one before (no child process using a
 CPU, busy cores back within half a core, or 5% of the cores, of what they were before the
 first run; at most ``--settle-max`` seconds, default 20, not counted in the share; the JSON
 keeps each wait): a DataLoader's

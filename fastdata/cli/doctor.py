@@ -154,7 +154,7 @@ def check_data_mix(scan: _Scan) -> List[Finding]:
 
     jpegs = _jpeg_paths(scan)
     if not jpegs:
-        return [Finding("data_mix", "info", "no JPEG files", "DATA holds no .jpg/.jpeg files to sample "
+        return [Finding("data_mix", "info", "no JPEG files", "DATA holds no .jpg/.jpeg files (non-empty, under 32 MB) to sample "
                                                              "(an LMDB cache's records are not sampled)")]
     counts = dict(progressive=0, cmyk=0, gray=0, exif_rotated=0, bad_header=0)
     megapixels: List[float] = []

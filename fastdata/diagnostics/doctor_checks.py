@@ -238,9 +238,9 @@ def check_libjpeg() -> List[Finding]:
     if info_fn is None:
         return [Finding("libjpeg_turbo", "info", "unknown", "this build of fastdata._C does not expose jpeg_info()")]
     info = dict(info_fn())
-    # fastdata's own switches for tests and A/B runs, slow when left set in a training job
-    forced = [k for k in ("FASTDATA_FORCE_SCALAR", "FASTDATA_SOFTWARE_BIT_DEPOSIT")
-              if os.environ.get(k, "") not in ("", "0")]
+    # fastdata's own switches for tests and A/B runs, slow when left set in a training job (the
+    # extension names those set, by its own reading of the environment)
+    forced = list(info.get("test_switches", []))
     if forced:
         return [Finding("libjpeg_turbo", "warn", info,
                         f"{' and '.join(forced)} set: fastdata's decoders run their slower copies (tests and A/B runs "
