@@ -19,6 +19,15 @@ repository's history); skipped with a note if neither is there. Both outputs are
 (the old one rounds in float: expect a max difference of 1). ``--sweep`` also times a few other
 block sizes of the kernels (asserting the same output), to choose the defaults in gpu_resize._tiles.
 
+``--assembly`` also times the two ways a Loader builds its output batch from the GPU decoder's
+rows and the host's (uint8 rows already on the device, so the copy is left out of both): the
+old one (float32 rows from the resampler, placed beside the host's in a float32 batch, then
+normalized by GpuNormalizer) against the rows written normalized into the output by the
+resampler and one kernel placing the host's (pipeline.FUSED_OUTPUT), float16 channels_last,
+for GPU shares 1.0 (gpu-only) and ``--gpu-share`` (hybrid), with the largest difference; and at
+share 0 (the native backend on CUDA) GpuNormalizer's one pass against its three before
+(float32 copy, addcmul, cast).
+
 Without CUDA it runs under Triton's interpreter on CPU tensors (set TRITON_INTERPRET=1 and use
 a tiny batch): a smoke test only, the times mean nothing.
 """
@@ -46,7 +55,10 @@ sys.path.insert(0, str(ROOT))
 import fastdata  # noqa: E402
 from fastdata.cli.demo import photo_like_jpeg  # noqa: E402
 from fastdata.decoders import gpu_resize, resample_kernels  # noqa: E402
-from fastdata.decoders.gpu_resize import ImageLayout, resample_batch  # noqa: E402
+from fastdata.decoders.base import BatchOutput, to_device  # noqa: E402
+from fastdata.decoders.gpu_resize import ImageLayout, place_rows, resample_batch  # noqa: E402
+from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD, scale_bias_for  # noqa: E402
+from fastdata.loader.cuda import GpuNormalizer  # noqa: E402
 
 BASELINE_REV = "d0faad0"  # main just before the Triton kernels
 MODULE_PATH = "fastdata/decoders/gpu_resize.py"
@@ -116,6 +128,57 @@ def time_calls(call: Callable[[], torch.Tensor], repeats: int, warmup: int, cuda
             "host_ms_median": statistics.median(host_ms)}
 
 
+def assembly(images: List[np.ndarray], plan, out_hw, share: float, device: torch.device, repeats: int,
+             warmup: int, cuda: bool) -> Dict[str, object]:
+    """Old against fused assembly of one batch: the first ``share`` of the rows from the
+    resampler, the rest uint8 rows already on the device (the host's, uploaded)."""
+    n = len(images)
+    g = max(0, min(n, int(round(n * share))))
+    gpu_rows, host_rows = list(range(g)), list(range(g, n))
+    sel = np.asarray(gpu_rows, np.int64)
+    if gpu_rows:
+        flat, layout = flat_buffer(images[:g], False, device)
+        args = (flat, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel], out_hw, True)
+    h, w = out_hw
+    host = torch.from_numpy(np.stack([np.asarray(fastdata.decode(
+        photo_like_jpeg(0, i % 16, 500, 375)))[:h, :w] for i in host_rows]) if host_rows else
+        np.zeros((0, h, w, 3), np.uint8)).to(device)
+    normalizer = GpuNormalizer(IMAGENET_MEAN, IMAGENET_STD, torch.float16, True, device)
+    scale_bias = tuple([float(np.float32(v)) for v in vals] for vals in scale_bias_for(IMAGENET_MEAN, IMAGENET_STD))
+
+    def old() -> torch.Tensor:  # BatchPipeline._place, then _finish, as before FUSED_OUTPUT
+        pixels = resample_batch(*args)
+        if not host_rows:
+            return normalizer(pixels)
+        out = torch.zeros((n, h, w, 3), dtype=torch.float32, device=device)
+        for rows, part in ((gpu_rows, pixels), (host_rows, host)):
+            out[to_device(torch.tensor(rows), device)] = part.to(device=device, dtype=torch.float32)
+        return normalizer(out)
+
+    def fused() -> torch.Tensor:
+        output = BatchOutput.allocate(n, out_hw, torch.float16, True, scale_bias, device)
+        resample_batch(*args, into=output, rows=sel)
+        if host_rows:
+            place_rows(host, output, host_rows)
+        return output.tensor
+
+    if not gpu_rows:  # the native backend's path: every row from the host, normalized (GpuNormalizer)
+        def old() -> torch.Tensor:  # GpuNormalizer before it wrote the output in one pass
+            x = torch.addcmul(normalizer.bias, host.permute(0, 3, 1, 2).float(), normalizer.scale)
+            return x.to(dtype=torch.float16, memory_format=torch.channels_last)
+
+        def fused() -> torch.Tensor:
+            return normalizer(host)
+
+    diff = (old().float() - fused().float()).abs()
+    row: Dict[str, object] = {"gpu_rows": g, "host_rows": n - g, "max_abs_diff": float(diff.max()),
+                              "values_differing": float((diff > 0).float().mean())}
+    for label, call in (("old", old), ("fused", fused)):
+        row[label] = time_calls(call, repeats, warmup, cuda)
+    row["speedup"] = row["old"]["ms_median"] / row["fused"]["ms_median"]  # type: ignore[index]
+    return row
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=256)
@@ -127,6 +190,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--tiles", default=None, help="rows,width,out_rows,values: override the kernels' block sizes")
     ap.add_argument("--sweep", action="store_true", help="also time a few other block sizes (same output asserted)")
     ap.add_argument("--layouts", default="hwc,chw", help="decoded layouts to time: hwc (nvImageCodec), chw (nvJPEG)")
+    ap.add_argument("--assembly", action="store_true", help="also time the output assembly, old against fused")
+    ap.add_argument("--gpu-share", type=float, default=0.6, help="the GPU's share of the rows in --assembly's hybrid row")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -182,6 +247,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                       f"{stats['ms_median']:8.3f} ms/batch (min {stats['ms_min']:.3f})")
             gpu_resize._tiles = default_tiles
         results[layout_name] = row
+    if args.assembly:
+        print("output assembly, float16 channels_last (GPU time per batch; the host rows' copy left out):")
+        results["assembly"] = {}
+        for share in sorted({1.0, args.gpu_share, 0.0}, reverse=True):
+            row = assembly(images, plan, out_hw, share, device, args.repeats, args.warmup, cuda)
+            results["assembly"][f"share_{share:g}"] = row
+            print(f"  GPU share {share:4.2f} ({row['gpu_rows']} + {row['host_rows']} host rows): old "
+                  f"{row['old']['ms_median']:.3f} ms, fused {row['fused']['ms_median']:.3f} ms: "
+                  f"{row['speedup']:.2f}x; host {row['old']['host_ms_median']:.3f} / "
+                  f"{row['fused']['host_ms_median']:.3f} ms/call; outputs differ by at most {row['max_abs_diff']:g} "
+                  f"({row['values_differing'] * 100:.3f}% of values)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -28,6 +28,40 @@ from ..errors import DecodeError
 from ..io.encoded import Item
 from ..io.engine import CropPlan
 
+@dataclass(frozen=True)
+class BatchOutput:
+    """The batch the consumer receives, allocated before any decoder runs, so that a GPU
+    resampler writes its rows into it directly (gpu_resize.resample_batch, place_rows).
+
+    pixels: the output indexed [row, y, x, channel], at whatever strides (the NHWC view of an
+    NCHW or channels_last float batch, or the uint8 NHWC batch itself). scale/bias: per channel,
+    the kernels write ``x * scale + bias`` (float32, multiply then add: the native threads'
+    normalize) for pixel value x in 0..255; None: x itself. ``tensor`` is what is handed out.
+    """
+
+    tensor: torch.Tensor
+    pixels: torch.Tensor
+    scale: Optional[Tuple[float, float, float]] = None
+    bias: Optional[Tuple[float, float, float]] = None
+
+    @staticmethod
+    def allocate(n: int, out_hw: Tuple[int, int], dtype: Optional[torch.dtype], channels_last: bool,
+                 scale_bias: Optional[Tuple[Sequence[float], Sequence[float]]],
+                 device: torch.device) -> "BatchOutput":
+        """``n`` rows of ``out_hw`` pixels: uint8 [n, H, W, 3] when ``dtype`` is None, else ``dtype``
+        [n, 3, H, W] (channels_last memory when asked) normalized with ``scale_bias``."""
+        h, w = out_hw
+        if dtype is None:
+            tensor = torch.empty((n, h, w, 3), dtype=torch.uint8, device=device)
+            return BatchOutput(tensor, tensor)
+        if scale_bias is None:
+            raise ValueError("a float output needs its normalization (scale, bias)")
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        tensor = torch.empty((n, 3, h, w), dtype=dtype, device=device, memory_format=fmt)
+        scale, bias = (tuple(float(v) for v in vals) for vals in scale_bias)
+        return BatchOutput(tensor, tensor.permute(0, 2, 3, 1), scale, bias)  # type: ignore[arg-type]
+
+
 @dataclass
 class PlannedBatch:
     """One batch as the decoders see it.
@@ -37,7 +71,8 @@ class PlannedBatch:
     looked up). datas and plan are filled when some decoder other than the native one is
     configured: encoded bytes as writable uint8 arrays (empty when unreadable), and the crop
     plan from the headers. unplanned: rows whose bytes or header could not be read; only the
-    native decoder gets them, and reports them as it would without a plan.
+    native decoder gets them, and reports them as it would without a plan. output: where a
+    decoder with ``writes_output`` puts its rows (None: it returns them as pixels).
     """
 
     items: Sequence[Item]
@@ -48,6 +83,7 @@ class PlannedBatch:
     plan: Optional[CropPlan] = None
     not_jpeg: frozenset = frozenset()
     unplanned: frozenset = frozenset()
+    output: Optional[BatchOutput] = None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -62,13 +98,15 @@ class DecodedRows:
     k is 0). failures: (row, DecodeError) for rows that could not be decoded (their host rows
     hold zeros). rejected: rows this decoder could not take after all (they go native).
     seconds: the decoder's own time for these rows where it measures one (the hybrid split's
-    GPU rate), else None.
+    GPU rate), else None. written: the rows given minus the rejected ones are in the batch's
+    ``output`` already (failed ones black, as in ``pixels``), and ``pixels`` is None.
     """
 
     pixels: Optional[torch.Tensor] = None
     failures: List[Tuple[int, DecodeError]] = field(default_factory=list)
     rejected: List[int] = field(default_factory=list)
     seconds: Optional[float] = None
+    written: bool = False
 
 
 class Decoder(Protocol):

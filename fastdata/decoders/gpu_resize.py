@@ -5,7 +5,8 @@ loop over images: the decoded images live in one flat uint8 buffer (``ImageLayou
 image a base offset and strides, so HWC and CHW both work), and two kernels
 (resample_kernels.py) do Pillow's separable resample for all of them at once: a horizontal
 pass over the ragged stack of source rows each image needs, into a uint8 intermediate, then
-a vertical pass into float32 [B, H, W, 3]. The filter is Pillow's antialiased bilinear
+a vertical pass that writes each image into its row of the batch's output (``BatchOutput``:
+normalized, in the output's dtype and layout) or, without one, into float32 [B, H, W, 3]. The filter is Pillow's antialiased bilinear
 (triangle, support widened by the downscale factor), in the native engine's fixed-point
 arithmetic (csrc/core/resize.cpp) and Pillow's order (horizontal pass first). For the same
 decoded pixels ``resample_batch`` gives the native engine's bytes where that engine also runs
@@ -30,6 +31,7 @@ previous implementation) moved several times the bytes and launched a kernel per
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import List, Optional, Sequence, Tuple
@@ -38,10 +40,10 @@ import numpy as np
 import torch
 
 from .. import _C
-from .base import to_device
+from .base import BatchOutput, to_device
 
 __all__ = ["AxisTables", "axis_tables", "filter_support", "filter_reach", "ImageLayout", "resample_batch",
-           "orientation_maps"]
+           "place_rows", "orientation_maps"]
 
 # Fractional bits of the fixed-point filter weights: csrc/core/resize.h kResizeBits16.
 FIXED_BITS = 14
@@ -51,6 +53,14 @@ _INT32_OFFSETS = 2 ** 31 - 1
 # them on the host every batch). False builds each batch's afresh: kept for the A/B in
 # docs/results.md, "Filter tables kept across batches".
 REUSE_FILTERS = True
+
+# Every launch of these kernels holds this lock: the gpu decoder's resample thread and the
+# producer thread (place_rows) launch at once. Triton's runtime is not made for launches from
+# several threads (its first-call compile and caches; triton-lang/triton#5933), and its
+# interpreter keeps the grid in global state: two threads at once failed there with
+# "x >= grid_dim[0]" (a Loader on the CPU stand-in, 2026-12-05). A launch holds it for the
+# launch alone on a GPU (tens of microseconds), for the whole kernel under the interpreter.
+_LAUNCH_LOCK = threading.Lock()
 
 
 def filter_support(scale: np.ndarray) -> np.ndarray:
@@ -179,7 +189,8 @@ class ImageLayout:
 
 
 def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, flips: np.ndarray,
-                   orientations: np.ndarray, out_hw: Tuple[int, int], clip_to_box: bool) -> torch.Tensor:
+                   orientations: np.ndarray, out_hw: Tuple[int, int], clip_to_box: bool,
+                   into: Optional[BatchOutput] = None, rows: Optional[np.ndarray] = None) -> torch.Tensor:
     """Crop, resize (antialiased bilinear) and flip every image of a batch: two kernel launches.
 
     flat: uint8 1-D CUDA tensor holding all decoded images (see ``ImageLayout``); a CPU
@@ -188,9 +199,11 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     flips: bool [B] horizontal flips. orientations: int [B] EXIF 1..8 of the stored pixels.
     clip_to_box: the filter reads only inside the box (RandomResizedCrop, like Pillow's
     crop + resize); otherwise the whole image (a fused resize + center crop).
-    Returns float32 [B, H, W, 3] on ``flat.device`` with integer values in 0..255 (the native
-    engine's filter and rounding, see the module docstring), ready for the pipeline's normalize
-    (fastdata.loader.cuda.GpuNormalizer). Queued on the current CUDA stream, without a host sync.
+    into/rows: image j is written into row ``rows[j]`` of ``into`` (the batch's output, on
+    ``flat.device``; normalized and cast as ``into`` says) and ``into.tensor`` is returned.
+    Without them: float32 [B, H, W, 3] on ``flat.device`` with integer values in 0..255 (the
+    native engine's filter and rounding, see the module docstring). Queued on the current CUDA
+    stream, without a host sync.
     """
     if flat.dtype != torch.uint8 or flat.dim() != 1:
         raise TypeError(f"flat must be a 1-D uint8 tensor, got {flat.dtype} with {flat.dim()} dims")
@@ -203,10 +216,14 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     out_h, out_w = int(out_hw[0]), int(out_hw[1])
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     n = boxes.shape[0]
-    if n == 0 or out_h <= 0 or out_w <= 0:
-        if out_h < 0 or out_w < 0:
-            raise ValueError(f"output size must be non-negative, got {out_hw}")
-        return torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)
+    if out_h < 0 or out_w < 0:
+        raise ValueError(f"output size must be non-negative, got {out_hw}")
+    if into is None:
+        into = BatchOutput(*(2 * [torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)]))
+        rows = np.arange(n, dtype=np.int64)
+    out_rows = _check_output(into, rows, n, (out_h, out_w), device)
+    if n == 0 or out_h == 0 or out_w == 0:
+        return into.tensor
     _check_layout(layout, n, flat.numel())
     o = np.asarray(orientations, np.int64)
     transposed = o >= 5
@@ -242,9 +259,9 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     meta[:, kernels.ROW0.value] = row0
     meta[:, kernels.TAPS_X.value] = fx.max_count
     meta[:, kernels.TAPS_Y.value] = fy.max_count
-    meta[:, kernels.OUT_ROW0.value] = np.arange(n, dtype=np.int64) * out_h
+    meta[:, kernels.OUT_IMAGE.value] = out_rows
     # int32 offsets where every buffer allows (half the integer work); the kernels follow meta's type.
-    wide = max(flat.numel(), stacked_rows * out_w * 3, n * out_h * out_w * 3) > _INT32_OFFSETS
+    wide = max(flat.numel(), stacked_rows * out_w * 3, _output_span(into)) > _INT32_OFFSETS
     if max(fx.weights.size, fy.weights.size) > 2 ** 31 - 1:
         raise ValueError("batch too large for one resample: split it")
     meta_t, block_start_t, first_x, first_y, weights_x, weights_y = _upload(
@@ -252,19 +269,86 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
         fy.first, fx.weights, fy.weights)
 
     stack = torch.empty((stacked_rows, out_w * 3), dtype=torch.uint8, device=device)
-    out = torch.empty((n, out_h, out_w, 3), dtype=torch.float32, device=device)
     steps = int(np.ceil(np.log2(n))) if n > 1 else 0  # binary search over block_start
     on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     # Triton launches on the current device's current stream. The kernels do integer math only:
     # fp fusion is moot, and naming it keeps Triton >= 3.9 from warning about its default.
-    with on_device:
+    with on_device, _LAUNCH_LOCK:
         kernels.horizontal_pass[(int(block_start[-1]), -(-out_w // tiles.width))](
             flat, stack, meta_t, block_start_t, first_x, weights_x, n, steps, fx.taps, out_w,
             BITS=FIXED_BITS, BLOCK_R=tiles.rows, BLOCK_W=tiles.width, num_warps=4, enable_fp_fusion=False)
         kernels.vertical_pass[(n * -(-out_h // tiles.out_rows), -(-(out_w * 3) // tiles.values))](
-            stack, out, meta_t, first_y, weights_y, fy.taps, out_h, out_w * 3,
-            BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values, num_warps=4, enable_fp_fusion=False)
-    return out
+            stack, into.pixels, meta_t, first_y, weights_y, fy.taps, out_h, out_w * 3, *into.pixels.stride(),
+            *_normalization(into), BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values,
+            NORMALIZE=into.scale is not None, INTERLEAVED=_interleaved(into), num_warps=4, enable_fp_fusion=False)
+    return into.tensor
+
+
+def place_rows(pixels: torch.Tensor, into: BatchOutput, rows: Sequence[int]) -> torch.Tensor:
+    """Write ``pixels`` (uint8 [k, H, W, 3], decoded elsewhere: the host's rows, uploaded) into
+    rows ``rows`` of the batch's output, normalized and cast as the resampler writes its own
+    (one kernel launch); returns ``into.tensor``. Queued on the current CUDA stream."""
+    kernels = _kernels()
+    if pixels.dtype != torch.uint8 or pixels.dim() != 4 or pixels.shape[3] != 3:
+        raise TypeError(f"pixels must be uint8 [k, H, W, 3], got {pixels.dtype} {tuple(pixels.shape)}")
+    k, out_h, out_w = int(pixels.shape[0]), int(pixels.shape[1]), int(pixels.shape[2])
+    device = pixels.device
+    if device.type != "cuda" and not (device.type == "cpu" and kernels.INTERPRETED):
+        raise ValueError(f"place_rows runs a Triton kernel on CUDA tensors; got a tensor on {device}")
+    rows = _check_output(into, rows, k, (out_h, out_w), device)
+    if k == 0 or out_h == 0 or out_w == 0:
+        return into.tensor
+    pixels = pixels.contiguous()
+    wide = max(pixels.numel(), _output_span(into)) > _INT32_OFFSETS
+    (images,) = _upload(device, rows if wide else rows.astype(np.int32))
+    tiles = _tiles(out_h, out_w, kernels.INTERPRETED)
+    on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with on_device, _LAUNCH_LOCK:
+        kernels.place_rows[(k * -(-out_h // tiles.out_rows), -(-(out_w * 3) // tiles.values))](
+            pixels, into.pixels, images, out_h, out_w * 3, *into.pixels.stride(), *_normalization(into),
+            BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values, NORMALIZE=into.scale is not None,
+            INTERLEAVED=_interleaved(into), num_warps=4, enable_fp_fusion=False)
+    return into.tensor
+
+
+def _check_output(into: BatchOutput, rows: Optional[Sequence[int]], n: int, out_hw: Tuple[int, int],
+                  device: torch.device) -> np.ndarray:
+    """``rows`` as int64 [n] after checking them and ``into`` against the images to write."""
+    pixels = into.pixels
+    if pixels.dim() != 4 or tuple(pixels.shape[1:]) != (out_hw[0], out_hw[1], 3):
+        raise ValueError(f"the output must be [N, {out_hw[0]}, {out_hw[1]}, 3] as pixels, got {tuple(pixels.shape)}")
+    if pixels.dtype not in (torch.uint8, torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"the output must be uint8, float16, bfloat16 or float32, got {pixels.dtype}")
+    if pixels.device != device and not (pixels.device.type == device.type == "cuda" and device.index is None):
+        raise ValueError(f"the output is on {pixels.device}, the images on {device}")
+    if (into.scale is None) != (into.bias is None):
+        raise ValueError("scale and bias go together")
+    if rows is None:
+        raise ValueError("an output needs the rows to write each image into")
+    rows = np.asarray(rows, np.int64).reshape(-1)
+    if rows.shape != (n,):
+        raise ValueError(f"{n} images but {rows.shape[0]} output rows")
+    if n and (rows.min() < 0 or rows.max() >= pixels.shape[0]):
+        raise ValueError(f"output rows must be in 0..{pixels.shape[0] - 1}")
+    return rows
+
+
+def _output_span(into: BatchOutput) -> int:
+    """One past the farthest element offset the kernels compute in ``into``."""
+    p = into.pixels
+    return 1 + sum((size - 1) * stride for size, stride in zip(p.shape, p.stride())) if p.numel() else 0
+
+
+def _interleaved(into: BatchOutput) -> bool:
+    """A row's values are contiguous, x-major then channel (NHWC rows: channels_last, uint8)."""
+    return tuple(into.pixels.stride()[2:]) == (3, 1)
+
+
+def _normalization(into: BatchOutput) -> Tuple[float, ...]:
+    """The kernels' s0, s1, s2, b0, b1, b2 (unused without normalization)."""
+    if into.scale is None:
+        return (1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+    return (*into.scale, *into.bias)
 
 
 def _check_layout(layout: ImageLayout, n: int, numel: int) -> None:

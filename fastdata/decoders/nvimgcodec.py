@@ -162,7 +162,8 @@ class NvImageCodecDecoder:
     """Batched JPEG decode on the hardware engines (nvImageCodec), crop/resize/flip batched on the GPU.
 
     ``start`` queues the batch on the worker threads and returns at once; ``finish`` waits for
-    it and returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, complete (the
+    it and returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, or, when the
+    batch carries an output (``PlannedBatch.output``), has written them into it, complete (the
     worker waited for its kernels), plus the rows handed back, and ``seconds``: its slowest
     stage's wall time for the batch (the hybrid split's GPU rate).
 
@@ -182,6 +183,7 @@ class NvImageCodecDecoder:
     """
 
     name = "gpu"
+    writes_output = True  # into PlannedBatch.output (base.BatchOutput), when given
     _allow_cpu = False
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
@@ -463,9 +465,13 @@ class NvImageCodecDecoder:
             return DecodedRows(rejected=rejected)
         t0 = time.perf_counter()
         plan, sel = batch.plan, rows[good]
+        into = batch.output  # the batch's output, where the pipeline gives one: the rows go straight there
         pixels = resample_batch(decoded.buffer, decoded.layout.select(good), plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
-                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
+                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop),
+                                into=into, rows=None if into is None else sel)
         self.stage_seconds["resample"] += time.perf_counter() - t0
+        if into is not None:
+            return DecodedRows(rejected=rejected, written=True)
         return DecodedRows(pixels=pixels, rejected=rejected)
 
 

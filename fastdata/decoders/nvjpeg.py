@@ -36,12 +36,14 @@ def _gpu_decoder() -> Callable[[List[torch.Tensor], torch.device], List[torch.Te
 class NvjpegDecoder:
     """GPU decode with nvJPEG (through torchvision), crop/resize/flip batched on the GPU.
 
-    ``finish`` returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, queued on
-    the current stream (the pipeline's). Needs a CUDA device.
+    ``finish`` returns float32 [k, H, W, 3] pixels (values 0..255) on ``device``, or, when the
+    batch carries an output (``PlannedBatch.output``), has written them into it; queued on the
+    current stream (the pipeline's). Needs a CUDA device.
     """
 
     name = "nvjpeg"
     depth = 1
+    writes_output = True  # into PlannedBatch.output (base.BatchOutput), when given
     # Tests swap in torchvision's CPU decoder to check routing and assembly without a GPU.
     _allow_cpu = False
 
@@ -103,6 +105,10 @@ class NvjpegDecoder:
         flat = torch.cat([img.reshape(-1) for img in good])
         layout = ImageLayout.packed([(img.shape[1], img.shape[2]) for img in good], chw=True)
         sel = np.asarray(good_rows, np.int64)
+        into = batch.output  # the batch's output, where the pipeline gives one: the rows go straight there
         pixels = resample_batch(flat, layout, plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
-                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop))
+                                self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop),
+                                into=into, rows=None if into is None else sel)
+        if into is not None:
+            return DecodedRows(rejected=sorted(rejected), written=True)
         return DecodedRows(pixels=pixels, rejected=sorted(rejected))

@@ -10,7 +10,14 @@ Addresses are computed here from a few per-image scalars (a row of ``meta``, fie
 and the per-axis ``first``/``weights`` tables; no per-pixel index tensors exist. The
 horizontal pass writes the ragged stack of source rows every image needs (``ROWS`` rows of
 image b from stacked row ``ROW0``) as uint8 rows of ``out_w * 3`` interleaved RGB values;
-the vertical pass reads that stack and writes float32 [B, out_h, out_w, 3].
+the vertical pass reads that stack and writes each output value straight into its place in the
+caller's output (``_store_values``): image b of the batch goes to image ``OUT_IMAGE`` of the
+output, at any strides (an NCHW or channels_last batch seen as [N, H, W, 3]), as the 0..255
+value itself or normalized (``x * scale + bias`` per channel in float32, multiply then add, as
+the native threads normalize), cast to the output's dtype (uint8, float16, bfloat16, float32).
+So a GPU decoder's rows need no float intermediate, no placing and no separate normalize pass.
+``place_rows`` writes rows decoded elsewhere (the host's, uploaded) into the same output the
+same way.
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU
 tensors with numpy: that is how the tests run without a GPU.
@@ -31,7 +38,7 @@ ROWS: tl.constexpr = tl.constexpr(5)      # source rows it reads (need_hi - need
 ROW0: tl.constexpr = tl.constexpr(6)      # the image's first row in the intermediate stack
 TAPS_X: tl.constexpr = tl.constexpr(7)    # horizontal taps this image uses (its widest output)
 TAPS_Y: tl.constexpr = tl.constexpr(8)    # vertical taps this image uses
-OUT_ROW0: tl.constexpr = tl.constexpr(9)  # b * out_h: the image's first row of the output
+OUT_IMAGE: tl.constexpr = tl.constexpr(9)  # the output image (batch row) this image is written to
 META_FIELDS: tl.constexpr = tl.constexpr(10)
 
 
@@ -39,6 +46,44 @@ META_FIELDS: tl.constexpr = tl.constexpr(10)
 def _clip8(acc, BITS: tl.constexpr):
     # Pillow's clip8: drop the fraction (the sum started at one half, so this rounds) and clip.
     return tl.minimum(tl.maximum(acc >> BITS, 0), 255)
+
+
+@triton.jit
+def _store_values(out, image, y, v, value, ok, o_image, o_y, o_x, o_ch, s0, s1, s2, b0, b1, b2,
+                  NORMALIZE: tl.constexpr, INTERLEAVED: tl.constexpr):
+    # value: int32 0..255 at output rows ``y`` [BLOCK_H] x interleaved values ``v`` [BLOCK_C]
+    # (v = 3 * x + channel) of output image ``image``; out[image, y, x, ch] is at
+    # image * o_image + y * o_y + x * o_x + ch * o_ch. INTERLEAVED (o_x == 3, o_ch == 1: uint8
+    # NHWC, channels_last) says so to the compiler, whose stores are then contiguous (vectorized).
+    x = v // 3
+    ch = v - 3 * x
+    if INTERLEAVED:
+        dst = out + image * o_image + (y * o_y)[:, None] + v[None, :]
+    else:
+        dst = out + image * o_image + (y * o_y)[:, None] + (x * o_x + ch * o_ch)[None, :]
+    if NORMALIZE:
+        scale = tl.where(ch == 0, s0, tl.where(ch == 1, s1, s2))
+        bias = tl.where(ch == 0, b0, tl.where(ch == 1, b1, b2))
+        # Multiply, then add (no fused multiply-add: the kernels are launched without fp fusion):
+        # the native threads' normalize_row, bit for bit.
+        result = value.to(tl.float32) * scale[None, :] + bias[None, :]
+    else:
+        result = value
+    if out.dtype.element_ty == tl.bfloat16:
+        result = _to_bfloat16(result.to(tl.float32))
+    else:
+        result = result.to(out.dtype.element_ty)
+    tl.store(dst, result, mask=ok)
+
+
+@triton.jit
+def _to_bfloat16(x):
+    # float32 -> bfloat16 rounded to nearest, ties to even (torch's rounding, and the GPU's
+    # cvt.rn), in integer steps: Triton's interpreter truncates instead (Triton 3.8), and the
+    # tests run there. The values here are finite.
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -97,16 +142,20 @@ def horizontal_pass(src, stack, meta, block_start, first_x, weights_x, num_image
 
 @triton.jit
 def vertical_pass(stack, out, meta, first_y, weights_y, taps_y, out_h, row_len,
-                  BITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+                  o_image, o_y, o_x, o_ch, s0, s1, s2, b0, b1, b2,
+                  BITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr, NORMALIZE: tl.constexpr,
+                  INTERLEAVED: tl.constexpr):
     """Program (p, q): BLOCK_H output rows of image p // cdiv(out_h, BLOCK_H) x BLOCK_C of the
-    ``row_len = out_w * 3`` interleaved values of a row (contiguous in both buffers)."""
+    ``row_len = out_w * 3`` interleaved values of a row (contiguous in the stack), written into
+    ``out`` through ``_store_values`` (strides ``o_*``, normalized with ``s*``/``b*`` when
+    NORMALIZE; INTERLEAVED when o_x == 3 and o_ch == 1)."""
     blocks_h = tl.cdiv(out_h, BLOCK_H)
     b = tl.program_id(0) // blocks_h
     m = meta + b * META_FIELDS
     y_lo = tl.load(m + Y_LO)
     row0 = tl.load(m + ROW0)
     taps = tl.load(m + TAPS_Y)
-    out_row0 = tl.load(m + OUT_ROW0)
+    image = tl.load(m + OUT_IMAGE)
 
     i = (tl.program_id(0) % blocks_h) * BLOCK_H + tl.arange(0, BLOCK_H)  # output rows
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -121,8 +170,25 @@ def vertical_pass(stack, out, meta, first_y, weights_y, taps_y, out_h, row_len,
         ok = (i_ok & (w != 0))[:, None] & c_ok[None, :]
         v = tl.load(stack + ((src_row + t) * row_len)[:, None] + c[None, :], mask=ok, other=0)
         acc += v.to(tl.int32) * w[:, None]
-    dst = out + ((out_row0 + i) * row_len)[:, None] + c[None, :]
-    tl.store(dst, _clip8(acc, BITS).to(tl.float32), mask=i_ok[:, None] & c_ok[None, :])
+    _store_values(out, image, i, c, _clip8(acc, BITS), i_ok[:, None] & c_ok[None, :], o_image, o_y, o_x, o_ch,
+                  s0, s1, s2, b0, b1, b2, NORMALIZE, INTERLEAVED)
+
+
+@triton.jit
+def place_rows(src, out, images, out_h, row_len, o_image, o_y, o_x, o_ch, s0, s1, s2, b0, b1, b2,
+               BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr, NORMALIZE: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """Rows decoded elsewhere into the output: ``src`` is uint8 [k, out_h, out_w, 3] (contiguous),
+    row j goes to output image ``images[j]`` through ``_store_values``. Program (p, q): BLOCK_H
+    rows of image p // cdiv(out_h, BLOCK_H) x BLOCK_C interleaved values."""
+    blocks_h = tl.cdiv(out_h, BLOCK_H)
+    j = tl.program_id(0) // blocks_h
+    image = tl.load(images + j)
+    i = (tl.program_id(0) % blocks_h) * BLOCK_H + tl.arange(0, BLOCK_H)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ok = (i < out_h)[:, None] & (c < row_len)[None, :]
+    value = tl.load(src + (j * out_h + i)[:, None] * row_len + c[None, :], mask=ok, other=0).to(tl.int32)
+    _store_values(out, image, i, c, value, ok, o_image, o_y, o_x, o_ch, s0, s1, s2, b0, b1, b2, NORMALIZE,
+                  INTERLEAVED)
 
 
 # True when TRITON_INTERPRET=1 was set before this module was imported: the kernels then run

@@ -40,9 +40,13 @@ class GpuNormalizer:
 
     def __call__(self, nhwc: torch.Tensor) -> torch.Tensor:
         """uint8 (or float32 0..255) [N, H, W, 3] -> ``dtype`` [N, 3, H, W]."""
-        x = nhwc.permute(0, 3, 1, 2).float()  # a channels_last view, like the slot
-        y = torch.addcmul(self.bias, x, self.scale)  # one fused pass: bias + x * scale
-        return y.to(dtype=self.dtype, memory_format=self.memory_format)
+        x = nhwc.permute(0, 3, 1, 2)  # a channels_last view, like the slot
+        out = torch.empty(x.shape, dtype=self.dtype, device=x.device, memory_format=self.memory_format)
+        # One pass: bias + x * scale computed in float32 (the inputs' common dtype) from the uint8
+        # values and cast to ``dtype`` as it is stored. It was three (x.float(), addcmul, .to):
+        # for a batch of 256 at 224x224 to float16, 0.73 GB of device memory traffic against
+        # 0.12 GB (counted from the tensors' sizes), the same values (tests/decoders/test_gpu_resize.py).
+        return torch.addcmul(self.bias, x, self.scale, out=out)
 
 
 class CudaUploader:

@@ -12,13 +12,18 @@ One batch, on the producer thread::
         nvImageCodec on its worker thread)
         the native rows are queued on the native engine (its own thread), into the batch's
         pinned ring slot (fastdata.loader.pinned_ring: the one host staging area)
+        a GPU decoder that resamples on the GPU writes its rows straight into the batch's output,
+        allocated here (``PlannedBatch.output``: the dtype, layout and normalization the
+        consumer gets)
     decoded = pipeline.decode(pending)
         the native rows' run is waited for, then the GPU decoders finish, and the rows they
         handed back are decoded at once into the same slot by the inline engine
     pipeline.replace(decoded, row, ...)          # the caller's skip policy, into the same slot
     images, labels, done, times = pipeline.deliver(decoded, labels=True)
-        one host-to-device copy of the slot's rows (fastdata.loader.cuda), GPU rows placed
-        beside them, one normalize (dtype, layout), one event
+        one host-to-device copy of the slot's rows (fastdata.loader.cuda), then one kernel that
+        writes them, normalized, into their rows of the output beside the GPU's (place_rows);
+        with a decoder that returns pixels instead (DALI, a decoder of your own) or none, the
+        rows are placed side by side and normalized in one pass (GpuNormalizer); one event
 
 Two native engines: the main one (``engine``, the native threads) only ever decodes queued
 batches, so that the next batch starts the moment one ends while the producer thread does
@@ -48,13 +53,14 @@ import numpy as np
 import torch
 
 from ..decoders import make_decoder
-from ..decoders.base import DecodedRows, Decoder, Item, PlannedBatch, check_plugged_decoder, to_device
+from ..decoders.base import BatchOutput, DecodedRows, Decoder, Item, PlannedBatch, check_plugged_decoder, to_device
+from ..decoders.gpu_resize import place_rows
 from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, route
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec
 from ..io.host import cores_per_local_rank
-from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std
+from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std, scale_bias_for
 from ..io.transforms import Transform
 from .balance import SplitBalancer
 from .cuda import CudaUploader, GpuNormalizer
@@ -91,6 +97,15 @@ INLINE_THREAD_NAME = "fastdata-inline"
 GPU_NATIVE_NICE = 10
 GPU_NATIVE_IDLE = True
 
+# A GPU decoder that resamples on the GPU (``writes_output``) writes its rows normalized into the
+# batch's output, and the host's rows are placed beside them by one kernel: no float32 batch in
+# between, no placing pass, no separate normalize. For a batch of 256 at 224x224 in float16 that
+# is 0.08 GB of device memory traffic after the resampler's reads against 0.69 GB (gpu-only) and
+# 0.09 GB against 1.17 GB (hybrid, 60% of the rows on the GPU) for resample -> float32 -> place ->
+# normalize, counted from the tensors' sizes (docs/results.md); not yet timed on a GPU. False:
+# the old assembly, for the A/B (benchmarks/bench_gpu_resample.py --assembly times both).
+FUSED_OUTPUT = True
+
 
 @dataclass
 class PendingBatch:
@@ -107,13 +122,15 @@ class PendingBatch:
 @dataclass
 class DecodedBatch:
     """A batch whose pixels are all decoded: host rows in ``slot`` (slot row i is batch row
-    ``host_rows[i]``), device rows in ``parts`` as (rows, pixels), failures by row."""
+    ``host_rows[i]``), device rows in ``parts`` as (rows, pixels) or, ``written``, in the
+    batch's output already, failures by row."""
 
     batch: PlannedBatch
     slot: Slot
     host_rows: List[int]
     parts: List[Tuple[List[int], torch.Tensor]] = field(default_factory=list)
     failures: List[Tuple[int, DecodeError]] = field(default_factory=list)
+    written: List[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -121,7 +138,7 @@ class DecodedBatch:
     @property
     def in_order(self) -> bool:
         """Every row is on the host, in batch order: the slot is the batch."""
-        return not self.parts and self.host_rows == list(range(len(self.batch)))
+        return not self.parts and not self.written and self.host_rows == list(range(len(self.batch)))
 
     def host_position(self, row: int) -> int:
         return self.host_rows.index(row)
@@ -213,6 +230,11 @@ class BatchPipeline:
         self._normalizer = None if dtype is None or cpu_norm is not None else \
             GpuNormalizer(mean, std, dtype, channels_last, self.device)
         self._cpu_norm = cpu_norm
+        # The GPU decoder writes its rows into the batch's output (see FUSED_OUTPUT); the kernels
+        # normalize with the native threads' float32 scale and bias.
+        self._fused = FUSED_OUTPUT and gpu is not None and bool(getattr(gpu, "writes_output", False))
+        self._scale_bias = None if dtype is None else \
+            tuple([float(np.float32(v)) for v in vals] for vals in scale_bias_for(mean, std))
         native = dict(seed=self.seed, strict=strict, max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes,
                       roi=roi, normalize=cpu_norm)
         self.native = NativeDecoder(self.engine, transform, on_report=self._count_native_report, **native)
@@ -267,6 +289,9 @@ class BatchPipeline:
             routes[0] = routes[0][:keep]
         started = []
         with self._on_stream():
+            if self._fused:  # on the stream the GPU decoder's kernels write it on
+                batch.output = BatchOutput.allocate(len(batch), self.out_hw, self.dtype, self.channels_last,
+                                                    self._scale_bias, self.device)
             for decoder, rows in zip(self.decoders[:-1], routes[:-1]):
                 if rows:
                     started.append((decoder, rows, decoder.start(batch, rows)))
@@ -293,6 +318,7 @@ class BatchPipeline:
             failures.extend(done.failures)
             native_seconds = done.seconds or 0.0
         parts: List[Tuple[List[int], torch.Tensor]] = []
+        written: List[int] = []
         handed_back: List[int] = []
         gpu_rows, gpu_seconds = 0, 0.0
         t0 = time.perf_counter()
@@ -303,7 +329,11 @@ class BatchPipeline:
                 failures.extend(done.failures)
                 rejected = set(done.rejected)
                 ok = [r for r in rows if r not in rejected]
-                if ok:
+                if ok and done.written:
+                    if batch.output is None:
+                        raise RuntimeError(f"internal: decoder {decoder.name!r} wrote into an output it was not given")
+                    written.extend(ok)
+                elif ok:
                     if done.pixels is None or len(done.pixels) != len(ok):
                         raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(ok)} rows")
                     parts.append((ok, done.pixels))
@@ -327,7 +357,7 @@ class BatchPipeline:
         # failures: the batch's rows, whichever decoder failed them (replace() counts its own)
         self._count(**rows, failures=len(failures))
         failures.sort(key=lambda pair: pair[0])
-        return DecodedBatch(batch, slot, host_rows, parts, failures)
+        return DecodedBatch(batch, slot, host_rows, parts, failures, sorted(written))
 
     def handed_over(self, rows: int, seconds: Optional[float], waited: bool) -> None:
         """The producer handed a batch of ``rows`` to the consumer ``seconds`` after the one
@@ -371,6 +401,14 @@ class BatchPipeline:
         """
         n, slot, k = len(decoded), decoded.slot, len(decoded.host_rows)
         host_labels = slot.labels[:n] if labels else None
+        if decoded.batch.output is not None:  # the GPU decoder's rows are in it: place the host's beside them
+            host = slot.images[:k] if k else None
+            if self._uploader is None:  # a GPU decoder's CPU stand-in (Triton's interpreter)
+                return self._assemble(decoded, host), host_labels, None, None
+            images, gpu_labels, start, done = self._uploader.upload(host, host_labels,
+                                                                   lambda dev: self._assemble(decoded, dev))
+            slot.reader = done
+            return images, gpu_labels, done, start
         if self._uploader is None:
             if decoded.in_order:
                 images = slot.images[:n]
@@ -453,6 +491,18 @@ class BatchPipeline:
         for rows, pixels in parts:
             out[to_device(torch.tensor(rows), self.device)] = pixels.to(device=self.device, dtype=dtype)
         return out
+
+    def _assemble(self, decoded: DecodedBatch, host: Optional[torch.Tensor]) -> torch.Tensor:
+        """The batch's output with the host's rows (uint8 [k, H, W, 3] on the output device)
+        written into it beside the GPU decoder's (which wrote every row it kept, failed ones
+        black: DecodedRows.written)."""
+        if len(decoded.host_rows) + len(decoded.written) != len(decoded):
+            raise RuntimeError(f"internal: {len(decoded.host_rows)} host rows and {len(decoded.written)} written by "
+                               f"the GPU decoder in a batch of {len(decoded)}")
+        output = decoded.batch.output
+        if host is not None:
+            place_rows(host, output, decoded.host_rows)
+        return output.tensor
 
     def _finish(self, nhwc: torch.Tensor) -> torch.Tensor:
         """Pixels [N, H, W, 3] (uint8, or float32 0..255) -> the output dtype and layout."""

@@ -674,3 +674,78 @@ def test_auto_hands_a_failed_gpu_batch_to_the_native_threads_and_drops_gpu_optio
     with pytest.raises(RuntimeError, match="out of memory"):
         with make_backend("gpu", transform, device="cpu", dtype=None) as p:
             p.run(paths, np.arange(len(paths)), 0)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("dtype,channels_last", [(torch.float16, True), (torch.bfloat16, True),
+                                                 (torch.float32, False)])
+def test_the_gpu_rows_go_straight_into_the_normalized_output(tmp_path, monkeypatch, dtype, channels_last):
+    """The gpu decoder writes its rows into the batch's output (normalized, in the output's dtype
+    and layout) and one kernel places the host's rows beside them: the batch equals the uint8
+    batch of the old assembly (float32 rows placed beside the host's, then rounded), normalized
+    as the native threads normalize; failed rows are black; every decoder took its rows."""
+    from fastdata.decoders import gpu_resize
+    from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD, scale_bias_for
+    from fastdata.loader import pipeline
+
+    paths = hard_case_folder(tmp_path)
+    indices = np.arange(100, 100 + len(paths))
+    transform = fastdata.RandomResizedCrop(40)
+    refuse = [Path(paths[2]).read_bytes()]  # one row handed back: decoded on the host after all
+    cfg = dict(device="cpu", seed=4, threads=2)
+
+    placed = []  # host rows placed into an output by the kernel, per batch
+    monkeypatch.setattr(pipeline, "place_rows", lambda host, output, rows: placed.append(list(rows)) or
+                        gpu_resize.place_rows(host, output, rows))
+
+    def batch(fused, **kw):
+        monkeypatch.setattr(pipeline, "FUSED_OUTPUT", fused)
+        placed.clear()
+        with make_backend(CpuEngines(transform, refuse=refuse), transform, **cfg, **kw) as backend:
+            images, failures, failed = backend.run(paths, indices, 3)
+            return images, failed, dict(backend.stats), list(placed)
+
+    old_u8, old_failed, old_stats, old_placed = batch(False, dtype=None)
+    u8, failed, stats, u8_placed = batch(True, dtype=None)
+    out, out_failed, out_stats, out_placed = batch(True, dtype=dtype, channels_last=channels_last)
+    # the host's rows in slot order: CMYK, progressive, PNG, truncated, garbage, missing, then the
+    # one the engines refused
+    host_rows = [PLAIN, PLAIN + 1, PLAIN + 3] + list(range(len(paths) - 3, len(paths))) + [2]
+    assert old_placed == [] and u8_placed == out_placed == [host_rows]
+    assert failed == old_failed == out_failed == [len(paths) - 2, len(paths) - 1]  # garbage, missing
+    assert stats == old_stats == out_stats and stats["gpu_rows"] == PLAIN - 1 + 3 and stats["gpu_rejected"] == 1
+    assert torch.equal(u8, old_u8) and u8.dtype == torch.uint8 and u8[failed].eq(0).all() and u8.any()
+    assert out.dtype == dtype and out.shape == (len(paths), 3, 40, 40)
+    assert out.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    scale, bias = (np.asarray(v, np.float32) for v in scale_bias_for(IMAGENET_MEAN, IMAGENET_STD))
+    want = torch.from_numpy(u8.numpy().astype(np.float32) * scale + bias).to(dtype).permute(0, 3, 1, 2)
+    assert torch.equal(out, want)
+
+
+@needs_interpreter
+def test_a_loader_launches_the_resampler_and_place_rows_from_two_threads(tmp_path):
+    """The gpu decoder's resample thread and the producer thread (place_rows) launch Triton
+    kernels at once in a Loader; under Triton's interpreter that failed ("x >= grid_dim[0]")
+    before every launch held gpu_resize's lock. Every batch here has host rows (CMYK,
+    progressive, PNG, truncated) beside the GPU's, over two epochs; the float16 batches equal the
+    uint8 ones normalized as the native threads normalize."""
+    from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD, scale_bias_for
+
+    paths = hard_case_folder(tmp_path)[:-3] * 4  # the damaged ones left out: every batch is 4 rows
+    source = fastdata.FileList(paths, list(range(len(paths))))
+    transform = fastdata.RandomResizedCrop(32)
+
+    def epochs(dtype):
+        with fastdata.Loader(source, 4, transform, device="cpu", dtype=dtype, threads=2, seed=2,
+                             backend=CpuEngines(transform)) as loader:
+            batches = [x for epoch in range(2) for x, _ in loader]
+            return batches, loader.stats()
+
+    halves, stats = epochs(torch.float16)
+    bytes_, _ = epochs(torch.uint8)
+    assert len(halves) == len(bytes_) == 2 * len(paths) // 4
+    assert stats.gpu_rows > 0 and stats.native_rows > 0 and stats.failures == 0
+    scale, bias = (np.asarray(v, np.float32) for v in scale_bias_for(IMAGENET_MEAN, IMAGENET_STD))
+    for half, raw in zip(halves, bytes_):
+        assert torch.equal(half, torch.from_numpy(raw.numpy().astype(np.float32) * scale + bias)
+                           .to(torch.float16).permute(0, 3, 1, 2))

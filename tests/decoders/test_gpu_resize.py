@@ -231,6 +231,20 @@ def test_gpu_normalizer_against_float_reference():
         GpuNormalizer(mean, (0.2, 0.0, 0.2), torch.float32, True, torch.device("cpu"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_gpu_normalizer_one_pass_equals_float_then_addcmul_then_cast(dtype, channels_last):
+    # The normalizer reads uint8 (or float32 0..255) and writes the output dtype in one pass;
+    # the values are those of converting to float32 first, then bias + x * scale, then casting.
+    x = torch.randint(0, 256, (3, 6, 5, 3), dtype=torch.uint8, device=DEVICE)
+    norm = GpuNormalizer((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), dtype, channels_last, DEVICE)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    for pixels in (x, x.float()):
+        want = torch.addcmul(norm.bias, pixels.permute(0, 3, 1, 2).float(), norm.scale).to(dtype=dtype, memory_format=fmt)
+        got = norm(pixels)
+        assert got.dtype == dtype and got.is_contiguous(memory_format=fmt) and torch.equal(got, want)
+
+
 def test_bad_boxes_and_layouts_raise():
     images = photos([(64, 64)])
     flat = torch.from_numpy(images[0].copy()).reshape(-1).to(DEVICE)

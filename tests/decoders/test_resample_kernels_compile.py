@@ -2,8 +2,9 @@
 
 The interpreter (how the other tests run the kernels without CUDA) executes them as numpy and
 lets through what the compiler rejects (types that change in a loop, unsupported ops). Triton
-ships its own ptxas, so a fresh Python without TRITON_INTERPRET compiles both kernels to
-cubin here, for int32 and int64 offsets, as a GPU would at the first batch.
+ships its own ptxas, so a fresh Python without TRITON_INTERPRET compiles the kernels to
+cubin here, for int32 and int64 offsets and every output dtype, normalized or not, as a GPU
+would at the first batch.
 """
 from __future__ import annotations
 
@@ -21,18 +22,29 @@ from fastdata.decoders import resample_kernels as K
 
 target = GPUTarget("cuda", 90, 32)
 options = {"num_warps": 4, "enable_fp_fusion": False}
+scalars = {"o_image": "i32", "o_y": "i32", "o_x": "i32", "o_ch": "i32", "s0": "fp32", "s1": "fp32", "s2": "fp32",
+           "b0": "fp32", "b1": "fp32", "b2": "fp32"}
+jobs = []
 for meta in ("*i32", "*i64"):
     horizontal = {"src": "*u8", "stack": "*u8", "meta": meta, "block_start": "*i32", "first_x": "*i32",
                   "weights_x": "*i16", "num_images": "i32", "search_steps": "i32", "taps_x": "i32", "out_w": "i32",
                   "BITS": "constexpr", "BLOCK_R": "constexpr", "BLOCK_W": "constexpr"}
-    vertical = {"stack": "*u8", "out": "*fp32", "meta": meta, "first_y": "*i32", "weights_y": "*i16",
-                "taps_y": "i32", "out_h": "i32", "row_len": "i32",
-                "BITS": "constexpr", "BLOCK_H": "constexpr", "BLOCK_C": "constexpr"}
-    for fn, sig, consts in [(K.horizontal_pass, horizontal, {"BITS": 14, "BLOCK_R": 8, "BLOCK_W": 128}),
-                            (K.vertical_pass, vertical, {"BITS": 14, "BLOCK_H": 4, "BLOCK_C": 256})]:
-        compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts), target=target, options=options)
-        if not compiled.asm.get("cubin"):
-            raise SystemExit(f"{fn.__name__}: no cubin")
+    jobs.append((K.horizontal_pass, horizontal, {"BITS": 14, "BLOCK_R": 8, "BLOCK_W": 128}))
+    for out, normalize, interleaved in (("*fp32", False, True), ("*u8", False, True), ("*fp16", True, True),
+                                        ("*bf16", True, True), ("*fp32", True, True), ("*fp16", True, False)):
+        vertical = {"stack": "*u8", "out": out, "meta": meta, "first_y": "*i32", "weights_y": "*i16",
+                    "taps_y": "i32", "out_h": "i32", "row_len": "i32", **scalars,
+                    "BITS": "constexpr", "BLOCK_H": "constexpr", "BLOCK_C": "constexpr", "NORMALIZE": "constexpr",
+                    "INTERLEAVED": "constexpr"}
+        consts = {"NORMALIZE": normalize, "INTERLEAVED": interleaved}
+        jobs.append((K.vertical_pass, vertical, {"BITS": 14, "BLOCK_H": 4, "BLOCK_C": 256, **consts}))
+        place = {"src": "*u8", "out": out, "images": meta, "out_h": "i32", "row_len": "i32", **scalars,
+                 "BLOCK_H": "constexpr", "BLOCK_C": "constexpr", "NORMALIZE": "constexpr", "INTERLEAVED": "constexpr"}
+        jobs.append((K.place_rows, place, {"BLOCK_H": 4, "BLOCK_C": 256, **consts}))
+for fn, sig, consts in jobs:
+    compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts), target=target, options=options)
+    if not compiled.asm.get("cubin"):
+        raise SystemExit(f"{fn.__name__}: no cubin")
 print("compiled")
 """
 
