@@ -21,8 +21,8 @@ block sizes of the kernels (asserting the same output), to choose the defaults i
 
 ``--assembly`` also times the two ways a Loader builds its output batch from the GPU decoder's
 rows and the host's (uint8 rows already on the device, so the copy is left out of both): the
-old one (float32 rows from the resampler, placed beside the host's in a float32 batch, then
-normalized by GpuNormalizer) against the rows written normalized into the output by the
+old one as it was before 2026-12-05 (float32 rows from the resampler, placed beside the host's
+in a float32 batch, then normalized in three passes: float copy, addcmul, cast) against the rows written normalized into the output by the
 resampler and one kernel placing the host's (pipeline.FUSED_OUTPUT), float16 channels_last,
 for GPU shares 1.0 (gpu-only) and ``--gpu-share`` (hybrid), with the largest difference; and at
 share 0 (the native backend on CUDA) GpuNormalizer's one pass against its three before
@@ -146,14 +146,18 @@ def assembly(images: List[np.ndarray], plan, out_hw, share: float, device: torch
     normalizer = GpuNormalizer(IMAGENET_MEAN, IMAGENET_STD, torch.float16, True, device)
     scale_bias = tuple([float(np.float32(v)) for v in vals] for vals in scale_bias_for(IMAGENET_MEAN, IMAGENET_STD))
 
+    def normalize_before(nhwc: torch.Tensor) -> torch.Tensor:  # GpuNormalizer before 2026-12-05: three passes
+        x = torch.addcmul(normalizer.bias, nhwc.permute(0, 3, 1, 2).float(), normalizer.scale)
+        return x.to(dtype=torch.float16, memory_format=torch.channels_last)
+
     def old() -> torch.Tensor:  # BatchPipeline._place, then _finish, as before FUSED_OUTPUT
         pixels = resample_batch(*args)
         if not host_rows:
-            return normalizer(pixels)
+            return normalize_before(pixels)
         out = torch.zeros((n, h, w, 3), dtype=torch.float32, device=device)
         for rows, part in ((gpu_rows, pixels), (host_rows, host)):
             out[to_device(torch.tensor(rows), device)] = part.to(device=device, dtype=torch.float32)
-        return normalizer(out)
+        return normalize_before(out)
 
     def fused() -> torch.Tensor:
         output = BatchOutput.allocate(n, out_hw, torch.float16, True, scale_bias, device)
@@ -163,9 +167,8 @@ def assembly(images: List[np.ndarray], plan, out_hw, share: float, device: torch
         return output.tensor
 
     if not gpu_rows:  # the native backend's path: every row from the host, normalized (GpuNormalizer)
-        def old() -> torch.Tensor:  # GpuNormalizer before it wrote the output in one pass
-            x = torch.addcmul(normalizer.bias, host.permute(0, 3, 1, 2).float(), normalizer.scale)
-            return x.to(dtype=torch.float16, memory_format=torch.channels_last)
+        def old() -> torch.Tensor:
+            return normalize_before(host)
 
         def fused() -> torch.Tensor:
             return normalizer(host)

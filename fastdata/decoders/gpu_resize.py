@@ -58,8 +58,9 @@ REUSE_FILTERS = True
 # producer thread (place_rows) launch at once. Triton's runtime is not made for launches from
 # several threads (its first-call compile and caches; triton-lang/triton#5933), and its
 # interpreter keeps the grid in global state: two threads at once failed there with
-# "x >= grid_dim[0]" (a Loader on the CPU stand-in, 2026-12-05). A launch holds it for the
-# launch alone on a GPU (tens of microseconds), for the whole kernel under the interpreter.
+# "x >= grid_dim[0]" (a Loader on the CPU stand-in, 2026-12-05). On a GPU a launch holds it for
+# the launch alone (tens of microseconds), and for the compile at a kernel variant's first call
+# (seconds, once per process); under the interpreter for the whole kernel.
 _LAUNCH_LOCK = threading.Lock()
 
 
@@ -299,6 +300,7 @@ def place_rows(pixels: torch.Tensor, into: BatchOutput, rows: Sequence[int]) -> 
     if k == 0 or out_h == 0 or out_w == 0:
         return into.tensor
     pixels = pixels.contiguous()
+    # The kernel's offsets follow ``images``' type: int64 where a buffer passes 2**31 elements.
     wide = max(pixels.numel(), _output_span(into)) > _INT32_OFFSETS
     (images,) = _upload(device, rows if wide else rows.astype(np.int32))
     tiles = _tiles(out_h, out_w, kernels.INTERPRETED)

@@ -181,7 +181,7 @@ def place_rows(src, out, images, out_h, row_len, o_image, o_y, o_x, o_ch, s0, s1
     row j goes to output image ``images[j]`` through ``_store_values``. Program (p, q): BLOCK_H
     rows of image p // cdiv(out_h, BLOCK_H) x BLOCK_C interleaved values."""
     blocks_h = tl.cdiv(out_h, BLOCK_H)
-    j = tl.program_id(0) // blocks_h
+    j = (tl.program_id(0) // blocks_h).to(images.dtype.element_ty)  # int64 offsets when ``images`` is
     image = tl.load(images + j)
     i = (tl.program_id(0) % blocks_h) * BLOCK_H + tl.arange(0, BLOCK_H)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)

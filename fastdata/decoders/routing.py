@@ -2,7 +2,8 @@
 
 ``plan_batch`` reads the batch's bytes (paths on the native engine's threads) and asks the
 native header reader for every sample's crop box, flip, size and orientation, keyed by
-(seed, epoch, index): the crops are the native engine's whichever decoder runs a row.
+(seed, epoch, index): the crops are the native engine's whichever decoder runs a row. (Hybrid
+reads only the rows up to the GPU's share of the batch: the pipeline's ``_plan_gpu_share``.)
 ``route`` then gives each row to the first decoder that ``accepts`` it (each decoder answers
 for the whole batch at once from the plan's arrays; only the EOI check reads each row); the native decoder
 comes last and takes the rest (non-JPEG, CMYK/YCCK, 12-bit, truncated files, and anything a
@@ -10,12 +11,13 @@ GPU decoder rejects later), so a batch is never lost.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..errors import DecodeError
-from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, Engine
+from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, CropPlan, Engine
 from ..io.transforms import Transform
 from .base import Decoder, Item, PlannedBatch
 
@@ -67,13 +69,46 @@ def read_items(items: Sequence[Item], engine: Engine,
 
 def plan_batch(items: Sequence[Item], indices: np.ndarray, epoch: int, names: Sequence[Optional[str]],
                engine: Engine, transform: Transform, *, seed: int,
-               max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> PlannedBatch:
+               max_pixels: int = DEFAULT_MAX_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+               datas: Optional[List[np.ndarray]] = None) -> PlannedBatch:
     """Read ``items`` and plan their crops; rows whose bytes or header cannot be read are
-    ``unplanned``, non-JPEGs ``not_jpeg``."""
-    datas, _ = read_items(items, engine, max_file_bytes)
-    plan = engine.plan(datas, transform, seed=seed, epoch=epoch, indices=indices, max_pixels=max_pixels)
+    ``unplanned``, non-JPEGs ``not_jpeg``.
+
+    ``datas``: the bytes of the first ``len(datas)`` rows, read by the caller (``read_items``),
+    who needs no more: the rows after them are neither read nor planned. They are ``unplanned``
+    (their ``datas`` empty), so routing gives them to the native decoder, which reads them itself.
+    """
+    n = len(items)
+    if datas is None:
+        datas, _ = read_items(items, engine, max_file_bytes)
+    elif len(datas) > n:
+        raise ValueError(f"{len(datas)} rows of bytes for a batch of {n}")
+    m = len(datas)
+    plan = engine.plan(datas, transform, seed=seed, epoch=epoch, indices=indices[:m], max_pixels=max_pixels)
+    unplanned = set(plan.failed_rows)
+    if m < n:
+        plan = _padded(plan, n)
+        unplanned.update(range(m, n))
+        datas = list(datas) + [_UNREAD] * (n - m)
     return PlannedBatch(items, indices, epoch, names, datas=datas, plan=plan,
-                        not_jpeg=frozenset(plan.not_jpeg_rows), unplanned=frozenset(plan.failed_rows))
+                        not_jpeg=frozenset(plan.not_jpeg_rows), unplanned=frozenset(unplanned))
+
+
+# The bytes of a row plan_batch did not read (empty: the native decoder reads the item itself).
+_UNREAD = np.empty(0, np.uint8)
+_UNREAD.flags.writeable = False
+
+
+def _padded(plan: CropPlan, n: int) -> CropPlan:
+    """``plan`` with its per-row arrays grown to ``n`` rows of zeros (rows it did not plan)."""
+    grown = {}
+    for f in dataclasses.fields(plan):
+        value = getattr(plan, f.name)
+        if isinstance(value, np.ndarray):
+            pad = np.zeros((n - value.shape[0],) + value.shape[1:], value.dtype)
+            value = np.concatenate([value, pad])
+        grown[f.name] = value
+    return CropPlan(**grown)
 
 
 def route(batch: PlannedBatch, decoders: Sequence[Decoder]) -> List[List[int]]:

@@ -43,6 +43,7 @@ never replacing them.
 """
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from contextlib import nullcontext
@@ -56,7 +57,7 @@ from ..decoders import make_decoder
 from ..decoders.base import BatchOutput, DecodedRows, Decoder, Item, PlannedBatch, check_plugged_decoder, to_device
 from ..decoders.gpu_resize import place_rows
 from ..decoders.native import NativeDecoder
-from ..decoders.routing import plan_batch, route
+from ..decoders.routing import plan_batch, read_items, route
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec
 from ..io.host import cores_per_local_rank
@@ -105,6 +106,13 @@ GPU_NATIVE_IDLE = True
 # normalize, counted from the tensors' sizes (docs/results.md); not yet timed on a GPU. False:
 # the old assembly, for the A/B (benchmarks/bench_gpu_resample.py --assembly times both).
 FUSED_OUTPUT = True
+
+# Hybrid reads (and plans) a batch's rows in order only until the GPU's share of it is among
+# them; the native threads read the rest themselves, at their own priority and off the producer
+# thread. Reading every row for routing cost the inline engine's threads (normal priority, beside
+# the GPU side's) 44 us per row of the batch on the H200 box (8,192 set, seventeenth session),
+# where gpu-only's cost 20. False: read every row, for the A/B.
+HYBRID_READS_GPU_SHARE = True
 
 
 @dataclass
@@ -248,8 +256,10 @@ class BatchPipeline:
         self._uploader = CudaUploader(self.device, self.stream) if cuda else None
         # Rows per decoder since the pipeline was made (LoaderStats' names; a Loader gets them per
         # batch through on_stats): gpu_rows delivered by the GPU decoder, native_rows decoded on the
-        # host (the rows the GPU was not given and those it handed back, gpu_rejected).
-        self.stats = {"batches": 0, "gpu_rows": 0, "native_rows": 0, "gpu_rejected": 0}
+        # host (the rows the GPU was not given and those it handed back, gpu_rejected); read_rows:
+        # rows hybrid read and planned for routing (the rest the native threads read).
+        self.stats = {"batches": 0, "gpu_rows": 0, "native_rows": 0, "gpu_rejected": 0, "read_rows": 0}
+        self._gpu_accept_rate = 1.0  # hybrid: the share of the rows read that the GPU accepted, last batch
         # Batches submitted and not yet decoded or discarded: each holds a ring slot (taken at
         # submit, written by its queued native run), so there may be at most one per slot.
         self._in_flight = 0
@@ -280,9 +290,12 @@ class BatchPipeline:
             self._in_flight += 1
             return pending
         t0 = time.perf_counter()
-        batch = plan_batch(items, index_arr, epoch, names, self.inline_engine, self.transform, seed=self.seed,
-                           max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes)
-        routes = route(batch, self.decoders)
+        if self.balancer is not None:
+            batch, routes = self._plan_gpu_share(items, index_arr, epoch, names)
+        else:
+            batch = plan_batch(items, index_arr, epoch, names, self.inline_engine, self.transform, seed=self.seed,
+                               max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes)
+            routes = route(batch, self.decoders)
         if self.balancer is not None:  # hybrid: the GPU keeps its balanced share, in batch order
             keep = self.balancer.gpu_rows(len(batch), len(routes[0]))
             routes[-1] = sorted(routes[-1] + routes[0][keep:])
@@ -299,6 +312,33 @@ class BatchPipeline:
         pending = PendingBatch(batch, slot, started, routes[-1], self._start_native(batch, routes[-1], slot))
         self._in_flight += 1
         return pending
+
+    def _plan_gpu_share(self, items: Sequence[Item], indices: np.ndarray, epoch: int,
+                        names: Sequence[Optional[str]]) -> Tuple[PlannedBatch, List[List[int]]]:
+        """Hybrid: read and plan rows in batch order only until the GPU's share of the batch is
+        among them (HYBRID_READS_GPU_SHARE), and route. The GPU takes the first rows it accepts,
+        so a row after its share's last is the native threads' whatever its header says: they
+        read it themselves. Rows are read in rounds of what the last batch's acceptance rate
+        says is needed, plus a margin; a round that falls short reads on."""
+        n = len(items)
+        want = self.balancer.gpu_rows(n, n)  # the share; the GPU may accept fewer
+        datas: List[np.ndarray] = []
+        while True:
+            if HYBRID_READS_GPU_SHARE:
+                short = want - (len(routes[0]) if datas else 0)
+                upto = min(n, len(datas) + math.ceil(short / max(self._gpu_accept_rate, 1 / 8)) + 2 + n // 64)
+            else:
+                upto = n
+            more, _ = read_items(items[len(datas):upto], self.inline_engine, self.max_file_bytes)
+            datas.extend(more)
+            batch = plan_batch(items, indices, epoch, names, self.inline_engine, self.transform, seed=self.seed,
+                               max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes, datas=datas)
+            routes = route(batch, self.decoders)
+            if len(routes[0]) >= want or len(datas) == n:
+                break
+        self._gpu_accept_rate = len(routes[0]) / len(datas) if datas else 1.0
+        self.stats["read_rows"] += len(datas)
+        return batch, routes
 
     def _start_native(self, batch: PlannedBatch, rows: List[int], slot: Slot) -> Any:
         """Queue ``rows`` on the native engine into slot rows 0.. (None when there are none)."""

@@ -675,6 +675,20 @@ def test_auto_hands_a_failed_gpu_batch_to_the_native_threads_and_drops_gpu_optio
         with make_backend("gpu", transform, device="cpu", dtype=None) as p:
             p.run(paths, np.arange(len(paths)), 0)
 
+def poison_outputs(monkeypatch):
+    """Fill every batch output the pipeline allocates with NaN (0xAB for uint8): a row nobody
+    writes then shows, whatever ``torch.empty`` happened to hand out."""
+    from fastdata.decoders.base import BatchOutput
+
+    real = BatchOutput.allocate
+
+    def poisoned(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.tensor.fill_(float("nan") if out.tensor.is_floating_point() else 0xAB)
+        return out
+
+    monkeypatch.setattr(BatchOutput, "allocate", staticmethod(poisoned))
+
 
 @needs_interpreter
 @pytest.mark.parametrize("dtype,channels_last", [(torch.float16, True), (torch.bfloat16, True),
@@ -694,6 +708,7 @@ def test_the_gpu_rows_go_straight_into_the_normalized_output(tmp_path, monkeypat
     refuse = [Path(paths[2]).read_bytes()]  # one row handed back: decoded on the host after all
     cfg = dict(device="cpu", seed=4, threads=2)
 
+    poison_outputs(monkeypatch)
     placed = []  # host rows placed into an output by the kernel, per batch
     monkeypatch.setattr(pipeline, "place_rows", lambda host, output, rows: placed.append(list(rows)) or
                         gpu_resize.place_rows(host, output, rows))
@@ -723,7 +738,7 @@ def test_the_gpu_rows_go_straight_into_the_normalized_output(tmp_path, monkeypat
 
 
 @needs_interpreter
-def test_a_loader_launches_the_resampler_and_place_rows_from_two_threads(tmp_path):
+def test_a_loader_launches_the_resampler_and_place_rows_from_two_threads(tmp_path, monkeypatch):
     """The gpu decoder's resample thread and the producer thread (place_rows) launch Triton
     kernels at once in a Loader; under Triton's interpreter that failed ("x >= grid_dim[0]")
     before every launch held gpu_resize's lock. Every batch here has host rows (CMYK,
@@ -731,6 +746,7 @@ def test_a_loader_launches_the_resampler_and_place_rows_from_two_threads(tmp_pat
     uint8 ones normalized as the native threads normalize."""
     from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD, scale_bias_for
 
+    poison_outputs(monkeypatch)
     paths = hard_case_folder(tmp_path)[:-3] * 4  # the damaged ones left out: every batch is 4 rows
     source = fastdata.FileList(paths, list(range(len(paths))))
     transform = fastdata.RandomResizedCrop(32)
@@ -749,3 +765,44 @@ def test_a_loader_launches_the_resampler_and_place_rows_from_two_threads(tmp_pat
     for half, raw in zip(halves, bytes_):
         assert torch.equal(half, torch.from_numpy(raw.numpy().astype(np.float32) * scale + bias)
                            .to(torch.float16).permute(0, 3, 1, 2))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("share", [0.25, 0.6])
+def test_hybrid_reads_rows_only_up_to_the_gpu_share(tmp_path, monkeypatch, share):
+    """Hybrid reads and plans a batch's rows in order only until the GPU's share is among them
+    (pipeline.HYBRID_READS_GPU_SHARE); the native threads read the rest. The rows each side
+    gets, their pixels and the failures are those of reading every row. The batch starts with
+    rows the GPU does not take (CMYK, progressive, PNG, damaged), so the first round of reads
+    falls short and a second reads on."""
+    from fastdata.decoders import routing
+    from fastdata.loader import pipeline
+
+    cases = hard_case_folder(tmp_path)
+    paths = cases[PLAIN:] + cases[:PLAIN] * 4  # 33 rows: 9 hard cases (3 the GPU takes), then 24 plain
+    transform = fastdata.RandomResizedCrop(40)
+    rounds = []
+    real_read = routing.read_items
+    monkeypatch.setattr(pipeline, "read_items", lambda items, *a, **k: rounds.append(len(items)) or
+                        real_read(items, *a, **k))
+
+    def run(reads_share):
+        monkeypatch.setattr(pipeline, "HYBRID_READS_GPU_SHARE", reads_share)
+        rounds.clear()
+        decoder = CpuEngines(transform)
+        with make_backend(decoder, transform, device="cpu", dtype=None, seed=6, threads=2) as hybrid:
+            hybrid.balancer = SplitBalancer(initial_share=share)
+            hybrid.balancer.observe = lambda *args: None  # the split stays at ``share``
+            out = [hybrid.run(paths, np.arange(len(paths)), epoch) for epoch in (0, 1)]
+            return out, dict(hybrid.stats), list(rounds), list(decoder.given)
+
+    (a, b), stats, rounds_share, given = run(True)
+    (a_all, b_all), stats_all, rounds_all, given_all = run(False)
+    want = round(len(paths) * share)
+    assert sorted(given) == sorted(given_all) and sum(given) == 2 * want  # the GPU got its share
+    assert {k: v for k, v in stats.items() if k != "read_rows"} == {k: v for k, v in stats_all.items() if k != "read_rows"}
+    assert rounds_all == [len(paths), len(paths)] and stats_all["read_rows"] == 2 * len(paths)
+    assert len(rounds_share) >= 3 and stats["read_rows"] == sum(rounds_share) < 2 * len(paths)
+    for (x, fx, rx), (y, fy, ry) in ((a, a_all), (b, b_all)):
+        assert torch.equal(x, y) and rx == ry and [(e.index, e.name, e.reason) for e in fx] == \
+            [(e.index, e.name, e.reason) for e in fy]

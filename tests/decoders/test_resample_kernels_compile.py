@@ -3,8 +3,9 @@
 The interpreter (how the other tests run the kernels without CUDA) executes them as numpy and
 lets through what the compiler rejects (types that change in a loop, unsupported ops). Triton
 ships its own ptxas, so a fresh Python without TRITON_INTERPRET compiles the kernels to
-cubin here, for int32 and int64 offsets and every output dtype, normalized or not, as a GPU
-would at the first batch.
+cubin here, for int32 and int64 offsets and every output dtype, normalized or not, with
+interleaved (NHWC) or strided (NCHW) stores, as a GPU would at the first batch; and the
+normalized ones multiply, then add, without a fused multiply-add (the native threads' values).
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ for meta in ("*i32", "*i64"):
                   "weights_x": "*i16", "num_images": "i32", "search_steps": "i32", "taps_x": "i32", "out_w": "i32",
                   "BITS": "constexpr", "BLOCK_R": "constexpr", "BLOCK_W": "constexpr"}
     jobs.append((K.horizontal_pass, horizontal, {"BITS": 14, "BLOCK_R": 8, "BLOCK_W": 128}))
-    for out, normalize, interleaved in (("*fp32", False, True), ("*u8", False, True), ("*fp16", True, True),
-                                        ("*bf16", True, True), ("*fp32", True, True), ("*fp16", True, False)):
+    for out, normalize, interleaved in (("*fp32", False, True), ("*u8", False, True), ("*u8", False, False),
+                                        ("*fp16", True, True), ("*fp16", True, False), ("*bf16", True, True),
+                                        ("*bf16", True, False), ("*fp32", True, True), ("*fp32", True, False)):
         vertical = {"stack": "*u8", "out": out, "meta": meta, "first_y": "*i32", "weights_y": "*i16",
                     "taps_y": "i32", "out_h": "i32", "row_len": "i32", **scalars,
                     "BITS": "constexpr", "BLOCK_H": "constexpr", "BLOCK_C": "constexpr", "NORMALIZE": "constexpr",
@@ -45,6 +47,9 @@ for fn, sig, consts in jobs:
     compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts), target=target, options=options)
     if not compiled.asm.get("cubin"):
         raise SystemExit(f"{fn.__name__}: no cubin")
+    # The normalize must multiply, then add (the native threads' arithmetic): no fused multiply-add.
+    if consts.get("NORMALIZE") and "fma." in compiled.asm["ptx"]:
+        raise SystemExit(f"{fn.__name__} {sig['out']}: fma in the normalize")
 print("compiled")
 """
 
