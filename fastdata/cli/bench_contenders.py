@@ -467,6 +467,8 @@ class FastdataContender:
                 st = loader.stats()
                 self.detail.update(gpu_rows=st.gpu_rows, native_rows=st.native_rows, gpu_rejected=st.gpu_rejected,
                                    gpu_share=round(st.gpu_share, 3), native_busy_in_runs=round(st.native_busy_in_runs, 3))
+                # rows read for routing on the producer's call (hybrid: up to the GPU's share)
+                self.detail["rows_read_to_route"] = loader._pipeline.stats["read_rows"]
                 stages = getattr(loader._pipeline.decoders[0], "stage_seconds", None)
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)
                     self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}

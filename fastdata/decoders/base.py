@@ -69,7 +69,8 @@ class PlannedBatch:
     items: what the source returned (paths or encoded buffers); indices: int64 dataset
     indices (the RNG keys); names: per row, for errors (may be lazy: only failed rows are
     looked up). datas and plan are filled when some decoder other than the native one is
-    configured: encoded bytes as writable uint8 arrays (empty when unreadable), and the crop
+    configured: encoded bytes as writable uint8 arrays (empty when unreadable, or when hybrid
+    did not read the row: routing.plan_batch's ``datas``), and the crop
     plan from the headers. unplanned: rows whose bytes or header could not be read; only the
     native decoder gets them, and reports them as it would without a plan. output: where a
     decoder with ``writes_output`` puts its rows (None: it returns them as pixels).

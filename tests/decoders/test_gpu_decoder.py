@@ -774,12 +774,13 @@ def test_hybrid_reads_rows_only_up_to_the_gpu_share(tmp_path, monkeypatch, share
     (pipeline.HYBRID_READS_GPU_SHARE); the native threads read the rest. The rows each side
     gets, their pixels and the failures are those of reading every row. The batch starts with
     rows the GPU does not take (CMYK, progressive, PNG, damaged), so the first round of reads
-    falls short and a second reads on."""
+    falls short and a second reads on; it ends with them too, left unread: the native threads
+    read, fall back to Pillow for, and name those as when they were read."""
     from fastdata.decoders import routing
     from fastdata.loader import pipeline
 
     cases = hard_case_folder(tmp_path)
-    paths = cases[PLAIN:] + cases[:PLAIN] * 4  # 33 rows: 9 hard cases (3 the GPU takes), then 24 plain
+    paths = cases[PLAIN:] + cases[:PLAIN] * 4 + cases[PLAIN:]  # 42: 9 hard cases (3 the GPU takes), 24 plain, 9
     transform = fastdata.RandomResizedCrop(40)
     rounds = []
     real_read = routing.read_items
@@ -790,19 +791,47 @@ def test_hybrid_reads_rows_only_up_to_the_gpu_share(tmp_path, monkeypatch, share
         monkeypatch.setattr(pipeline, "HYBRID_READS_GPU_SHARE", reads_share)
         rounds.clear()
         decoder = CpuEngines(transform)
+        started = []  # the rows the GPU decoder was given, per batch
+        real_start = decoder.start
+        decoder.start = lambda batch, rows: started.append(list(rows)) or real_start(batch, rows)
         with make_backend(decoder, transform, device="cpu", dtype=None, seed=6, threads=2) as hybrid:
             hybrid.balancer = SplitBalancer(initial_share=share)
             hybrid.balancer.observe = lambda *args: None  # the split stays at ``share``
             out = [hybrid.run(paths, np.arange(len(paths)), epoch) for epoch in (0, 1)]
-            return out, dict(hybrid.stats), list(rounds), list(decoder.given)
+            return out, dict(hybrid.stats), list(rounds), started
 
     (a, b), stats, rounds_share, given = run(True)
     (a_all, b_all), stats_all, rounds_all, given_all = run(False)
     want = round(len(paths) * share)
-    assert sorted(given) == sorted(given_all) and sum(given) == 2 * want  # the GPU got its share
+    assert given == given_all and [len(rows) for rows in given] == [want, want]  # the same rows, its share
     assert {k: v for k, v in stats.items() if k != "read_rows"} == {k: v for k, v in stats_all.items() if k != "read_rows"}
     assert rounds_all == [len(paths), len(paths)] and stats_all["read_rows"] == 2 * len(paths)
     assert len(rounds_share) >= 3 and stats["read_rows"] == sum(rounds_share) < 2 * len(paths)
     for (x, fx, rx), (y, fy, ry) in ((a, a_all), (b, b_all)):
         assert torch.equal(x, y) and rx == ry and [(e.index, e.name, e.reason) for e in fx] == \
             [(e.index, e.name, e.reason) for e in fy]
+
+
+@needs_interpreter
+def test_hybrid_reads_a_batch_the_gpu_refuses_in_at_most_three_rounds(tmp_path, monkeypatch):
+    """Rows the GPU does not take (CMYK, progressive, PNG, damaged) only: the reads stop after
+    three rounds (the last reads the rest), and every row is read once."""
+    from fastdata.decoders import routing
+    from fastdata.loader import pipeline
+
+    cases = hard_case_folder(tmp_path)
+    refused = [p for p in cases[PLAIN:] if not p.endswith(("gray.jpg", "exif6.jpg", "exif7.jpg"))] * 8  # 48 rows
+    transform = fastdata.RandomResizedCrop(32)
+    rounds = []
+    real_read = routing.read_items
+    monkeypatch.setattr(pipeline, "read_items", lambda items, *a, **k: rounds.append(len(items)) or
+                        real_read(items, *a, **k))
+    with make_backend(CpuEngines(transform), transform, device="cpu", dtype=None, seed=1, threads=2) as hybrid:
+        hybrid.balancer = SplitBalancer(initial_share=0.03)  # the least share: 2 rows wanted of 48
+        hybrid.balancer.observe = lambda *args: None
+        for epoch in (0, 1):
+            rounds.clear()
+            _, failures, _ = hybrid.run(refused, np.arange(len(refused)), epoch)
+            assert len(rounds) <= 3 and sum(rounds) == len(refused), rounds
+            assert len(failures) == 16  # garbage and missing, 8 times each
+        assert hybrid.stats["gpu_rows"] == 0 and hybrid.stats["native_rows"] == 2 * len(refused)
