@@ -144,7 +144,7 @@ def assembly(images: List[np.ndarray], plan, out_hw, share: float, device: torch
         photo_like_jpeg(0, i % 16, 500, 375)))[:h, :w] for i in host_rows]) if host_rows else
         np.zeros((0, h, w, 3), np.uint8)).to(device)
     normalizer = GpuNormalizer(IMAGENET_MEAN, IMAGENET_STD, torch.float16, True, device)
-    scale_bias = tuple([float(np.float32(v)) for v in vals] for vals in scale_bias_for(IMAGENET_MEAN, IMAGENET_STD))
+    scale_bias = scale_bias_for(IMAGENET_MEAN, IMAGENET_STD)
 
     def normalize_before(nhwc: torch.Tensor) -> torch.Tensor:  # GpuNormalizer before 2026-12-05: three passes
         x = torch.addcmul(normalizer.bias, nhwc.permute(0, 3, 1, 2).float(), normalizer.scale)

@@ -23,42 +23,29 @@ their defaults.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fastdata
-from fastdata import _C
+from loader_window import add_loader_args, make_loader, timed_window  # noqa: E402
+
+import fastdata  # noqa: E402
+from fastdata import _C  # noqa: E402
 
 
 SWITCHES = {"claim": "_set_claim_largest_first", "overlap": "_set_overlap_runs",
             "progressive": "_set_fast_progressive"}
 
 
-def one_run(root: str, args: argparse.Namespace, on: bool) -> dict:
+def one_run(args: argparse.Namespace, on: bool) -> dict:
     getattr(_C, SWITCHES[args.switch])(on)
-    dtype = None if args.dtype == "uint8" else getattr(torch, args.dtype)
-    loader = fastdata.Loader(fastdata.ImageFolder(root), batch_size=args.batch_size, transform=fastdata.RandomResizedCrop(224), shuffle=True,
-                             seed=0, drop_last=True, threads=args.threads, backend=args.backend, device=args.device,
-                             dtype=dtype, prefetch=3)
+    loader = make_loader(args)
     try:
-        epoch, seen, s0, t_end = 0, 0, None, None
-        while True:
-            loader.set_epoch(epoch)
-            for images, _ in loader:
-                seen += 1
-                if seen == args.warmup:
-                    if images.is_cuda:
-                        torch.cuda.synchronize()
-                    s0, t_end = loader.stats(), time.perf_counter() + args.seconds
-                elif s0 is not None and time.perf_counter() >= t_end:
-                    if images.is_cuda:
-                        torch.cuda.synchronize()
-                    s1 = loader.stats()
-                    return _deltas(s0, s1, f"{args.switch} {'on' if on else 'off'}")
-            epoch += 1
+        s0, s1, _, _ = timed_window(loader, args.warmup, args.seconds)
     finally:
         loader.close()
+    return _deltas(s0, s1, f"{args.switch} {'on' if on else 'off'}")
 
 
 def _deltas(s0: "fastdata.LoaderStats", s1: "fastdata.LoaderStats", setting: str) -> dict:
@@ -74,21 +61,14 @@ def _deltas(s0: "fastdata.LoaderStats", s1: "fastdata.LoaderStats", setting: str
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("root")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--backend", default="native")
-    p.add_argument("--dtype", default="float16")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--threads", type=int, default=None, help="native threads (default: the Loader's own choice)")
-    p.add_argument("--seconds", type=float, default=15.0, help="timed seconds per run")
-    p.add_argument("--warmup", type=int, default=20, help="batches before the timed window")
+    add_loader_args(p, device="cpu", backend="native", seconds=15.0, warmup=20)
     p.add_argument("--runs", type=int, default=4)
     p.add_argument("--switch", choices=sorted(SWITCHES), default="claim", help="the A/B switch to alternate")
     p.add_argument("--order", default="off,on", help="the switch's settings in turn")
     args = p.parse_args()
     settings = [c.strip() == "on" for c in args.order.split(",")]
     try:
-        rows = [one_run(args.root, args, settings[i % len(settings)]) for i in range(args.runs)]
+        rows = [one_run(args, settings[i % len(settings)]) for i in range(args.runs)]
     finally:
         getattr(_C, SWITCHES[args.switch])(True)
     print(f"{args.root}, backend={args.backend}, {args.device}, batch {args.batch_size}, {args.seconds:g} s per run")

@@ -30,16 +30,19 @@ import argparse
 import collections
 import functools
 import re
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fastdata
-from fastdata.decoders import native as native_decoder
-from fastdata.loader import pipeline as pipeline_mod
-from fastdata.loader import producer as producer_mod
+from loader_window import add_loader_args, make_loader, timed_window  # noqa: E402
+
+from fastdata.decoders import native as native_decoder  # noqa: E402
+from fastdata.loader import pipeline as pipeline_mod  # noqa: E402
+from fastdata.loader import producer as producer_mod  # noqa: E402
 
 # (thread name, step, start, end) of every step that ended inside the timed window
 _SPANS: List[Tuple[str, str, float, float]] = []
@@ -113,34 +116,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     gpu = args.backend in ("gpu", "hybrid", "auto")
     _set_defaults(args, gpu)
     _wrap_steps(gpu)
-    cuda = args.device.startswith("cuda")
-    loader = fastdata.Loader(fastdata.ImageFolder(args.root), batch_size=args.batch_size,
-                             transform=fastdata.RandomResizedCrop(224), shuffle=True, seed=0, drop_last=True,
-                             threads=args.threads, backend=args.backend, device=args.device,
-                             dtype=getattr(torch, args.dtype), prefetch=3)
+    loader = make_loader(args)
     try:
-        seen, epoch, t0, t_end, s0, n0 = 0, 0, 0.0, None, None, 0
-        while t_end is None or time.perf_counter() < t_end:
-            loader.set_epoch(epoch)
-            for _ in loader:
-                seen += 1
-                if seen == args.warmup:
-                    if cuda:
-                        torch.cuda.synchronize()
-                    _TIMING[0] = True
-                    t0, s0, n0 = time.perf_counter(), loader.stats(), seen
-                    t_end = t0 + args.seconds
-                elif t_end is not None and time.perf_counter() >= t_end:
-                    break
-            epoch += 1
-        if cuda:
-            torch.cuda.synchronize()
-        _TIMING[0] = False
-        wall, s1, batches = time.perf_counter() - t0, loader.stats(), seen - n0
+        s0, s1, batches, wall = timed_window(loader, args.warmup, args.seconds,
+                                             on_start=lambda: _TIMING.__setitem__(0, True),
+                                             on_end=lambda: _TIMING.__setitem__(0, False))
     finally:
         loader.close()
-    if batches <= 0:
-        raise SystemExit("no batch was timed: lower --warmup or use a larger set")
     return {"backend": args.backend, "label": args.label, "images_per_s": batches * args.batch_size / wall,
             "ms_per_batch": 1000 * wall / batches, "batches": batches, "wall": wall,
             "gpu_rows": s1.gpu_rows - s0.gpu_rows, "native_rows": s1.native_rows - s0.native_rows,
@@ -150,14 +132,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("root", help="an ImageFolder tree")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--backend", default="hybrid")
-    p.add_argument("--dtype", default="float16")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--threads", type=int, default=None, help="native threads (default: the Loader's own choice)")
-    p.add_argument("--seconds", type=float, default=10.0, help="timed seconds")
-    p.add_argument("--warmup", type=int, default=30, help="batches before the timed window")
+    add_loader_args(p, device="cuda", backend="hybrid", seconds=10.0, warmup=30)
     p.add_argument("--depth", type=int, default=None, help="gpu decoder batches in flight (nvimgcodec.DEPTH)")
     p.add_argument("--lanes", type=int, default=None, help="gpu decoder lanes (nvimgcodec.DECODE_LANES)")
     p.add_argument("--inline", type=int, default=None, help="planning threads (pipeline.INLINE_THREADS_GPU)")

@@ -58,7 +58,8 @@ class BatchOutput:
             raise ValueError("a float output needs its normalization (scale, bias)")
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         tensor = torch.empty((n, 3, h, w), dtype=dtype, device=device, memory_format=fmt)
-        scale, bias = (tuple(float(v) for v in vals) for vals in scale_bias)
+        # float32 values, as the kernels (and the native threads) compute with them
+        scale, bias = (tuple(float(np.float32(v)) for v in vals) for vals in scale_bias)
         return BatchOutput(tensor, tensor.permute(0, 2, 3, 1), scale, bias)  # type: ignore[arg-type]
 
 

@@ -34,7 +34,7 @@ import contextlib
 import threading
 from dataclasses import dataclass, fields
 from types import ModuleType
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -59,8 +59,8 @@ REUSE_FILTERS = True
 # several threads (its first-call compile and caches; triton-lang/triton#5933), and its
 # interpreter keeps the grid in global state: two threads at once failed there with
 # "x >= grid_dim[0]" (a Loader on the CPU stand-in, 2026-12-05). On a GPU a launch holds it for
-# the launch alone (tens of microseconds), and for the compile at a kernel variant's first call
-# (seconds, once per process); under the interpreter for the whole kernel.
+# the launch alone, and for the compile at a kernel variant's first call (once per process); under
+# the interpreter for the whole kernel.
 _LAUNCH_LOCK = threading.Lock()
 
 
@@ -208,12 +208,8 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
     """
     if flat.dtype != torch.uint8 or flat.dim() != 1:
         raise TypeError(f"flat must be a 1-D uint8 tensor, got {flat.dtype} with {flat.dim()} dims")
-    kernels = _kernels()
     device = flat.device
-    if device.type != "cuda" and not (device.type == "cpu" and kernels.INTERPRETED):
-        raise ValueError(f"resample_batch runs Triton kernels on CUDA tensors; got a tensor on {device} "
-                         "(CPU tensors run only under Triton's interpreter: TRITON_INTERPRET=1 set before "
-                         "fastdata is imported)")
+    kernels = _kernels_on(device, "resample_batch")
     out_h, out_w = int(out_hw[0]), int(out_hw[1])
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     n = boxes.shape[0]
@@ -271,17 +267,18 @@ def resample_batch(flat: torch.Tensor, layout: ImageLayout, boxes: np.ndarray, f
 
     stack = torch.empty((stacked_rows, out_w * 3), dtype=torch.uint8, device=device)
     steps = int(np.ceil(np.log2(n))) if n > 1 else 0  # binary search over block_start
-    on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-    # Triton launches on the current device's current stream. The kernels do integer math only:
-    # fp fusion is moot, and naming it keeps Triton >= 3.9 from warning about its default.
-    with on_device, _LAUNCH_LOCK:
+    out_args, out_consts = _output_args(into)
+    # Triton launches on the current device's current stream. Without fp fusion the normalize
+    # multiplies, then adds (no FMA), as the native threads do; naming it also keeps Triton >= 3.9
+    # from warning about its default.
+    with _launching(device):
         kernels.horizontal_pass[(int(block_start[-1]), -(-out_w // tiles.width))](
             flat, stack, meta_t, block_start_t, first_x, weights_x, n, steps, fx.taps, out_w,
             BITS=FIXED_BITS, BLOCK_R=tiles.rows, BLOCK_W=tiles.width, num_warps=4, enable_fp_fusion=False)
         kernels.vertical_pass[(n * -(-out_h // tiles.out_rows), -(-(out_w * 3) // tiles.values))](
-            stack, into.pixels, meta_t, first_y, weights_y, fy.taps, out_h, out_w * 3, *into.pixels.stride(),
-            *_normalization(into), BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values,
-            NORMALIZE=into.scale is not None, INTERLEAVED=_interleaved(into), num_warps=4, enable_fp_fusion=False)
+            stack, into.pixels, meta_t, first_y, weights_y, fy.taps, out_h, out_w * 3, *out_args,
+            BITS=FIXED_BITS, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values, **out_consts, num_warps=4,
+            enable_fp_fusion=False)
     return into.tensor
 
 
@@ -289,13 +286,11 @@ def place_rows(pixels: torch.Tensor, into: BatchOutput, rows: Sequence[int]) -> 
     """Write ``pixels`` (uint8 [k, H, W, 3], decoded elsewhere: the host's rows, uploaded) into
     rows ``rows`` of the batch's output, normalized and cast as the resampler writes its own
     (one kernel launch); returns ``into.tensor``. Queued on the current CUDA stream."""
-    kernels = _kernels()
     if pixels.dtype != torch.uint8 or pixels.dim() != 4 or pixels.shape[3] != 3:
         raise TypeError(f"pixels must be uint8 [k, H, W, 3], got {pixels.dtype} {tuple(pixels.shape)}")
     k, out_h, out_w = int(pixels.shape[0]), int(pixels.shape[1]), int(pixels.shape[2])
     device = pixels.device
-    if device.type != "cuda" and not (device.type == "cpu" and kernels.INTERPRETED):
-        raise ValueError(f"place_rows runs a Triton kernel on CUDA tensors; got a tensor on {device}")
+    kernels = _kernels_on(device, "place_rows")
     rows = _check_output(into, rows, k, (out_h, out_w), device)
     if k == 0 or out_h == 0 or out_w == 0:
         return into.tensor
@@ -304,12 +299,11 @@ def place_rows(pixels: torch.Tensor, into: BatchOutput, rows: Sequence[int]) -> 
     wide = max(pixels.numel(), _output_span(into)) > _INT32_OFFSETS
     (images,) = _upload(device, rows if wide else rows.astype(np.int32))
     tiles = _tiles(out_h, out_w, kernels.INTERPRETED)
-    on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-    with on_device, _LAUNCH_LOCK:
+    out_args, out_consts = _output_args(into)
+    with _launching(device):
         kernels.place_rows[(k * -(-out_h // tiles.out_rows), -(-(out_w * 3) // tiles.values))](
-            pixels, into.pixels, images, out_h, out_w * 3, *into.pixels.stride(), *_normalization(into),
-            BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values, NORMALIZE=into.scale is not None,
-            INTERLEAVED=_interleaved(into), num_warps=4, enable_fp_fusion=False)
+            pixels, into.pixels, images, out_h, out_w * 3, *out_args, BLOCK_H=tiles.out_rows, BLOCK_C=tiles.values,
+            **out_consts, num_warps=4, enable_fp_fusion=False)
     return into.tensor
 
 
@@ -341,16 +335,34 @@ def _output_span(into: BatchOutput) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(p.shape, p.stride())) if p.numel() else 0
 
 
-def _interleaved(into: BatchOutput) -> bool:
-    """A row's values are contiguous, x-major then channel (NHWC rows: channels_last, uint8)."""
-    return tuple(into.pixels.stride()[2:]) == (3, 1)
-
-
-def _normalization(into: BatchOutput) -> Tuple[float, ...]:
-    """The kernels' s0, s1, s2, b0, b1, b2 (unused without normalization)."""
+def _output_args(into: BatchOutput) -> Tuple[Tuple[Any, ...], Dict[str, bool]]:
+    """What vertical_pass and place_rows take about the output: its strides (o_image, o_y, o_x,
+    o_ch) and normalization (s0, s1, s2, b0, b1, b2; unused without it), then the constexprs
+    NORMALIZE and INTERLEAVED (a row's values contiguous, x-major then channel: NHWC rows of a
+    channels_last or uint8 output, whose stores the compiler can vectorize)."""
+    strides = tuple(into.pixels.stride())
     if into.scale is None:
-        return (1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
-    return (*into.scale, *into.bias)
+        normalization: Tuple[float, ...] = (1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+    else:
+        normalization = (*into.scale, *into.bias)
+    return (*strides, *normalization), {"NORMALIZE": into.scale is not None, "INTERLEAVED": strides[2:] == (3, 1)}
+
+
+def _kernels_on(device: torch.device, caller: str) -> ModuleType:
+    """The kernels module, for tensors on ``device``: CUDA, or the CPU under Triton's interpreter."""
+    kernels = _kernels()
+    if device.type != "cuda" and not (device.type == "cpu" and kernels.INTERPRETED):
+        raise ValueError(f"{caller} runs Triton kernels on CUDA tensors; got a tensor on {device} (CPU tensors "
+                         "run only under Triton's interpreter: TRITON_INTERPRET=1 set before fastdata is imported)")
+    return kernels
+
+
+@contextlib.contextmanager
+def _launching(device: torch.device) -> Iterator[None]:
+    """Around a launch: ``device`` current (Triton launches on the current device's current
+    stream) and _LAUNCH_LOCK held."""
+    with (torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()), _LAUNCH_LOCK:
+        yield
 
 
 def _check_layout(layout: ImageLayout, n: int, numel: int) -> None:

@@ -238,11 +238,10 @@ class BatchPipeline:
         self._normalizer = None if dtype is None or cpu_norm is not None else \
             GpuNormalizer(mean, std, dtype, channels_last, self.device)
         self._cpu_norm = cpu_norm
-        # The GPU decoder writes its rows into the batch's output (see FUSED_OUTPUT); the kernels
-        # normalize with the native threads' float32 scale and bias.
+        # The GPU decoder writes its rows into the batch's output (see FUSED_OUTPUT), normalized with
+        # the native threads' scale and bias.
         self._fused = FUSED_OUTPUT and gpu is not None and bool(getattr(gpu, "writes_output", False))
-        self._scale_bias = None if dtype is None else \
-            tuple([float(np.float32(v)) for v in vals] for vals in scale_bias_for(mean, std))
+        self._scale_bias = None if dtype is None else scale_bias_for(mean, std)
         native = dict(seed=self.seed, strict=strict, max_pixels=self.max_pixels, max_file_bytes=self.max_file_bytes,
                       roi=roi, normalize=cpu_norm)
         self.native = NativeDecoder(self.engine, transform, on_report=self._count_native_report, **native)
