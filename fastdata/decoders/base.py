@@ -97,11 +97,14 @@ class DecodedRows:
 
     pixels: for a decoder that does not write into ``host``: [k, H, W, 3] uint8, or float32
     holding values 0..255, for the rows it was given minus ``rejected``, in order (None when
-    k is 0). failures: (row, DecodeError) for rows that could not be decoded (their host rows
-    hold zeros). rejected: rows this decoder could not take after all (they go native).
+    k is 0). failures: (row, DecodeError) for rows that could not be decoded: the native
+    decoder's host rows hold zeros; another decoder's failed rows may hold anything in
+    ``pixels`` or the output (the pipeline makes them black host rows, so that the skip policy
+    can decode a replacement there). rejected: rows this decoder could not take after all
+    (they go native).
     seconds: the decoder's own time for these rows where it measures one (the hybrid split's
     GPU rate), else None. written: the rows given minus the rejected ones are in the batch's
-    ``output`` already (failed ones black, as in ``pixels``), and ``pixels`` is None.
+    ``output`` already, and ``pixels`` is None.
     """
 
     pixels: Optional[torch.Tensor] = None

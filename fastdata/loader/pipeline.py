@@ -368,6 +368,7 @@ class BatchPipeline:
         parts: List[Tuple[List[int], torch.Tensor]] = []
         written: List[int] = []
         handed_back: List[int] = []
+        failed_off_host: List[int] = []  # rows another decoder kept and failed: black host rows (below)
         gpu_rows, gpu_seconds = 0, 0.0
         t0 = time.perf_counter()
         with self._on_stream():
@@ -376,16 +377,23 @@ class BatchPipeline:
                 done = self._finish_gpu(decoder, rows, handle)
                 failures.extend(done.failures)
                 rejected = set(done.rejected)
-                ok = [r for r in rows if r not in rejected]
-                if ok and done.written:
+                kept = [r for r in rows if r not in rejected]
+                failed = {row for row, _ in done.failures}
+                ok = [r for r in kept if r not in failed]
+                if kept and done.written:
                     if batch.output is None:
                         raise RuntimeError(f"internal: decoder {decoder.name!r} wrote into an output it was not given")
                     written.extend(ok)
-                elif ok:
-                    if done.pixels is None or len(done.pixels) != len(ok):
-                        raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(ok)} rows")
-                    parts.append((ok, done.pixels))
-                gpu_rows += len(ok)
+                elif kept:
+                    if done.pixels is None or len(done.pixels) != len(kept):
+                        raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(kept)} rows")
+                    if ok:
+                        pixels = done.pixels
+                        if failed:
+                            pixels = pixels[torch.tensor([i for i, r in enumerate(kept) if r not in failed])]
+                        parts.append((ok, pixels))
+                failed_off_host.extend(r for r in kept if r in failed)
+                gpu_rows += len(kept)
                 gpu_seconds += done.seconds or 0.0  # a decoder that does not time itself teaches the split nothing
                 handed_back.extend(done.rejected)
         if len(self.decoders) > 1:
@@ -395,10 +403,16 @@ class BatchPipeline:
             at = len(native_rows)
             done = self.inline.decode(batch, handed_back, slot.images[at:at + len(handed_back)].numpy())
             failures.extend(done.failures)
+        if failed_off_host:
+            # A failed row is a black host row, whichever decoder failed it: the skip policy
+            # decodes its replacement into the slot (replace), and deliver places it like any other.
+            at = len(native_rows) + len(handed_back)
+            slot.images[at:at + len(failed_off_host)].zero_()
         if self.balancer is not None:  # each side's rows over its own time on them
             self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds)
-        host_rows = native_rows + handed_back
-        rows = {"gpu_rows": gpu_rows, "native_rows": len(host_rows), "gpu_rejected": len(handed_back)}
+        host_rows = native_rows + handed_back + failed_off_host
+        rows = {"gpu_rows": gpu_rows, "native_rows": len(native_rows) + len(handed_back),
+                "gpu_rejected": len(handed_back)}
         for key, n in rows.items():
             self.stats[key] += n
         self.stats["batches"] += 1
@@ -542,8 +556,8 @@ class BatchPipeline:
 
     def _assemble(self, decoded: DecodedBatch, host: Optional[torch.Tensor]) -> torch.Tensor:
         """The batch's output with the host's rows (uint8 [k, H, W, 3] on the output device)
-        written into it beside the GPU decoder's (which wrote every row it kept, failed ones
-        black: DecodedRows.written)."""
+        written into it beside the GPU decoder's (DecodedRows.written; the rows it failed are
+        host rows, black or replaced, and placed over whatever it wrote there)."""
         if len(decoded.host_rows) + len(decoded.written) != len(decoded):
             raise RuntimeError(f"internal: {len(decoded.host_rows)} host rows and {len(decoded.written)} written by "
                                f"the GPU decoder in a batch of {len(decoded)}")

@@ -835,3 +835,73 @@ def test_hybrid_reads_a_batch_the_gpu_refuses_in_at_most_three_rounds(tmp_path, 
             assert len(rounds) <= 3 and sum(rounds) == len(refused), rounds
             assert len(failures) == 16  # garbage and missing, 8 times each
         assert hybrid.stats["gpu_rows"] == 0 and hybrid.stats["native_rows"] == 2 * len(refused)
+
+
+class FailsOneIndex(CpuEngines):
+    """CpuEngines that reports dataset index ``fail`` as failed after writing its pixels into the
+    batch's output, as a decoder may report a row it kept (DecodedRows.failures)."""
+
+    def __init__(self, transform, fail: int):
+        super().__init__(transform)
+        self.fail = fail
+        self.failed = 0
+
+    def start(self, batch, rows):
+        return batch, super().start(batch, rows), rows
+
+    def finish(self, handle, host):
+        batch, inner, rows = handle
+        done = super().finish(inner, host)
+        for row in rows:
+            if int(batch.indices[row]) == self.fail and row not in done.rejected:
+                done.failures.append((row, fastdata.DecodeError("failed on purpose", self.fail, batch.names[row])))
+                self.failed += 1
+        return done
+
+    def discard(self, handle):
+        super().discard(handle[1])
+
+
+@needs_interpreter
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16])
+def test_a_row_the_gpu_decoder_wrote_and_failed_is_replaced_or_black(tmp_path, dtype):
+    """A row the decoder wrote into the output and reported failed: ``run`` gives it black,
+    whatever was written there, and a Loader with on_error="skip" delivers the next index's
+    native decode in its place with that index's label (before 2026-12-05 the skip policy
+    raised ValueError on the producer thread for a row that was not a host row)."""
+    from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD, scale_bias_for
+
+    paths = [str(tmp_path / f"{i}.jpg") for i in range(8)]
+    for i, p in enumerate(paths):
+        Path(p).write_bytes(encode_jpeg(photo_like(40 + 4 * i, 48, seed=i)))
+    transform = fastdata.RandomResizedCrop(32)
+    scale, bias = (np.asarray(v, np.float32) for v in scale_bias_for(IMAGENET_MEAN, IMAGENET_STD))
+
+    def normalized(u8: torch.Tensor) -> torch.Tensor:
+        if dtype == torch.uint8:
+            return u8
+        return torch.from_numpy(u8.numpy().astype(np.float32) * scale + bias).to(dtype).permute(0, 3, 1, 2)
+
+    decoder = FailsOneIndex(transform, fail=3)
+    with make_backend(decoder, transform, device="cpu", dtype=dtype, seed=5, threads=2) as gpu, \
+            make_backend("native", transform, device="cpu", dtype=None, seed=5, threads=2) as native:
+        got, failures, failed = gpu.run(paths, np.arange(8), 1)
+        want, _, _ = native.run(paths, np.arange(8), 1)
+        replacement, _, _ = native.run([paths[4]], np.array([4]), 0)
+        assert failed == [3] and failures[0].reason == "failed on purpose" and decoder.failed == 1
+        assert gpu.stats["gpu_rows"] == 8 and gpu.stats["native_rows"] == 0
+        black = normalized(torch.zeros((1, 32, 32, 3), dtype=torch.uint8))
+        assert torch.equal(got[3:4], black)
+        others = [r for r in range(8) if r != 3]
+        assert min(psnr(normalized(want)[r].float(), got[r].float()) for r in others) >= 35
+
+    labels = list(range(10, 18))
+    decoder = FailsOneIndex(transform, fail=3)
+    with pytest.warns(RuntimeWarning, match="replaced an undecodable sample"):
+        with fastdata.Loader(fastdata.FileList(paths, labels), 8, transform, device="cpu", dtype=dtype, threads=2,
+                             seed=5, shuffle=False, on_error="skip", backend=decoder) as loader:
+            (x, y), = list(loader)
+            stats = loader.stats()
+    assert decoder.failed >= 1 and stats.failures == 1  # (the next epoch's lookahead may have started)
+    assert y.tolist() == [10, 11, 12, 14, 14, 15, 16, 17]  # index 4's label in row 3
+    assert torch.equal(x[3:4], normalized(replacement))

@@ -189,6 +189,61 @@ def test_raise_policy_names_the_same_sample_with_a_plugged_decoder(folder):
     assert errors[0] == errors[1] and "garbage" in errors[0][1]
 
 
+class FailingOddDecoder(OddIndexDecoder):
+    """OddIndexDecoder that keeps the rows its engine cannot decode and reports them as failed
+    (DecodedRows.failures, naming the sample as the native decoder does) instead of rejecting
+    them, with bright pixels in their place: a failed row the pipeline delivered as it came
+    would show."""
+
+    def accepts(self, batch: PlannedBatch) -> np.ndarray:  # also the garbage and truncated files
+        return np.array([int(batch.indices[row]) % 2 == 1 or "_" in Path(batch.names[row]).name
+                         for row in range(len(batch))], dtype=bool)
+
+    def finish(self, handle: Any, host: Any) -> DecodedRows:
+        self.pending.remove(handle)
+        self.finished += 1
+        batch, rows = handle
+        h, w = TRANSFORM.output_size
+        out = np.zeros((len(rows), h, w, 3), np.uint8)
+        report = self.engine.run([batch.datas[r] if len(batch.datas[r]) else batch.items[r] for r in rows], TRANSFORM,
+                                 out, seed=SEED, epoch=batch.epoch, indices=batch.indices[rows], strict=self.strict,
+                                 names=[batch.names[r] for r in rows])
+        out[list(report.failed_rows)] = 200
+        failures = [(rows[i], err) for i, err in zip(report.failed_rows, report.failures)]
+        return DecodedRows(pixels=torch.from_numpy(out), failures=failures)
+
+
+def test_rows_a_plugged_decoder_fails_are_replaced_or_raised_as_native_ones_are(folder):
+    # The skip policy decodes a replacement into a failed row's place, which was a host row
+    # only when the native decoder had failed it: a plugged decoder's failure raised
+    # ValueError (not in list) on the producer thread before 2026-12-05. Strict: the truncated
+    # JPEG (its header is whole, so the plugged decoder gets it) fails; the garbage file's
+    # header does not parse, so only the native decoder sees it.
+    source = fastdata.ImageFolder(str(folder))
+    truncated = [i for i in range(len(source)) if "truncated" in source.name(i)]
+    fake = FailingOddDecoder(strict=True)
+    with make(folder, fake, on_error="skip", strict=True) as plugged, \
+            make(folder, "native", on_error="skip", strict=True) as native:
+        got, warned = skipping_epochs(plugged, [0, 1])
+        want, warned_native = skipping_epochs(native, [0, 1])
+        assert_same(got, want)
+        assert warned == warned_native and len(warned) == 2 and any("truncated" in w for w in warned)
+        assert plugged.stats().failures == native.stats().failures == 4  # two files, two epochs
+    assert sum(i in rows for _, rows in fake.got[:2 * len(plugged)] for i in truncated) == 2  # the decoder failed it
+    # raise: without the garbage file the first failure is the plugged decoder's
+    kept = [(p, label) for p, label in source.samples if "garbage" not in p]
+    errors = []
+    for backend in (FailingOddDecoder(strict=True), "native"):
+        files = fastdata.FileList([p for p, _ in kept], [label for _, label in kept])
+        with fastdata.Loader(files, batch_size=5, transform=TRANSFORM, seed=SEED, threads=2, device="cpu",
+                             dtype=torch.uint8, shuffle=False, strict=True, backend=backend) as loader:
+            with pytest.raises(fastdata.DecodeError) as info:
+                for _ in loader:
+                    pass
+            errors.append((type(info.value), info.value.index, info.value.name))
+    assert errors[0] == errors[1] and "truncated" in errors[0][2]
+
+
 def test_an_asynchronous_decoder_in_flight_across_epochs_and_early_exits(folder):
     fake = OddIndexDecoder(depth=3)
     with make(folder, fake, clean=True) as plugged, make(folder, "native", clean=True) as native:
