@@ -180,8 +180,9 @@ class Engine:
     def run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
             indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int, max_file_bytes: int,
             scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> BatchReport:
-        """Decode + transform items[i] into out[i] (uint8 [N, H, W, 3], or float32 with
-        scale_bias); never raises for bad data: failures are in the report."""
+        """Decode + transform items[i] into out[i] (uint8 [N, H, W, 3], or with scale_bias
+        float32, float16 or uint16 holding bfloat16 bits); never raises for bad data:
+        failures are in the report."""
     def start_run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
                   indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int, max_file_bytes: int,
                   scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> PendingRun:
@@ -228,6 +229,9 @@ def _set_overlap_runs(enabled: bool) -> bool:
 
 def _overlap_runs() -> bool:
     """Whether started runs overlap (_set_overlap_runs)."""
+
+def _half_bits(values: npt.ArrayLike, bfloat16: bool) -> npt.NDArray[np.uint16]:
+    """Testing: float16 (or bfloat16) bits of float32 values (uint16), by the normalize path's portable rounding."""
 
 def _claim_order(sizes: Sequence[int], is_path: Sequence[bool]) -> list[int]:
     """Testing: the order Engine::run's threads take rows of these encoded sizes in."""

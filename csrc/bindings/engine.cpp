@@ -149,29 +149,40 @@ py::tuple read_file_py(const py::str& path, int64_t max_file_bytes) {
   return py::make_tuple(owned_array(std::move(buf)), py::none());
 }
 
-// out: uint8 or float32 [N, H, W, 3] with contiguous rows; float32 needs (scale, bias).
+// out: [N, H, W, 3] with contiguous rows, uint8, or normalized with (scale, bias): float32,
+// float16, or uint16 holding bfloat16 bits (numpy has no bfloat16: a torch bfloat16 tensor's
+// .view(torch.uint16).numpy()).
 BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpec& spec,
                          const py::object& scale_bias, py::buffer_info* info) {
   py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);
   *info = out_buf.request(true);
-  const bool f32 = info->format == py::format_descriptor<float>::format();
-  const py::ssize_t item = f32 ? 4 : 1;
-  if (!(f32 || (info->itemsize == 1 && info->format == py::format_descriptor<uint8_t>::format())) ||
-      info->ndim != 4 || info->shape[0] != static_cast<py::ssize_t>(n) || info->shape[1] != spec.out_h ||
-      info->shape[2] != spec.out_w || info->shape[3] != 3 || info->strides[3] != item ||
-      info->strides[2] != 3 * item || info->strides[1] != 3 * item * spec.out_w) {
-    throw py::value_error("out must be a writable uint8 or float32 array of shape [N, H, W, 3] with contiguous rows");
-  }
   BatchOutput out;
+  const std::string& format = info->format;
+  if (format == py::format_descriptor<uint8_t>::format()) {
+    out.type = OutputType::kUint8;
+  } else if (format == py::format_descriptor<float>::format()) {
+    out.type = OutputType::kFloat32;
+  } else if (format == "e") {  // IEEE half (Python's struct code)
+    out.type = OutputType::kFloat16;
+  } else if (format == py::format_descriptor<uint16_t>::format()) {
+    out.type = OutputType::kBFloat16;
+  } else {
+    throw py::value_error("out must be a uint8, float32, float16 or uint16 (bfloat16 bits) array, got format '" +
+                          format + "'");
+  }
+  const py::ssize_t item = static_cast<py::ssize_t>(value_bytes(out.type));
+  if (info->itemsize != item || info->ndim != 4 || info->shape[0] != static_cast<py::ssize_t>(n) ||
+      info->shape[1] != spec.out_h || info->shape[2] != spec.out_w || info->shape[3] != 3 ||
+      info->strides[3] != item || info->strides[2] != 3 * item || info->strides[1] != 3 * item * spec.out_w) {
+    throw py::value_error("out must be a writable array of shape [N, H, W, 3] with contiguous rows");
+  }
+  out.data = static_cast<uint8_t*>(info->ptr);
   out.row_stride = info->strides[0];
-  if (f32) {
-    if (scale_bias.is_none()) throw py::value_error("a float32 out needs per-channel (scale, bias)");
+  if (out.normalized()) {
+    if (scale_bias.is_none()) throw py::value_error("a float out needs per-channel (scale, bias)");
     auto sb = scale_bias.cast<std::pair<std::vector<float>, std::vector<float>>>();
     if (sb.first.size() != 3 || sb.second.size() != 3) throw py::value_error("scale and bias need 3 values each");
-    out.f32 = static_cast<float*>(info->ptr);
     for (int c = 0; c < 3; ++c) out.scale[c] = sb.first[c], out.bias[c] = sb.second[c];
-  } else {
-    out.u8 = static_cast<uint8_t*>(info->ptr);
   }
   return out;
 }

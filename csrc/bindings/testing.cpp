@@ -15,6 +15,7 @@
 #include "core/decoder.h"
 #include "core/engine.h"
 #include "core/huffman.h"
+#include "core/normalize.h"
 #include "core/sample.h"
 
 namespace fastdata::bindings {
@@ -101,9 +102,20 @@ bool set_fast_huffman(bool enabled) {
   return was;
 }
 
+// The normalize path's portable float32 -> float16 / bfloat16 rounding, value by value.
+py::array_t<uint16_t> half_bits_py(py::array_t<float, py::array::c_style | py::array::forcecast> values, bool bf16) {
+  py::array_t<uint16_t> out(values.size());
+  const float* in = values.data();
+  uint16_t* o = out.mutable_data();
+  for (py::ssize_t i = 0; i < values.size(); ++i) o[i] = bf16 ? bfloat16_bits(in[i]) : float16_bits(in[i]);
+  return out;
+}
+
 }  // namespace
 
 void register_testing(py::module_& m) {
+  m.def("_half_bits", &half_bits_py, py::arg("values"), py::arg("bfloat16"),
+        "Testing: float16 (or bfloat16) bits of float32 values, by the normalize path's portable rounding.");
   m.def("entropy_floor", &entropy_floor_py, py::arg("datas"), py::arg("spec"), py::arg("seed"), py::arg("epoch"),
         "Benchmark floor: entropy-decode only the rows each sample's crop needs (one thread).");
   m.def("plain_decode", &plain_decode_py, py::arg("datas"),

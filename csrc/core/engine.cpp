@@ -1,7 +1,5 @@
 #include "core/engine.h"
 
-#include "core/cpu_features.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,13 +13,6 @@
 #include <new>
 #include <utility>
 
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 namespace fastdata {
 namespace {
 
@@ -29,87 +20,8 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-// 24 values (8 pixels) per step: the bytes widened by one instruction each (pmovzxbd) where
-// the SSE2 loop below needs three unpacks per 4 values. A multiply, then an add, as on every
-// path (no FMA: the same bytes whatever the CPU). ``f32`` must be 32-byte aligned; returns
-// how many values it wrote (a multiple of 24; the caller finishes the row).
-__attribute__((target("avx2"), always_inline)) inline __m256 widen8_avx2(const uint8_t* p) {  // 8 bytes -> 8 floats
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-__attribute__((target("avx2"))) size_t normalize_avx2(const uint8_t* u8, float* f32, size_t n, const float s[24],
-                                                      const float b[24]) {
-  const __m256 s0 = _mm256_loadu_ps(s), s1 = _mm256_loadu_ps(s + 8), s2 = _mm256_loadu_ps(s + 16);
-  const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16);
-  size_t i = 0;
-  for (; i + 24 <= n; i += 24) {
-    _mm256_stream_ps(f32 + i, _mm256_add_ps(_mm256_mul_ps(widen8_avx2(u8 + i), s0), b0));
-    _mm256_stream_ps(f32 + i + 8, _mm256_add_ps(_mm256_mul_ps(widen8_avx2(u8 + i + 8), s1), b1));
-    _mm256_stream_ps(f32 + i + 16, _mm256_add_ps(_mm256_mul_ps(widen8_avx2(u8 + i + 16), s2), b2));
-  }
-  return i;
-}
-#endif
-
-// u8 -> float32 with per-channel scale and bias (a multiply, then an add: the same bytes on
-// every path). Four pixels are twelve values, so one 12-wide pattern of scales covers them.
-// With SSE2 the float rows go out with streaming stores: a float32 batch is 4x the uint8
-// one and far larger than the caches, and plain stores first read every destination line.
-// Measured per 224x224 image (CPU time, 2-core box): 125 us with the per-channel loop it
-// replaces (which did not vectorize), 87 us vectorized, 52 us streamed; the Loader's
-// float32 output paid that on top of decode_batch's uint8 one. With AVX2 (16-byte aligned
-// rows: one SSE2 group first where that leaves them 32-byte aligned), 31-33 us against
-// 41-62 us for the SSE2 loop (2026-12-02, 224x224 rows out of cache, one thread).
-void normalize_row(const uint8_t* u8, float* f32, size_t pixels, const float scale[3], const float bias[3]) {
-  float s[24], b[24];
-  for (int k = 0; k < 24; ++k) s[k] = scale[k % 3], b[k] = bias[k % 3];
-  const size_t n = pixels * 3;
-  size_t i = 0;
-#ifdef __SSE2__
-  const __m128 s0 = _mm_loadu_ps(s), s1 = _mm_loadu_ps(s + 4), s2 = _mm_loadu_ps(s + 8);
-  const __m128 b0 = _mm_loadu_ps(b), b1 = _mm_loadu_ps(b + 4), b2 = _mm_loadu_ps(b + 8);
-  const __m128i zero = _mm_setzero_si128();
-  const bool aligned = (reinterpret_cast<uintptr_t>(f32) & 15) == 0;
-  const auto group = [&](size_t at) {  // values at..at+11 (``at`` a multiple of 12)
-    uint32_t w[3];
-    std::memcpy(w, u8 + at, 12);
-    const __m128i v = _mm_setr_epi32(static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]), 0);
-    const __m128i lo = _mm_unpacklo_epi8(v, zero), hi = _mm_unpackhi_epi8(v, zero);
-    const __m128 f0 = _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, zero)), s0), b0);
-    const __m128 f1 = _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, zero)), s1), b1);
-    const __m128 f2 = _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, zero)), s2), b2);
-    if (aligned) {  // 12 floats are 48 bytes: every group stays 16-byte aligned
-      _mm_stream_ps(f32 + at, f0);
-      _mm_stream_ps(f32 + at + 4, f1);
-      _mm_stream_ps(f32 + at + 8, f2);
-    } else {
-      _mm_storeu_ps(f32 + at, f0);
-      _mm_storeu_ps(f32 + at + 4, f1);
-      _mm_storeu_ps(f32 + at + 8, f2);
-    }
-  };
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool avx2 = simd_allowed() && __builtin_cpu_supports("avx2");
-  if (avx2 && aligned) {
-    // A 16-byte aligned row (numpy's large buffers) is 32-byte aligned after one group of 48 bytes.
-    if ((reinterpret_cast<uintptr_t>(f32) & 31) != 0 && n >= 12) group(i), i += 12;
-    if ((reinterpret_cast<uintptr_t>(f32 + i) & 31) == 0) i += normalize_avx2(u8 + i, f32 + i, n - i, s, b);
-  }
-#endif
-  for (; i + 12 <= n; i += 12) group(i);
-  _mm_sfence();  // streaming stores are weakly ordered: visible before the batch is handed over
-#endif
-  for (; i + 12 <= n; i += 12) {
-    for (int k = 0; k < 12; ++k) f32[i + k] = u8[i + k] * s[k] + b[k];
-  }
-  for (; i < n; ++i) f32[i] = u8[i] * s[i % 3] + b[i % 3];
-}
-
 void zero_row(const BatchOutput& out, size_t i, size_t pixels) {
-  char* row = reinterpret_cast<char*>(out.f32 ? static_cast<void*>(out.f32) : static_cast<void*>(out.u8)) +
-              static_cast<ptrdiff_t>(i) * out.row_stride;
-  std::memset(row, 0, pixels * 3 * (out.f32 ? sizeof(float) : 1));
+  std::memset(out.row(i), 0, pixels * 3 * value_bytes(out.type));
 }
 
 }  // namespace
@@ -273,15 +185,12 @@ void decode_row_unguarded(const RowArgs& a, size_t i, SampleScratch* s, std::vec
     const double t0 = now_seconds();
     const SampleKey key{a.seed, a.epoch, a.indices ? static_cast<uint64_t>(a.indices[i]) : static_cast<uint64_t>(i)};
     const BatchOutput& out = a.out;
-    if (out.f32) {  // resize into scratch while it is in cache, then normalize into the row
+    if (out.normalized()) {  // resize into scratch while it is in cache, then normalize into the row
       s->row_u8.resize(pixels * 3);
       res->warnings = transform_jpeg(data, size, a.spec, key, a.strict, a.max_pixels, s->row_u8.data(), s);
-      normalize_row(s->row_u8.data(),
-                    reinterpret_cast<float*>(reinterpret_cast<char*>(out.f32) + static_cast<ptrdiff_t>(i) * out.row_stride),
-                    pixels, out.scale, out.bias);
+      normalize_row(s->row_u8.data(), out.row(i), pixels, out.type, out.scale, out.bias);
     } else {
-      res->warnings = transform_jpeg(data, size, a.spec, key, a.strict, a.max_pixels,
-                                     out.u8 + static_cast<ptrdiff_t>(i) * out.row_stride, s);
+      res->warnings = transform_jpeg(data, size, a.spec, key, a.strict, a.max_pixels, out.row(i), s);
     }
     *decode_s += now_seconds() - t0;
   } catch (const DecodeError& e) {
@@ -515,14 +424,12 @@ void Engine::transform_pixels_into(const uint8_t* rgb, int h, int w, ptrdiff_t s
   // Rare path (non-JPEG samples): fresh scratch, so it never races a running batch.
   SampleScratch scratch;
   const size_t pixels = static_cast<size_t>(spec.out_h) * spec.out_w;
-  if (out.f32) {
+  if (out.normalized()) {
     scratch.row_u8.resize(pixels * 3);
     transform_pixels(rgb, h, w, stride, spec, key, scratch.row_u8.data(), &scratch);
-    normalize_row(scratch.row_u8.data(),
-                  reinterpret_cast<float*>(reinterpret_cast<char*>(out.f32) + static_cast<ptrdiff_t>(row) * out.row_stride),
-                  pixels, out.scale, out.bias);
+    normalize_row(scratch.row_u8.data(), out.row(row), pixels, out.type, out.scale, out.bias);
   } else {
-    transform_pixels(rgb, h, w, stride, spec, key, out.u8 + static_cast<ptrdiff_t>(row) * out.row_stride, &scratch);
+    transform_pixels(rgb, h, w, stride, spec, key, out.row(row), &scratch);
   }
 }
 

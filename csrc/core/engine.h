@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/augment.h"
+#include "core/normalize.h"
 #include "core/sample.h"
 #include "core/thread_pool.h"
 
@@ -38,14 +39,17 @@ struct SampleResult {
   std::vector<uint8_t> file_bytes;  // kNotJpeg from a path: what was read, for the fallback
 };
 
-// Where a batch's rows go: uint8 RGB, or float32 RGB normalized per channel as
-// u8 * scale[c] + bias[c] (the CPU output path; on GPUs normalization runs there).
+// Where a batch's rows go: uint8 RGB, or RGB normalized per channel as u8 * scale[c] + bias[c]
+// in float32, float16 or bfloat16 (the CPU output path; on GPUs normalization runs there).
 struct BatchOutput {
-  uint8_t* u8 = nullptr;
-  float* f32 = nullptr;
+  uint8_t* data = nullptr;  // row 0
+  OutputType type = OutputType::kUint8;
   ptrdiff_t row_stride = 0;  // bytes between rows
   float scale[3] = {1, 1, 1};
   float bias[3] = {0, 0, 0};
+
+  bool normalized() const { return type != OutputType::kUint8; }
+  uint8_t* row(size_t i) const { return data + static_cast<ptrdiff_t>(i) * row_stride; }
 };
 
 struct BatchTimes {

@@ -128,8 +128,9 @@ class Decoder(Protocol):
         """Queue the decode of ``rows`` (sorted); returns a handle for ``finish``/``discard``."""
 
     def finish(self, handle: Any, host: Optional[np.ndarray]) -> DecodedRows:
-        """Complete a started decode. ``host``: uint8 (or float32 when the native threads
-        normalize) [len(rows), H, W, 3] pinned memory for decoders that write on the host."""
+        """Complete a started decode. ``host``: uint8 [len(rows), H, W, 3] pinned memory for
+        decoders that write on the host (the native decoder's may hold the output's float type
+        when the native threads normalize: the CPU path with no other decoder)."""
 
     def discard(self, handle: Any) -> None:
         """Drop a started decode nobody will finish; never raises."""

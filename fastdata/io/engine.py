@@ -128,14 +128,20 @@ def _split_prefailed(items: Sequence[Item]) -> Tuple[Sequence[Item], Dict[int, D
     return items, prefailed
 
 
+# What a normalized ``out`` may hold: float32, float16, or bfloat16 as its bits in uint16 (numpy
+# has no bfloat16: pass a torch bfloat16 tensor's ``.view(torch.uint16).numpy()``).
+NORMALIZED_OUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint16))
+
+
 def check_out(out: np.ndarray, n: int, hw: tuple, normalized: bool = False) -> None:
     """Raise unless ``out`` is a writable C-contiguous array of shape [n, h, w, 3]: uint8,
-    or float32 when ``normalized``."""
+    or one of NORMALIZED_OUT_DTYPES when ``normalized``."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array (use tensor.numpy() for torch), got {type(out).__name__}")
-    want = np.float32 if normalized else np.uint8
-    if out.dtype != want:
-        raise TypeError(f"out must have dtype {np.dtype(want).name}, got {out.dtype}")
+    if normalized and out.dtype not in NORMALIZED_OUT_DTYPES:
+        raise TypeError(f"a normalized out must have dtype float32, float16 or uint16 (bfloat16 bits), got {out.dtype}")
+    if not normalized and out.dtype != np.uint8:
+        raise TypeError(f"out must have dtype uint8, got {out.dtype}")
     if out.shape != (n, hw[0], hw[1], 3):
         raise ValueError(f"out must have shape {(n, hw[0], hw[1], 3)}, got {out.shape}")
     if not out.flags.c_contiguous:
@@ -295,8 +301,9 @@ class Engine:
             max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> BatchReport:
         """Decode + transform ``items[i]`` into ``out[i]`` (uint8 [N, H, W, 3]).
 
-        With ``normalize=(mean, std)``, ``out`` is float32 [N, H, W, 3] and receives
-        (x / 255 - mean) / std per channel, computed by the native threads.
+        With ``normalize=(mean, std)``, ``out`` is float32, float16 or uint16 (bfloat16's bits)
+        [N, H, W, 3] and receives (x / 255 - mean) / std per channel, computed by the native
+        threads in float32 and rounded to nearest even into the 16-bit types (as torch casts).
 
         ``items`` are file paths (``str``, read by native threads) or encoded buffers; an
         item that is a ``DecodeError`` is a sample its source already found bad (e.g. an

@@ -1,7 +1,7 @@
 """PinnedRing: the host batches a Loader writes into, allocated once and reused.
 
-A slot is one batch: images [B, H, W, 3] (uint8, or float32 when the native threads
-normalize) and labels int64 [B], pinned when CUDA is usable so host-to-device copies are
+A slot is one batch: images [B, H, W, 3] (uint8, or the output's float type when the native
+threads normalize) and labels int64 [B], pinned when CUDA is usable so host-to-device copies are
 DMA transfers (~4x faster than pageable memory, and truly asynchronous).
 
 A slot is handed out again only when nothing can still read it:
@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 # The ring's own references to a slot's storage: the slot tensor, plus the temporary Python
@@ -52,6 +53,12 @@ class Slot:
     labels: torch.Tensor
     reader: Any = None  # CUDA event after the last copy that reads this slot, or None
 
+    def native_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of ``images`` as the native engine takes them: a numpy view, a
+        bfloat16 slot's as its bits (uint16: numpy has no bfloat16)."""
+        rows = self.images[start:stop]
+        return (rows.view(torch.uint16) if rows.dtype == torch.bfloat16 else rows).numpy()
+
 
 class PinnedRing:
     """``n_slots`` batch buffers [batch_size, h, w, 3] of ``image_dtype`` plus int64 labels.
@@ -66,8 +73,8 @@ class PinnedRing:
                  pin: Optional[bool] = None, handed_out: bool = False):
         if n_slots < 1 or batch_size < 1:
             raise ValueError(f"need n_slots >= 1 and batch_size >= 1, got {n_slots}, {batch_size}")
-        if image_dtype not in (torch.uint8, torch.float32):
-            raise ValueError(f"image_dtype must be uint8 or float32, got {image_dtype}")
+        if image_dtype not in (torch.uint8, torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"image_dtype must be uint8, float32, float16 or bfloat16, got {image_dtype}")
         self.shape = (int(batch_size), int(hw[0]), int(hw[1]), 3)
         self.image_dtype = image_dtype
         self.pin = torch.cuda.is_available() if pin is None else bool(pin)

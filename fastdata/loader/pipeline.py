@@ -162,8 +162,9 @@ class BatchPipeline:
     own in that first place.
     ring_slots, handed_out, pin: the pinned ring (see PinnedRing): ``ring_slots`` with one batch
     in flight; the pipeline adds a slot per further batch it keeps in flight (``depth``). cpu_normalize: on the CPU,
-    let the native threads write normalized float32 when they decode every row (the
-    Loader's CPU path); otherwise normalization runs in torch after the rows are placed.
+    let the native threads write the normalized output (float32, float16 or bfloat16) when they
+    decode every row (the Loader's CPU path); otherwise normalization runs in torch after the
+    rows are placed.
     on_stats: receives counter deltas (LoaderStats field names).
 
     Not thread-safe: one producer thread drives it. On CUDA, work is queued on ``stream``.
@@ -250,7 +251,7 @@ class BatchPipeline:
         self.depth = max(d.depth for d in self.decoders)
         # A slot is taken when its batch is submitted: ``depth`` batches hold one at once.
         self.ring = PinnedRing(ring_slots + self.depth - 1, batch_size, self.out_hw,
-                               image_dtype=torch.uint8 if cpu_norm is None else torch.float32, pin=pin,
+                               image_dtype=torch.uint8 if cpu_norm is None else dtype, pin=pin,
                                handed_out=handed_out)
         self._uploader = CudaUploader(self.device, self.stream) if cuda else None
         # Rows per decoder since the pipeline was made (LoaderStats' names; a Loader gets them per
@@ -350,7 +351,7 @@ class BatchPipeline:
 
     def _start_native(self, batch: PlannedBatch, rows: List[int], slot: Slot) -> Any:
         """Queue ``rows`` on the native engine into slot rows 0.. (None when there are none)."""
-        return self.native.start(batch, rows, slot.images[:len(rows)].numpy()) if rows else None
+        return self.native.start(batch, rows, slot.native_rows(0, len(rows))) if rows else None
 
     def decode(self, pending: PendingBatch) -> DecodedBatch:
         """Wait for the batch's native rows, then finish the GPU decoders' rows (in submission
@@ -401,7 +402,7 @@ class BatchPipeline:
         handed_back.sort()
         if handed_back:
             at = len(native_rows)
-            done = self.inline.decode(batch, handed_back, slot.images[at:at + len(handed_back)].numpy())
+            done = self.inline.decode(batch, handed_back, slot.native_rows(at, at + len(handed_back)))
             failures.extend(done.failures)
         if failed_off_host:
             # A failed row is a black host row, whichever decoder failed it: the skip policy
@@ -447,7 +448,7 @@ class BatchPipeline:
     def replace(self, decoded: DecodedBatch, row: int, item: Item, index: int, name: Optional[str]) -> bool:
         """Decode sample ``index`` (``item``) natively into failed ``row``'s place; True on success."""
         pos = decoded.host_position(row)
-        out = decoded.slot.images[pos:pos + 1].numpy()
+        out = decoded.slot.native_rows(pos, pos + 1)
         report = self.inline.run([item], np.array([index], dtype=np.int64), decoded.batch.epoch, [name], out)
         if report.failures:  # a candidate, not a sample of this batch: kept apart from ``failures``
             self._count(replacement_failures=len(report.failures))
@@ -474,10 +475,10 @@ class BatchPipeline:
         if self._uploader is None:
             if decoded.in_order:
                 images = slot.images[:n]
-                if self._cpu_norm is not None:  # normalized by the native threads
+                if self._cpu_norm is not None:  # normalized by the native threads, in the output's dtype
                     images = images.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels_last
-                    if self.dtype != torch.float32 or not self.channels_last:
-                        images = images.to(dtype=self.dtype, memory_format=self._memory_format)
+                    if not self.channels_last:
+                        images = images.contiguous()
                     return images, host_labels, None, None
                 return self._finish(images), host_labels, None, None
             return self._finish(self._place(decoded, slot.images[:k])), host_labels, None, None

@@ -176,6 +176,27 @@ def test_float_outputs_are_the_normalized_uint8_outputs(folder, dtype, channels_
         assert torch.equal(y, yr)
 
 
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_outputs_on_the_cpu_are_the_float32_outputs_cast(folder, dtype, channels_last) -> None:
+    """On the CPU the native threads write float16/bfloat16 themselves: bit for bit the float32
+    batch cast by torch (.to(dtype)), as the Loader delivered them before (a float32 batch,
+    then a cast)."""
+    src = fastdata.ImageFolder(folder[0])
+    with loader_for(src, seed=4, dtype=torch.float32) as loader:
+        full = epoch_batches(loader, 2)
+    with loader_for(src, seed=4, dtype=dtype, channels_last=channels_last) as loader:
+        got = epoch_batches(loader, 2)
+        assert loader._pipeline.ring.image_dtype == dtype  # written by the native threads, not cast after
+    assert len(got) == len(full)
+    for (x, y), (xf, yf) in zip(got, full):
+        assert x.dtype == dtype
+        assert x.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        assert torch.equal(x.view(torch.int16), xf.to(dtype).contiguous(
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format).view(torch.int16))
+        assert torch.equal(y, yf)
+
+
 def test_shuffled_epochs_are_permutations_deterministic_per_seed_and_epoch(folder) -> None:
     root, ids = folder
     src = fastdata.ImageFolder(root)
