@@ -33,6 +33,7 @@ import torch
 import fastdata
 from fastdata.io.engine import Engine
 from fastdata.io.normalization import IMAGENET_MEAN, IMAGENET_STD
+from fastdata.loader.pinned_ring import engine_array
 
 BATCH, SLOTS = 64, 5
 
@@ -44,11 +45,6 @@ def aligned(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
     if t.data_ptr() % 64:
         raise SystemExit("torch's allocator returned memory that is not 64-byte aligned")
     return t
-
-
-def engine_view(t: torch.Tensor) -> np.ndarray:
-    """What Engine.run writes: numpy, bfloat16 as its bits."""
-    return (t.view(torch.uint16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
 def samples(path: str, folder: bool, limit: int) -> List[bytes]:
@@ -79,7 +75,7 @@ def main() -> int:
 
     def written(dtype: torch.dtype) -> Callable[[List[bytes], np.ndarray, int, int], None]:
         def run(batch, idx, r, j):
-            engine.run(batch, rrc, engine_view(slots[dtype][j % SLOTS]), seed=0, epoch=r, indices=idx,
+            engine.run(batch, rrc, engine_array(slots[dtype][j % SLOTS]), seed=0, epoch=r, indices=idx,
                        normalize=None if dtype == torch.uint8 else norm)
         return run
 

@@ -94,9 +94,21 @@ __attribute__((target("avx2"), always_inline)) inline __m256i bfloat16_avx2(__m2
   return _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
 }
 
+// 8 values into ``dst``: streamed where every step's stores are 16-byte aligned (48 bytes per
+// step keep them so), plain stores otherwise.
+template <bool kStream>
+__attribute__((target("avx2"), always_inline)) inline void store8(uint16_t* dst, __m128i v) {
+  if (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), v);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), v);
+  }
+}
+
 // The 16-bit outputs, 24 values per step as above: float16 by F16C's conversion (rounding to
-// nearest even), bfloat16 in integer steps; ``dst`` must be 16-byte aligned (streaming stores,
-// 48 bytes per step). Returns how many values it wrote.
+// nearest even), bfloat16 in integer steps. kStream: ``dst`` is 16-byte aligned. Returns how
+// many values it wrote.
+template <bool kStream>
 __attribute__((target("avx2,f16c"))) size_t normalize_halves_avx2(const uint8_t* u8, uint16_t* dst, size_t n,
                                                                   const float s[24], const float b[24], bool bf16) {
   const __m256 s0 = _mm256_loadu_ps(s), s1 = _mm256_loadu_ps(s + 8), s2 = _mm256_loadu_ps(s + 16);
@@ -119,9 +131,9 @@ __attribute__((target("avx2,f16c"))) size_t normalize_halves_avx2(const uint8_t*
       h1 = _mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       h2 = _mm256_cvtps_ph(v2, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), h0);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 8), h1);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), h2);
+    store8<kStream>(dst + i, h0);
+    store8<kStream>(dst + i + 8, h1);
+    store8<kStream>(dst + i + 16, h2);
   }
   return i;
 }
@@ -175,7 +187,8 @@ void normalize_float32(const uint8_t* u8, float* f32, size_t n, const float s[24
   for (; i < n; ++i) f32[i] = u8[i] * s[i % 3] + b[i % 3];
 }
 
-// float16 / bfloat16: without the conversion in a store, the Loader converted the float32
+// float16 / bfloat16 (AVX2 + F16C, streamed where 16-byte aligned; the portable rounding for the
+// tail and on other CPUs): without the conversion in a store, the Loader converted the float32
 // batch in torch afterwards, a second pass over 1.5x the output's bytes on the producer and
 // torch's threads (2-core box, 8,192 photo-like 500x375 set, 2026-12-05: 46 ms per batch of
 // 256 for float16 and 79 ms for bfloat16, against the native threads' ~200).
@@ -184,8 +197,10 @@ void normalize_halves(const uint8_t* u8, uint16_t* dst, size_t n, const float s[
 #if defined(__x86_64__) || defined(__i386__)
   static const bool avx2 = simd_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   if (avx2 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    i = normalize_halves_avx2(u8, dst, n, s, b, bf16);
-    _mm_sfence();
+    i = normalize_halves_avx2<true>(u8, dst, n, s, b, bf16);
+    _mm_sfence();  // streaming stores are weakly ordered: visible before the batch is handed over
+  } else if (avx2) {  // rows of h * w not a multiple of 8 pixels (299x299): every other row
+    i = normalize_halves_avx2<false>(u8, dst, n, s, b, bf16);
   }
 #endif
   for (; i < n; ++i) {

@@ -10,7 +10,8 @@ namespace fastdata {
 
 // The value type of a batch's rows: uint8 RGB as decoded, or normalized RGB stored as
 // float32, float16 or bfloat16. The two 16-bit types are the float32 value rounded to nearest,
-// ties to even, exactly as torch's .to(torch.float16 / torch.bfloat16) rounds it.
+// ties to even, exactly as torch's .to(torch.float16 / torch.bfloat16) rounds it (a NaN, which
+// finite scales and biases never give, stays NaN but may keep other payload bits).
 enum class OutputType : uint8_t { kUint8, kFloat32, kFloat16, kBFloat16 };
 
 // Bytes per value of ``type``.

@@ -31,8 +31,9 @@ class _Subset:
 class NativeDecoder:
     """Decode + crop + resize + flip rows on ``engine``'s native threads into host memory.
 
-    ``normalize=(mean, std)`` makes the threads write float32 (x / 255 - mean) / std (the
-    CPU output path); otherwise they write uint8. ``on_report`` receives each engine run's
+    ``normalize=(mean, std)`` makes the threads write (x / 255 - mean) / std in the host
+    array's float type (float32, float16, or bfloat16 as uint16 bits: the CPU output path);
+    otherwise they write uint8. ``on_report`` receives each engine run's
     ``BatchReport`` (times, warnings, Pillow fallbacks, failures) for the loader's stats.
 
     The pipeline drives it directly (not through the GPU decoders' start/finish): ``start``

@@ -44,6 +44,13 @@ def storage_refs(t: torch.Tensor) -> Optional[int]:
     return int(use_count(t.untyped_storage()._cdata)) - (_RING_REFS - 1)
 
 
+def engine_array(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as the native engine's ``out`` (Engine.run): its numpy view, a bfloat16
+    tensor's as its bits in uint16 (numpy has no bfloat16; torch.uint16 needs torch 2.3, so
+    through int16)."""
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
 @dataclass
 class Slot:
     """One batch of host memory. ``images``: [B, H, W, 3] ``image_dtype``; ``labels``: int64 [B]."""
@@ -54,10 +61,8 @@ class Slot:
     reader: Any = None  # CUDA event after the last copy that reads this slot, or None
 
     def native_rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows [start, stop) of ``images`` as the native engine takes them: a numpy view, a
-        bfloat16 slot's as its bits (uint16: numpy has no bfloat16)."""
-        rows = self.images[start:stop]
-        return (rows.view(torch.uint16) if rows.dtype == torch.bfloat16 else rows).numpy()
+        """Rows [start, stop) of ``images`` as the native engine takes them (engine_array)."""
+        return engine_array(self.images[start:stop])
 
 
 class PinnedRing:

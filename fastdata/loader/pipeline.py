@@ -380,6 +380,9 @@ class BatchPipeline:
                 rejected = set(done.rejected)
                 kept = [r for r in rows if r not in rejected]
                 failed = {row for row, _ in done.failures}
+                if not failed.issubset(kept):  # a rejected row is decoded natively: its failure would be a second one
+                    raise RuntimeError(f"internal: decoder {decoder.name!r} reported failures for rows it did not keep: "
+                                       f"{sorted(failed.difference(kept))}")
                 ok = [r for r in kept if r not in failed]
                 if kept and done.written:
                     if batch.output is None:
@@ -391,7 +394,8 @@ class BatchPipeline:
                     if ok:
                         pixels = done.pixels
                         if failed:
-                            pixels = pixels[torch.tensor([i for i, r in enumerate(kept) if r not in failed])]
+                            at = torch.tensor([i for i, r in enumerate(kept) if r not in failed])
+                            pixels = pixels.index_select(0, to_device(at, pixels.device))
                         parts.append((ok, pixels))
                 failed_off_host.extend(r for r in kept if r in failed)
                 gpu_rows += len(kept)

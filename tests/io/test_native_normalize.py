@@ -17,6 +17,7 @@ from PIL import Image
 
 import fastdata
 from fastdata.io.engine import Engine, scale_bias_for
+from fastdata.loader.pinned_ring import engine_array
 
 import imagegen as ig
 
@@ -53,13 +54,12 @@ def _half_out(n: int, h: int, w: int, dtype: torch.dtype, misalign: int):
     raw = torch.full((size + 64,), 7.0, dtype=dtype)
     skip = (-raw.data_ptr() % 64) // 2
     out = raw[skip + misalign:skip + misalign + size].view(n, h, w, 3)
-    array = (out.view(torch.uint16) if dtype == torch.bfloat16 else out).numpy()
-    return raw, out, array
+    return raw, out, engine_array(out)
 
 
 @pytest.mark.parametrize("dtype", list(HALVES))
 @pytest.mark.parametrize("size", [(37, 29), (64, 48), (5, 4), (8, 9)])
-@pytest.mark.parametrize("misalign", [0, 3, 8])  # 16-byte aligned rows (the F16C path) or not (portable)
+@pytest.mark.parametrize("misalign", [0, 3, 8])  # 16-byte aligned rows (streamed) or not (plain stores)
 def test_half_outputs_are_the_float32_values_cast_as_torch_casts(dtype, size, misalign):
     h, w = size
     datas = [ig.encode_jpeg(ig.photo_like(90, 120, index=i)) for i in range(5)]
@@ -79,10 +79,11 @@ def test_half_outputs_are_the_float32_values_cast_as_torch_casts(dtype, size, mi
 
 
 def test_half_outputs_round_every_normalized_value_of_any_scale_as_torch():
-    # Every byte value with scales and biases that land on ties, subnormal halves, values past
-    # float16's range and exact zeros (x * scale + bias == 0 for x = 128), per output type.
+    # Most byte values (a ramp through JPEG: ~200 of 256 per channel) with scales and biases
+    # that land on ties, subnormal halves, values past float16's range and exact zeros
+    # (x * scale + bias == 0 for x = 128), per output type.
     eng = Engine(1)
-    rrc = fastdata.CenterCrop(16)  # 256 pixels: one image whose pixels cover 0..255 in each channel
+    rrc = fastdata.CenterCrop(16)  # 256 pixels: a ramp over 0..255 in each channel before JPEG
     ramp = np.arange(256, dtype=np.uint8).reshape(16, 16)
     img = np.stack([ramp, ramp[::-1], ramp.T], axis=-1)
     data = ig.encode_jpeg(Image.fromarray(img), quality=100, subsampling="4:4:4")
@@ -136,13 +137,15 @@ import hashlib, sys, numpy as np, torch, fastdata
 from fastdata.io.engine import Engine
 sys.path.insert(0, {tests!r})
 import imagegen as ig
+from fastdata.loader.pinned_ring import engine_array
 datas = [ig.encode_jpeg(ig.photo_like(90, 120, index=i)) for i in range(5)]
 eng = Engine(2)
 for dtype in (torch.float16, torch.bfloat16):
-    out = torch.empty((5, 37, 29, 3), dtype=dtype)
-    eng.run(datas, fastdata.RandomResizedCrop((37, 29)), out.view(torch.uint16).numpy(), seed=3, epoch=1,
-            normalize=({mean!r}, {std!r}))
-    print(hashlib.sha256(out.view(torch.uint16).numpy().tobytes()).hexdigest(), float(out.float().sum()))
+    for hw in ((37, 29), (16, 10)):  # rows 16-byte aligned in turn (streamed) or all (the second)
+        out = torch.empty((5, *hw, 3), dtype=dtype)
+        eng.run(datas, fastdata.RandomResizedCrop(hw), engine_array(out), seed=3, epoch=1,
+                normalize=({mean!r}, {std!r}))
+        print(hashlib.sha256(engine_array(out).tobytes()).hexdigest(), float(out.float().sum()))
 """
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # imagegen.py's folder
     code = script.format(tests=tests, mean=MEAN, std=STD)
@@ -152,4 +155,4 @@ for dtype in (torch.float16, torch.bfloat16):
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         outs.append(done.stdout)
-    assert outs[0] == outs[1] and len(outs[0].split()) == 4
+    assert outs[0] == outs[1] and len(outs[0].split()) == 8

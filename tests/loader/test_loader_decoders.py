@@ -193,7 +193,15 @@ class FailingOddDecoder(OddIndexDecoder):
     """OddIndexDecoder that keeps the rows its engine cannot decode and reports them as failed
     (DecodedRows.failures, naming the sample as the native decoder does) instead of rejecting
     them, with bright pixels in their place: a failed row the pipeline delivered as it came
-    would show."""
+    would show. Dataset indices in ``fail`` fail too (decoded, then reported failed); those in
+    ``reject`` are rejected; ``fail_rejected``: a rejected row is reported failed as well (a
+    broken decoder)."""
+
+    def __init__(self, strict: bool = False, fail: Tuple[int, ...] = (), reject: Tuple[int, ...] = (),
+                 fail_rejected: bool = False):
+        super().__init__(reject=reject, strict=strict)
+        self.fail = set(fail)
+        self.fail_rejected = fail_rejected
 
     def accepts(self, batch: PlannedBatch) -> np.ndarray:  # also the garbage and truncated files
         return np.array([int(batch.indices[row]) % 2 == 1 or "_" in Path(batch.names[row]).name
@@ -208,9 +216,16 @@ class FailingOddDecoder(OddIndexDecoder):
         report = self.engine.run([batch.datas[r] if len(batch.datas[r]) else batch.items[r] for r in rows], TRANSFORM,
                                  out, seed=SEED, epoch=batch.epoch, indices=batch.indices[rows], strict=self.strict,
                                  names=[batch.names[r] for r in rows])
-        out[list(report.failed_rows)] = 200
         failures = [(rows[i], err) for i, err in zip(report.failed_rows, report.failures)]
-        return DecodedRows(pixels=torch.from_numpy(out), failures=failures)
+        failures += [(row, fastdata.DecodeError("failed on purpose", int(batch.indices[row]), batch.names[row]))
+                     for row in rows if int(batch.indices[row]) in self.fail]
+        rejected = [i for i, row in enumerate(rows) if int(batch.indices[row]) in self.reject]
+        if not self.fail_rejected:
+            failures = [(row, err) for row, err in failures if rows.index(row) not in rejected]
+        out[[rows.index(row) for row, _ in failures]] = 200
+        keep = [i for i in range(len(rows)) if i not in rejected]
+        return DecodedRows(pixels=torch.from_numpy(out[keep]), failures=failures,
+                           rejected=[rows[i] for i in rejected])
 
 
 def test_rows_a_plugged_decoder_fails_are_replaced_or_raised_as_native_ones_are(folder):
@@ -242,6 +257,32 @@ def test_rows_a_plugged_decoder_fails_are_replaced_or_raised_as_native_ones_are(
                     pass
             errors.append((type(info.value), info.value.index, info.value.name))
     assert errors[0] == errors[1] and "truncated" in errors[0][2]
+
+
+def test_a_failed_row_is_black_beside_a_rejected_one_in_a_used_slot(folder):
+    # One batch where the decoder rejects a row (decoded natively into the slot) and fails
+    # another (a black host row after it), in a pipeline whose slot holds an earlier batch's
+    # pixels: the failed row is black, the rejected one the native decode, nothing moved.
+    from fastdata.loader.pipeline import make_backend
+
+    paths = sorted(str(p) for p in folder.glob("*/*.jpg") if "_" not in p.name)[:10]
+    odd = [i for i in range(10) if i % 2 == 1]
+    fake = FailingOddDecoder(fail=(odd[1],), reject=(odd[3],))
+    cfg = dict(device="cpu", dtype=None, seed=SEED, threads=2)
+    with make_backend(fake, TRANSFORM, **cfg) as plugged, make_backend("native", TRANSFORM, **cfg) as native:
+        for _ in range(len(plugged.ring)):  # even indices only: every slot row 0..9 holds native pixels now
+            plugged.run(paths[::-1], np.arange(10, 30, 2), 0)
+        got, failures, failed = plugged.run(paths, np.arange(10), 1)
+        want, _, _ = native.run(paths, np.arange(10), 1)
+        assert failed == [odd[1]] and failures[0].reason == "failed on purpose" and "jpg" in failures[0].name
+        assert (got[odd[1]] == 0).all() and want[odd[1]].any()
+        keep = [r for r in range(10) if r != odd[1]]
+        assert torch.equal(got[keep], want[keep])
+        assert plugged.stats["gpu_rejected"] == 1 and plugged.stats["gpu_rows"] == len(odd) - 1  # all but the rejected one
+    broken = FailingOddDecoder(fail=(odd[1],), reject=(odd[1],), fail_rejected=True)
+    with make_backend(broken, TRANSFORM, **cfg) as plugged:
+        with pytest.raises(RuntimeError, match="reported failures for rows it did not keep"):
+            plugged.run(paths, np.arange(10), 1)
 
 
 def test_an_asynchronous_decoder_in_flight_across_epochs_and_early_exits(folder):
