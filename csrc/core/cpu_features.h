@@ -20,6 +20,9 @@ bool bmi2_allowed();
 // can be tested and timed on others.
 bool fast_bit_deposit();
 
+// simd_allowed, and AVX2 and F16C present: the normalize path's float16/bfloat16 stores.
+bool avx2_f16c_allowed();
+
 // The test switches above, by name: set in the environment to anything but empty or "0".
 // Read again at each call (the decisions above are read once per process).
 inline constexpr const char* kTestSwitches[] = {"FASTDATA_FORCE_SCALAR", "FASTDATA_SOFTWARE_BIT_DEPOSIT"};

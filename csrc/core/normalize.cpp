@@ -195,7 +195,7 @@ void normalize_float32(const uint8_t* u8, float* f32, size_t n, const float s[24
 void normalize_halves(const uint8_t* u8, uint16_t* dst, size_t n, const float s[24], const float b[24], bool bf16) {
   size_t i = 0;
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool avx2 = simd_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx2 = avx2_f16c_allowed();
   if (avx2 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
     i = normalize_halves_avx2<true>(u8, dst, n, s, b, bf16);
     _mm_sfence();  // streaming stores are weakly ordered: visible before the batch is handed over
