@@ -5,9 +5,11 @@ Exact commands (2-core box, docs/results.md "The float32 output against the uint
 
     python benchmarks/bench_float_output.py DATA --rounds 3
     python benchmarks/bench_float_output.py /tmp/set8192 --folder --rounds 3
+    python benchmarks/bench_float_output.py /tmp/set8192 --folder --rounds 3 --size 299
 
 DATA is a fastdata LMDB cache (``--folder``: an ImageFolder tree, its files read into memory
-first). Method: RandomResizedCrop(224), one native thread, the first ``--images`` samples on
+first). Method: RandomResizedCrop(``--size``, 224 by default; at 299 seven rows in eight are
+not 16-byte aligned), one native thread, the first ``--images`` samples on
 the heap before timing. Each batch of 64 runs once per output in a row, same crops: uint8;
 float32, float16 and bfloat16 normalized by the native threads (``Engine.run(...,
 normalize=...)``, what the Loader's native threads do on the CPU); and float32 then cast by
@@ -61,16 +63,17 @@ def main() -> int:
     p.add_argument("--folder", action="store_true", help="DATA is an ImageFolder tree")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--images", type=int, default=1024)
+    p.add_argument("--size", type=int, default=224, help="RandomResizedCrop's output side")
     a = p.parse_args()
     items = samples(a.data, a.folder, a.images)
     n = len(items) // BATCH * BATCH
     if n == 0:
         raise SystemExit(f"{a.data} holds {len(items)} samples: need at least {BATCH}")
     torch.set_num_threads(1)
-    rrc = fastdata.RandomResizedCrop(224)
+    rrc = fastdata.RandomResizedCrop(a.size)
     engine = Engine(1)
     norm = (IMAGENET_MEAN, IMAGENET_STD)
-    shape = (SLOTS, BATCH, 224, 224, 3)
+    shape = (SLOTS, BATCH, a.size, a.size, 3)
     slots = {dt: aligned(shape, dt) for dt in (torch.uint8, torch.float32, torch.float16, torch.bfloat16)}
 
     def written(dtype: torch.dtype) -> Callable[[List[bytes], np.ndarray, int, int], None]:
@@ -99,7 +102,8 @@ def main() -> int:
                 cpu[name].append(time.process_time() - c0)
     engine.close()
     batches = len(cpu["uint8"])
-    print(f"{a.data}: {batches * BATCH} images ({a.rounds} rounds), 1 native thread, 1 torch thread; CPU us per image")
+    print(f"{a.data}: {batches * BATCH} images ({a.rounds} rounds), RandomResizedCrop({a.size}), 1 native thread, "
+          f"1 torch thread; CPU us per image")
     print(f"{'output':<34} {'CPU us/img':>10} {'extra mean':>11} {'extra median':>13}")
     base = cpu["uint8"]
     for name, secs in cpu.items():
