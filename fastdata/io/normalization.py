@@ -6,6 +6,7 @@ with the scale and bias from ``scale_bias_for``.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Sequence, Tuple
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "check_mean_std", "scale_bias_for"]
@@ -16,9 +17,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
-    """``mean`` and ``std`` as tuples of 3 floats; ValueError unless 3 values each and std > 0."""
-    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-        raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
+    """``mean`` and ``std`` as tuples of 3 floats; ValueError unless 3 finite values each and
+    std > 0 (a NaN would pass ``std <= 0`` and turn every pixel into NaN)."""
+    if len(mean) != 3 or len(std) != 3 or not all(math.isfinite(float(v)) for v in (*mean, *std)) or min(std) <= 0:
+        raise ValueError(f"mean and std need 3 finite values each, std > 0; got {mean}, {std}")
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 

@@ -197,6 +197,14 @@ def test_half_outputs_on_the_cpu_are_the_float32_outputs_cast(folder, dtype, cha
         assert torch.equal(y, yf)
 
 
+@pytest.mark.parametrize("mean,std", [((0.5, 0.5, 0.5), (0.2, float("nan"), 0.2)), ((0.5, float("nan"), 0.5), (1, 1, 1)),
+                                      ((0.5, 0.5, 0.5), (0.2, 0.0, 0.2)), ((0.5, 0.5), (1, 1, 1)),
+                                      ((0.5, 0.5, float("inf")), (1, 1, 1))])
+def test_a_mean_or_std_that_is_not_finite_or_positive_is_refused(folder, mean, std) -> None:
+    with pytest.raises(ValueError, match="mean and std need 3 finite values each"):
+        loader_for(fastdata.ImageFolder(folder[0]), dtype=torch.float32, mean=mean, std=std)
+
+
 def test_shuffled_epochs_are_permutations_deterministic_per_seed_and_epoch(folder) -> None:
     root, ids = folder
     src = fastdata.ImageFolder(root)

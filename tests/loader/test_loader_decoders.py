@@ -285,6 +285,22 @@ def test_a_failed_row_is_black_beside_a_rejected_one_in_a_used_slot(folder):
             plugged.run(paths, np.arange(10), 1)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_cpu_outputs_skip_and_fall_back_as_float32_does(folder, dtype):
+    # The native threads write 16-bit rows on the CPU; the Pillow fallback (the PNG) and the
+    # skip policy's replacements (garbage, truncated under strict) write into the same slots:
+    # every batch is the float32 one cast by torch, bit for bit.
+    with make(folder, "native", on_error="skip", strict=True, dtype=torch.float32) as full, \
+            make(folder, "native", on_error="skip", strict=True, dtype=dtype) as half:
+        want, warned = skipping_epochs(full, [0])
+        got, warned_half = skipping_epochs(half, [0])
+        assert half._pipeline.ring.image_dtype == dtype and half.stats().fallbacks == 1
+    assert warned == warned_half and len(warned) == 2
+    assert len(got[0]) == len(want[0])
+    for (x, y), (xf, yf) in zip(got[0], want[0]):
+        assert torch.equal(x.view(torch.int16), xf.to(dtype).view(torch.int16)) and torch.equal(y, yf)
+
+
 def test_an_asynchronous_decoder_in_flight_across_epochs_and_early_exits(folder):
     fake = OddIndexDecoder(depth=3)
     with make(folder, fake, clean=True) as plugged, make(folder, "native", clean=True) as native:
