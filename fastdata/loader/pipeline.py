@@ -103,8 +103,9 @@ GPU_NATIVE_IDLE = True
 # between, no placing pass, no separate normalize. For a batch of 256 at 224x224 in float16 that
 # is 0.08 GB of device memory traffic after the resampler's reads against 0.69 GB (gpu-only) and
 # 0.09 GB against 1.17 GB (hybrid, 60% of the rows on the GPU) for resample -> float32 -> place ->
-# normalize, counted from the tensors' sizes (docs/results.md); not yet timed on a GPU. False:
-# the old assembly, for the A/B (benchmarks/bench_gpu_resample.py --assembly times both).
+# normalize, counted from the tensors' sizes; on an H100 (2026-12-05) 1.14x less GPU time per
+# batch gpu-only, 1.41x at 60% on the GPU (docs/results.md, twentieth session). False: the old
+# assembly, for the A/B (benchmarks/bench_gpu_resample.py --assembly times both).
 FUSED_OUTPUT = True
 
 # Hybrid reads (and plans) a batch's rows in order only until the GPU's share of it is among
