@@ -150,8 +150,8 @@ py::tuple read_file_py(const py::str& path, int64_t max_file_bytes) {
 }
 
 // out: [N, H, W, 3] with contiguous rows, uint8, or normalized with (scale, bias): float32,
-// float16, or uint16 holding bfloat16 bits (numpy has no bfloat16: a torch bfloat16 tensor's
-// .view(torch.uint16).numpy()).
+// float16, or uint16 holding bfloat16 bits (numpy has no bfloat16: fastdata.loader.pinned_ring's
+// engine_array gives a torch bfloat16 tensor's).
 BatchOutput batch_output(const py::object& out_obj, size_t n, const TransformSpec& spec,
                          const py::object& scale_bias, py::buffer_info* info) {
   py::buffer out_buf = py::reinterpret_borrow<py::buffer>(out_obj);

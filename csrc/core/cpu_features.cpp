@@ -52,13 +52,22 @@ bool fast_bit_deposit() {
   return fast;
 }
 
+bool avx2_allowed() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool allowed = simd_allowed() && __builtin_cpu_supports("avx2");
+  return allowed;
+#else
+  return false;
+#endif
+}
+
 bool avx2_f16c_allowed() {
   static const bool allowed = [] {
 #if defined(__x86_64__) || defined(_M_X64)
     // F16C by CPUID (leaf 1, ECX): clang's __builtin_cpu_supports does not know "f16c"; its OS
     // support is AVX's (the YMM state), which the avx2 check covers.
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!simd_allowed() || !__builtin_cpu_supports("avx2") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    if (!avx2_allowed() || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
     return (ecx & bit_F16C) != 0;
 #else
     return false;

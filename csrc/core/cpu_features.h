@@ -20,7 +20,11 @@ bool bmi2_allowed();
 // can be tested and timed on others.
 bool fast_bit_deposit();
 
-// simd_allowed, and AVX2 and F16C present: the normalize path's float16/bfloat16 stores.
+// simd_allowed, and AVX2 present (the OS saves its registers): the resampler's and the
+// normalize path's AVX2 copies.
+bool avx2_allowed();
+
+// avx2_allowed, and F16C present: the normalize path's float16/bfloat16 stores.
 bool avx2_f16c_allowed();
 
 // The test switches above, by name: set in the environment to anything but empty or "0".

@@ -172,7 +172,7 @@ void normalize_float32(const uint8_t* u8, float* f32, size_t n, const float s[24
     }
   };
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool avx2 = simd_allowed() && __builtin_cpu_supports("avx2");
+  const bool avx2 = avx2_allowed();
   if (avx2 && aligned) {
     if ((reinterpret_cast<uintptr_t>(f32) & 31) != 0 && n >= 12) group(i), i += 12;
     if ((reinterpret_cast<uintptr_t>(f32 + i) & 31) == 0) i += normalize_avx2(u8 + i, f32 + i, n - i, s, b);

@@ -240,7 +240,7 @@ void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int
                      uint8_t* dst, ptrdiff_t dst_stride) {
 #ifdef FASTDATA_X86
   // The SIMD loops read whole groups of 4 taps: beyond 4 groups they would outrun the padding.
-  static const bool avx2 = simd_allowed() && __builtin_cpu_supports("avx2");
+  static const bool avx2 = avx2_allowed();
   static const bool sse41 = simd_allowed() && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
   if (fx.groups <= 4 && avx2) {
     // Only the groups some count[k] reaches: the others hold zero weights.
@@ -259,7 +259,7 @@ void horizontal_pass(const uint8_t* src, ptrdiff_t src_stride, int x_origin, int
 void vertical_pass(const uint8_t* src, ptrdiff_t src_stride, int y_origin, int width, const AxisFilter& fy,
                    uint8_t* dst, ptrdiff_t dst_stride) {
 #ifdef FASTDATA_X86
-  static const bool simd = simd_allowed() && __builtin_cpu_supports("avx2");
+  static const bool simd = avx2_allowed();
   if (simd) return vertical_pass_avx2(src, src_stride, y_origin, width, fy, dst, dst_stride);
 #endif
   vertical_pass_scalar(src, src_stride, y_origin, width, fy, dst, dst_stride);

@@ -129,7 +129,7 @@ def _split_prefailed(items: Sequence[Item]) -> Tuple[Sequence[Item], Dict[int, D
 
 
 # What a normalized ``out`` may hold: float32, float16, or bfloat16 as its bits in uint16 (numpy
-# has no bfloat16: pass a torch bfloat16 tensor's ``.view(torch.uint16).numpy()``).
+# has no bfloat16: fastdata.loader.pinned_ring.engine_array gives a torch bfloat16 tensor's bits).
 NORMALIZED_OUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint16))
 
 

@@ -112,7 +112,9 @@ FUSED_OUTPUT = True
 # them; the native threads read the rest themselves, at their own priority and off the producer
 # thread. Reading every row for routing cost the inline engine's threads (normal priority, beside
 # the GPU side's) 44 us per row of the batch on the H200 box (8,192 set, seventeenth session),
-# where gpu-only's cost 20. False: read every row, for the A/B.
+# where gpu-only's cost 20. Measured: read + plan + route of a batch of 256 on the 2-core box,
+# 3.20 -> 2.11 ms at a 0.6 share; on an H100 box (2026-12-05, with FUSED_OUTPUT, both on against
+# both off) hybrid's rate did not change beyond the spread. False: read every row, for the A/B.
 HYBRID_READS_GPU_SHARE = True
 
 
@@ -337,7 +339,7 @@ class BatchPipeline:
                 upto = min(n, len(datas) + math.ceil(short / max(rate, 1 / 8)) + 2 + n // 64)
             else:
                 upto = n
-            more, _ = read_items([items[i] for i in range(len(datas), upto)], self.inline_engine,
+            more, _ = read_items(items[len(datas):upto], self.inline_engine,
                                  self.max_file_bytes)
             datas.extend(more)
             batch = plan_batch(items, indices, epoch, names, self.inline_engine, self.transform, seed=self.seed,
@@ -392,12 +394,8 @@ class BatchPipeline:
                 elif kept:
                     if done.pixels is None or len(done.pixels) != len(kept):
                         raise RuntimeError(f"internal: decoder {decoder.name!r} returned no pixels for {len(kept)} rows")
-                    if ok:
-                        pixels = done.pixels
-                        if failed:
-                            at = torch.tensor([i for i, r in enumerate(kept) if r not in failed])
-                            pixels = pixels.index_select(0, to_device(at, pixels.device))
-                        parts.append((ok, pixels))
+                    # the failed rows' pixels too: their black host rows are placed after (_place)
+                    parts.append((kept, done.pixels))
                 failed_off_host.extend(r for r in kept if r in failed)
                 gpu_rows += len(kept)
                 gpu_seconds += done.seconds or 0.0  # a decoder that does not time itself teaches the split nothing
