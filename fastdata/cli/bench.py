@@ -24,8 +24,10 @@ step between batches, so the wait of a compute-bound loop can be read).
 
 Time: ``--seconds`` (default 20) is the budget of the measurement phase, split evenly over
 the contenders (or ablation steps) that can run and the rounds; start-up and warm-up count
-against each share (a contender timed for under 2 s is marked * and named below the table:
-its rate means little); a share can overrun by at most the batch in flight. With ``--rounds``
+against each share, but every run is timed for at least 40% of its share (a start-up slower
+than the share lengthens that run instead of leaving it a sliver to time); a contender timed
+for under 2 s is marked * and named below the table (its rate means little); a share can
+overrun by at most the batch in flight. With ``--rounds``
 > 1 the contenders run interleaved (each once per round, the rounds' orders a balanced Latin
 square: each contender first, and right after each other one, equally often), so drift on a
 shared machine and what one contender leaves behind hit all alike. Before each run the machine settles from the one before (no child process using a

@@ -201,6 +201,10 @@ def _quartiles(xs: Sequence[float]) -> List[float]:
     return statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
 
 
+# The least of a run's share that is timed, whatever its start-up took (see measure).
+MIN_TIMED_SHARE = 0.4
+
+
 def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], None] = lambda msg: None,
             step_seconds: float = 0.0, clock: Callable[[], float] = time.perf_counter,
             sleep: Callable[[float], None] = time.sleep,
@@ -208,9 +212,10 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
             jpeg_reader: Callable[[], Optional[Tuple[Callable[[], float], str]]] = jpeg_util_reader) -> Dict[str, Any]:
     """One run of ``contender`` on ``job`` for about ``budget`` seconds (start-up included).
 
-    Warm-up: at least 2 batches and 20% of the budget, but at least 40% of it is left for
-    timing; then batches until the budget is spent, at least 2 (one batch is not a
-    measurement; a run can overrun by the batch in flight). ``step_seconds`` simulates a
+    Warm-up: at least 2 batches and 20% of the budget, ending by 60% of it; then batches until
+    the budget is spent, for at least ``MIN_TIMED_SHARE`` of it (a start-up slower than the
+    budget lengthens the run rather than leave it a sliver to time) and at least 2 batches (one
+    batch is not a measurement; a run can overrun by the batch in flight). ``step_seconds`` simulates a
     training step after each batch (so the consumer's wait can be read). The result's
     ``images_per_s`` is the statistic of this module; ``clock``, ``sleep`` and
     ``usage_factory`` are there so a test can drive the loop with known times. On a CUDA
@@ -245,7 +250,11 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
         times: List[float] = []
         counts: List[int] = []
         waits: List[float] = []
-        while clock() - t0 < budget or len(times) < 2:
+        # The timed window: what the budget has left, but at least MIN_TIMED_SHARE of it, so a
+        # start-up that ate the share (a pipeline compile, a cold engine) makes the run longer
+        # instead of timing a sliver (two batches) that says nothing.
+        t_end = max(t0 + budget, t_begin + MIN_TIMED_SHARE * budget)
+        while clock() < t_end or len(times) < 2:
             t_req = clock()
             images, _ = next(gen)
             sync()

@@ -111,6 +111,16 @@ def test_a_simulated_step_counts_in_the_span_not_in_the_wait():
     assert r["wait_fraction"] == pytest.approx(8 * 0.5 / 7.5)
 
 
+def test_a_start_up_longer_than_the_share_still_gets_a_timed_window():
+    # The first batch arrives 12 s into a 10 s budget (a pipeline compile): warm-up ends there,
+    # and the run is timed for 40% of the budget (4 s: eight batches of 0.5 s), not two batches.
+    r = run([12.0] + [0.5] * 8, budget=10.0)
+    assert (r["warmup_batches"], r["timed_batches"]) == (1, 8)
+    assert r["timed_seconds"] == pytest.approx(4.0)
+    assert r["images_per_s"] == pytest.approx(8 * 8 / 4.0)
+    assert r["total_seconds"] == pytest.approx(16.0)
+
+
 def test_rounds_pool_as_a_ratio_of_sums():
     a = run(WARM + TIMED)  # 72 images in 8 s
     b = run(WARM + [0.25] * 16, budget=6.0, size=4, cpu=(0.0, 1.0))  # 16 x 4 = 64 images in 4 s
