@@ -327,6 +327,30 @@ def test_ceiling_line_puts_gpu_against_the_engines():
     assert bench_report.ceiling_line(report) == "ceiling (native + gpu, same run): 22,000 img/s"
 
 
+def test_ceiling_line_adds_the_cpu_budget_ceiling():
+    """The sum counts both sides with the whole CPU: the CPU-budget ceiling gives native only
+    the cores the gpu contender leaves, at native's own rate per busy core."""
+    from fastdata.cli import bench_report
+
+    def ok(name, rate, cores, detail=None):
+        return {"name": name, "status": "ok", "images_per_s": rate, "cpu_cores_busy": cores, "detail": detail or {}}
+
+    # The twentieth session's H100 run: native 17,281 at 15.9 cores, gpu 23,265 at 2.9, hybrid 34,020.
+    report = {"machine": {"cores_usable": 16},
+              "results": [ok("fastdata", 17281.0, 15.9), ok("fastdata-gpu", 23265.0, 2.9),
+                          ok("fastdata-hybrid", 34020.0, 14.4, {"gpu_share": 0.63})]}
+    budget = 23265.0 + 17281.0 / 15.9 * (16 - 2.9)  # 37,503
+    assert bench_report.ceiling_line(report) == (
+        "ceiling (native + gpu, same run): 40,546 img/s; hybrid 84% of it, GPU share 63%; "
+        f"CPU-budget ceiling (gpu + native on the 13.1 of 16 cores gpu leaves): {budget:,.0f} img/s, "
+        f"hybrid {34020.0 / budget:.0%} of it")
+    assert f"{budget:,.0f}" == "37,503" and f"{34020.0 / budget:.0%}" == "91%"
+    # A gpu contender busier than the machine leaves native nothing: the ceiling is the gpu's rate.
+    report["results"][1]["cpu_cores_busy"] = 17.0
+    assert "CPU-budget ceiling (gpu + native on the 0.0 of 16 cores gpu leaves): 23,265 img/s" in \
+        bench_report.ceiling_line(report)
+
+
 def test_contenders_timed_too_briefly_are_marked_and_named():
     from fastdata.cli import bench_report
 
