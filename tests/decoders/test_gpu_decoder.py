@@ -905,3 +905,58 @@ def test_a_row_the_gpu_decoder_wrote_and_failed_is_replaced_or_black(tmp_path, d
     assert decoder.failed >= 1 and stats.failures == 1  # (the next epoch's lookahead may have started)
     assert y.tolist() == [10, 11, 12, 14, 14, 15, 16, 17]  # index 4's label in row 3
     assert torch.equal(x[3:4], normalized(replacement))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("on_host", [True, False])
+def test_the_resample_stage_waits_for_the_engines_on_the_host_not_on_the_shared_stream(monkeypatch, on_host):
+    """The resample stage queues its kernels on the pipeline's stream, which the producer's
+    delivery of the batch before (and the consumer's wait for it) share: a wait for this batch's
+    engine decode queued there held that delivery up too. With RESAMPLE_WAITS_ON_HOST the thread
+    sleeps on the decode's events first and the stream is given no wait on them. The CUDA calls
+    are recorded by stand-ins (no GPU here): the order of the waits and the resample is what counts."""
+    from contextlib import nullcontext
+    from concurrent.futures import Future
+
+    from fastdata.decoders import nvimgcodec
+
+    log = []
+
+    class Event:  # a decode stream's ``ready`` and the stage's ``done``
+        def __init__(self, name="done", blocking=False):
+            self.name, self.blocking = name, blocking
+
+        def record(self, stream=None):
+            log.append(f"record {self.name}")
+
+        def synchronize(self):
+            log.append(f"host waits for {self.name}")
+
+    class Stream:  # the pipeline's stream
+        def wait_event(self, event):
+            log.append(f"stream waits for {event.name}")
+
+    monkeypatch.setattr(nvimgcodec, "RESAMPLE_WAITS_ON_HOST", on_host)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", lambda blocking=False: Event(blocking=blocking))
+    files = [encode_jpeg(photo_like(48, 64)) for _ in range(3)]
+    transform = fastdata.RandomResizedCrop(32)
+    decoder = CpuEngines(transform)
+    real_resample = decoder._resample_rows
+    monkeypatch.setattr(decoder, "_resample_rows", lambda *a: (log.append("resample kernels queued"), real_resample(*a))[1])
+    try:
+        with fastdata.Engine(1) as engine:
+            batch = plan_batch(files, np.arange(3), 0, [None] * 3, engine, transform, seed=0)
+        decoded = decoder._decode_stage(batch, [0, 1, 2], 0)
+        decoded.ready = [Event("engines, instance 0"), Event("engines, instance 1")]
+        pending = Future()
+        pending.set_result(decoded)
+        result = decoder._resample_stage(batch, pending, Stream())
+    finally:
+        decoder.close()
+    assert result.pixels is not None and len(result.pixels) == 3 and not result.rejected
+    waits = (["host waits for engines, instance 0", "host waits for engines, instance 1"] if on_host else
+             ["stream waits for engines, instance 0", "stream waits for engines, instance 1"])
+    assert log == waits + ["resample kernels queued", "record done", "host waits for done"]
+    assert decoder.stage_seconds["engine_wait"] >= 0
