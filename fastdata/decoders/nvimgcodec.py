@@ -116,12 +116,13 @@ DEPTH = 3
 # on the pipeline's stream. That stream is shared: the producer queues batch N's upload,
 # placement and its ``done`` event (what the consumer's stream waits for) on it too. With
 # the wait queued on the stream (``stream.wait_event``, False) the resample thread, done with
-# batch N, queues batch N+1's wait at once, usually before the producer queues batch N's
-# delivery, so batch N's delivery and the consumer's step waited on the GPU for batch N+1's
-# engine decode: a stall the host-side data-wait meter does not see (found in review,
-# 2026-12-05; not yet measured on a GPU). True: the resample thread sleeps on the decode's
-# events (blocking sync) and queues its kernels once the decode is done, so nothing on the
-# pipeline's stream waits for the engines.
+# batch N, queues batch N+1's wait at once, and can do so before the producer queues batch N's
+# delivery: then batch N's delivery, the consumer's step and batch N's pinned slot wait on the
+# GPU for batch N+1's engine decode, which the host-side data-wait meter does not see (found in
+# review, 2026-12-05; how often and at what cost is not measured). True: the resample thread
+# sleeps on the decode's events (blocking sync) and queues its kernels once the decode is
+# done, so nothing on the pipeline's stream waits for the engines (a delivery can still queue
+# behind the next batch's resample kernels: a stream of the resample's own would end that too).
 RESAMPLE_WAITS_ON_HOST = True
 
 

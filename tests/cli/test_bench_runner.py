@@ -342,12 +342,13 @@ def test_ceiling_line_adds_the_cpu_budget_ceiling():
     budget = 23265.0 + 17281.0 / 15.9 * (16 - 2.9)  # 37,503
     assert bench_report.ceiling_line(report) == (
         "ceiling (native + gpu, same run): 40,546 img/s; hybrid 84% of it, GPU share 63%; "
-        f"CPU-budget ceiling (gpu + native on the 13.1 of 16 cores gpu leaves): {budget:,.0f} img/s, "
+        "CPU-budget ceiling (gpu + native at its full-load rate per core on the 13.1 of 16 cores gpu leaves; "
+        f"a low estimate): {budget:,.0f} img/s, "
         f"hybrid {34020.0 / budget:.0%} of it")
     assert f"{budget:,.0f}" == "37,503" and f"{34020.0 / budget:.0%}" == "91%"
     # A gpu contender busier than the machine leaves native nothing: the ceiling is the gpu's rate.
     report["results"][1]["cpu_cores_busy"] = 17.0
-    assert "CPU-budget ceiling (gpu + native on the 0.0 of 16 cores gpu leaves): 23,265 img/s" in \
+    assert "on the 0.0 of 16 cores gpu leaves; a low estimate): 23,265 img/s" in \
         bench_report.ceiling_line(report)
 
 
