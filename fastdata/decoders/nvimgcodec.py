@@ -112,18 +112,6 @@ DECODE_LANES = 2
 # lane a third batch cost a core for no rate (21,440 vs 21,529 img/s, 2026-12-02, one run each);
 # with two lanes it keeps a batch for each lane while one is resampled (the layout measured above).
 DEPTH = 3
-# How the resample stage waits for the engines' decode of its batch before queueing its kernels
-# on the pipeline's stream. That stream is shared: the producer queues batch N's upload,
-# placement and its ``done`` event (what the consumer's stream waits for) on it too. With
-# the wait queued on the stream (``stream.wait_event``, False) the resample thread, done with
-# batch N, queues batch N+1's wait at once, and can do so before the producer queues batch N's
-# delivery: then batch N's delivery, the consumer's step and batch N's pinned slot wait on the
-# GPU for batch N+1's engine decode, which the host-side data-wait meter does not see (found in
-# review, 2026-12-05; how often and at what cost is not measured). True: the resample thread
-# sleeps on the decode's events (blocking sync) and queues its kernels once the decode is
-# done, so nothing on the pipeline's stream waits for the engines (a delivery can still queue
-# behind the next batch's resample kernels: a stream of the resample's own would end that too).
-RESAMPLE_WAITS_ON_HOST = True
 
 
 def gpu_extra_installed() -> bool:
@@ -270,7 +258,7 @@ class NvImageCodecDecoder:
         # calling thread, summed over the instances: near the number of instances called x the wall time means
         # the calls work or spin on the host, near zero that they sleep while the engines
         # decode), queueing the resample, and waiting for the stream (the GPU work left).
-        self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "engine_wait": 0.0, "resample": 0.0, "gpu_wait": 0.0}
+        self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
 
     @property
     def lanes(self) -> int:
@@ -406,8 +394,7 @@ class NvImageCodecDecoder:
                 if decoded.allocated is not None and k != decoded.lead:
                     stream.wait_event(decoded.allocated)
                 statuses = [call(positions, stream.cuda_stream) for positions in calls]
-                # Blocking: the resample thread sleeps on it (RESAMPLE_WAITS_ON_HOST) rather than spin a core.
-                ready = torch.cuda.Event(blocking=True)
+                ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
                 ready.record(stream)
         return _Share(np.concatenate(calls), np.concatenate(statuses), ready, time.thread_time() - c0)
 
@@ -451,13 +438,15 @@ class NvImageCodecDecoder:
             result = self._resample_rows(batch, decoded)
         else:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
-                t1 = time.perf_counter()
-                for ready in decoded.ready:  # the decode streams' writes, before the kernels read them
-                    if RESAMPLE_WAITS_ON_HOST:
-                        ready.synchronize()
-                    else:
-                        stream.wait_event(ready)
-                self.stage_seconds["engine_wait"] += time.perf_counter() - t1
+                # The decode streams' writes, before the kernels read them: waited for on the GPU,
+                # so the kernels are queued while the engines still decode. A host wait instead
+                # (sleep on the events, then queue the kernels), tried so that nothing on this
+                # shared stream (the producer's delivery of the batch before) could queue behind
+                # the engines, ran slower: gpu-only 18,183 against 21,534 img/s (mean of four
+                # alternating pairs, every pair slower), hybrid 20,312 against 20,958 (eight
+                # pairs), 8,192 set, H100, 2026-12-05 (docs/results.md, twenty-second session).
+                for ready in decoded.ready:
+                    stream.wait_event(ready)
                 try:
                     result = self._resample_rows(batch, decoded)
                 finally:  # also when the resample raised after queueing kernels: they read the buffer
