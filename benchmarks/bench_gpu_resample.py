@@ -28,6 +28,10 @@ for GPU shares 1.0 (gpu-only) and ``--gpu-share`` (hybrid), with the largest dif
 share 0 (the native backend on CUDA) GpuNormalizer's one pass against its three before
 (float32 copy, addcmul, cast).
 
+``--kernel-times`` adds each kernel's and copy's GPU busy time per call (torch's profiler), for
+the resampler and the fused assembly: what the input takes from a training step's GPU, which
+the events above overstate by the time the GPU idles while the host plans.
+
 Without CUDA it runs under Triton's interpreter on CPU tensors (set TRITON_INTERPRET=1 and use
 a tiny batch): a smoke test only, the times mean nothing.
 """
@@ -128,8 +132,34 @@ def time_calls(call: Callable[[], torch.Tensor], repeats: int, warmup: int, cuda
             "host_ms_median": statistics.median(host_ms)}
 
 
+def kernel_times(call: Callable[[], torch.Tensor], repeats: int) -> Dict[str, float]:
+    """GPU time per call of each kernel and copy ``call`` queues, from torch's profiler (CUPTI):
+    the GPU busy time alone, where the events of ``time_calls`` also count the GPU idling
+    while the host plans the batch. Name -> ms per call, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+    call()  # compiled and warm before the profiled calls
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            call()
+        torch.cuda.synchronize()
+    times = {}
+    for event in prof.key_averages():
+        # torch >= 2.4 names it self_device_time_total (us), older releases self_cuda_time_total
+        us = getattr(event, "self_device_time_total", None)
+        if us is None:
+            us = getattr(event, "self_cuda_time_total", 0.0)
+        if us > 0:
+            times[event.key[:60]] = us / 1e3 / repeats
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def print_kernel_times(times: Dict[str, float], indent: str) -> None:
+    print(f"{indent}GPU busy {sum(times.values()):.3f} ms/call: " + ", ".join(f"{name} {ms:.3f}" for name, ms in times.items()))
+
+
 def assembly(images: List[np.ndarray], plan, out_hw, share: float, device: torch.device, repeats: int,
-             warmup: int, cuda: bool) -> Dict[str, object]:
+             warmup: int, cuda: bool, kernels: bool = False) -> Dict[str, object]:
     """Old against fused assembly of one batch: the first ``share`` of the rows from the
     resampler, the rest uint8 rows already on the device (the host's, uploaded)."""
     n = len(images)
@@ -179,6 +209,8 @@ def assembly(images: List[np.ndarray], plan, out_hw, share: float, device: torch
     for label, call in (("old", old), ("fused", fused)):
         row[label] = time_calls(call, repeats, warmup, cuda)
     row["speedup"] = row["old"]["ms_median"] / row["fused"]["ms_median"]  # type: ignore[index]
+    if kernels and cuda:
+        row["fused_kernel_ms"] = kernel_times(fused, repeats)
     return row
 
 
@@ -195,6 +227,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--layouts", default="hwc,chw", help="decoded layouts to time: hwc (nvImageCodec), chw (nvJPEG)")
     ap.add_argument("--assembly", action="store_true", help="also time the output assembly, old against fused")
     ap.add_argument("--gpu-share", type=float, default=0.6, help="the GPU's share of the rows in --assembly's hybrid row")
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="also the GPU busy time per call of each kernel and copy (torch's profiler; CUDA only)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -230,6 +264,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             row[label] = stats
             print(f"  {label:10s} {stats['ms_median']:8.3f} ms/batch (min {stats['ms_min']:.3f}, max "
                   f"{stats['ms_max']:.3f}) {stats['images_per_s']:12,.0f} images/s; host {stats['host_ms_median']:.3f} ms/call")
+            if args.kernel_times and cuda:
+                stats["kernel_ms"] = kernel_times(call(module), args.repeats)
+                print_kernel_times(stats["kernel_ms"], "    ")
         if "torch_ops" in row:
             diff = (outputs["triton"] - outputs["torch_ops"]).abs()
             row["speedup"] = row["torch_ops"]["ms_median"] / row["triton"]["ms_median"]
@@ -254,13 +291,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("output assembly, float16 channels_last (GPU time per batch; the host rows' copy left out):")
         results["assembly"] = {}
         for share in sorted({1.0, args.gpu_share, 0.0}, reverse=True):
-            row = assembly(images, plan, out_hw, share, device, args.repeats, args.warmup, cuda)
+            row = assembly(images, plan, out_hw, share, device, args.repeats, args.warmup, cuda, args.kernel_times)
             results["assembly"][f"share_{share:g}"] = row
             print(f"  GPU share {share:4.2f} ({row['gpu_rows']} + {row['host_rows']} host rows): old "
                   f"{row['old']['ms_median']:.3f} ms, fused {row['fused']['ms_median']:.3f} ms: "
                   f"{row['speedup']:.2f}x; host {row['old']['host_ms_median']:.3f} / "
                   f"{row['fused']['host_ms_median']:.3f} ms/call; outputs differ by at most {row['max_abs_diff']:g} "
                   f"({row['values_differing'] * 100:.3f}% of values)")
+            if "fused_kernel_ms" in row:
+                print_kernel_times(row["fused_kernel_ms"], "    fused: ")  # type: ignore[arg-type]
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

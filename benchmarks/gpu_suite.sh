@@ -11,13 +11,15 @@
 #   bash benchmarks/gpu_suite.sh overlap # hybrid on both sets: the native runs with and without a barrier, where the threads idle
 #   bash benchmarks/gpu_suite.sh progressive # hybrid on the demo mix and per-core decode: progressive Huffman decoder vs libjpeg's
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
+#   bash benchmarks/gpu_suite.sh train18 # the issue's training target: ResNet-18 on the 8,192 set, synthetic vs hybrid, eager and CUDA graphs
+#   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -183,6 +185,28 @@ from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 50
       done
     done
     python3 examples/train.py --table "$OUT/runs.jsonl" | tee "$OUT/train_table.md"
+    ;;
+  train18)
+    # ResNet-18, bf16, channels_last, on the 8,192 set: synthetic against hybrid, alternating,
+    # with the eager step and with the step as CUDA graphs (--compile-mode reduce-overhead; its
+    # first steps compile, untimed). Twenty-second session (H100): eager hybrid 83-88% of
+    # synthetic with data wait 0.3-0.5%; graphs 75% with data wait 7.5-8.5%.
+    [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
+from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+    rm -f "$OUT/train18.jsonl"
+    for mode in "--steps 150 --warmup-steps 30" "--steps 200 --warmup-steps 60 --compile --compile-mode reduce-overhead"; do
+      for input in "--synthetic" "/tmp/set8192 --no-eval --backend hybrid" "--synthetic" "/tmp/set8192 --no-eval --backend hybrid"; do
+        python3 examples/train.py $input --arch resnet18 --batch-size 256 $mode --log-every 100 \
+          --results "$OUT/train18.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
+      done
+    done
+    python3 examples/train.py --table "$OUT/train18.jsonl" | tee "$OUT/train18.md"
+    ;;
+  kernels)
+    # GPU busy time per batch of 256 (torch's profiler), which the CUDA events around a call
+    # overstate by the time the GPU idles while the host plans: the input's cost to a training step.
+    python3 benchmarks/bench_gpu_resample.py --images 256 --repeats 50 --layouts hwc --assembly --kernel-times \
+      --json "$OUT/bench_gpu_resample_kernels.json" 2>&1 | tee "$OUT/kernels.log" | tail -14
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5
