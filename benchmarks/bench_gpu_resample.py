@@ -136,6 +136,7 @@ def kernel_times(call: Callable[[], torch.Tensor], repeats: int) -> Dict[str, fl
     """GPU time per call of each kernel and copy ``call`` queues, from torch's profiler (CUPTI):
     the GPU busy time alone, where the events of ``time_calls`` also count the GPU idling
     while the host plans the batch. Name -> ms per call, largest first."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     call()  # compiled and warm before the profiled calls
     torch.cuda.synchronize()
@@ -143,19 +144,18 @@ def kernel_times(call: Callable[[], torch.Tensor], repeats: int) -> Dict[str, fl
         for _ in range(repeats):
             call()
         torch.cuda.synchronize()
-    times = {}
+    times: Dict[str, float] = {}
     for event in prof.key_averages():
-        # torch >= 2.4 names it self_device_time_total (us), older releases self_cuda_time_total
-        us = getattr(event, "self_device_time_total", None)
-        if us is None:
-            us = getattr(event, "self_cuda_time_total", 0.0)
-        if us > 0:
-            times[event.key[:60]] = us / 1e3 / repeats
+        if event.device_type == DeviceType.CUDA and event.self_device_time_total > 0:  # us
+            times[event.key] = times.get(event.key, 0.0) + event.self_device_time_total / 1e3 / repeats
+    if not times:
+        raise RuntimeError("the profiler recorded no GPU kernels or copies (CUPTI unavailable?)")
     return dict(sorted(times.items(), key=lambda kv: -kv[1]))
 
 
 def print_kernel_times(times: Dict[str, float], indent: str) -> None:
-    print(f"{indent}GPU busy {sum(times.values()):.3f} ms/call: " + ", ".join(f"{name} {ms:.3f}" for name, ms in times.items()))
+    print(f"{indent}GPU busy {sum(times.values()):.3f} ms/call: "
+          + ", ".join(f"{name[:60]} {ms:.3f}" for name, ms in times.items()))
 
 
 def assembly(images: List[np.ndarray], plan, out_hw, share: float, device: torch.device, repeats: int,
