@@ -234,6 +234,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
+    if args.kernel_times and not cuda:
+        print("--kernel-times needs CUDA (torch's profiler of GPU kernels): not measured")
     if args.tiles:
         fixed = gpu_resize.Tiles(*(int(x) for x in args.tiles.split(",")))
         gpu_resize._tiles = lambda out_h, out_w, interpreted: fixed

@@ -19,6 +19,11 @@ OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# bench_gpu_decode.py's 8,192 photo-like 500x375 JPEGs in /tmp/set8192, built once per machine.
+set8192() {
+  [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
+from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+}
 stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|ddp}
 case "$stage" in
   setup)
@@ -79,8 +84,7 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # thirteenth session; set before the Loader is made); summarized last by the bench's
     # own GPU-side line (bench_report.gpu_side_lines: the decode stage per row, its threads'
     # run-queue wait).
-    [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
-from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+    set8192
     rm -f "$OUT"/contention_*.json "$OUT/contention_spy.txt"  # never summarize an earlier call's runs
     ONE_LANE="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = 1; n.DECODE_THREADS = 2"
     NICE10="import fastdata.loader.pipeline as p; p.GPU_NATIVE_IDLE = False"
@@ -155,8 +159,7 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # (_C._set_overlap_runs(False)), alternating in one process; the table says where the native
     # threads idle: no run queued (occupancy) or inside runs (docs/results.md, "fifteenth session").
     [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
-    [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
-from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+    set8192
     for set in /tmp/mixed /tmp/set8192; do
       python3 benchmarks/bench_native_occupancy.py $set --device cuda --backend hybrid --seconds 15 --runs 4 \
         --switch overlap 2>&1 | tail -7 | tee -a "$OUT/overlap.log"
@@ -191,8 +194,7 @@ from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 50
     # with the eager step and with the step as CUDA graphs (--compile-mode reduce-overhead; its
     # first steps compile, untimed). Twenty-second session (H100): eager hybrid 83-88% of
     # synthetic with data wait 0.3-0.5%; graphs 75% with data wait 7.5-8.5%.
-    [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
-from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+    set8192
     # One table per mode: the table compares each run with the last synthetic run of its model.
     for mode in eager graphs; do
       steps="--steps 150 --warmup-steps 30"
