@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh train18 # the issue's training target: ResNet-18 on the 8,192 set, synthetic vs hybrid, eager and CUDA graphs
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
+#   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -24,7 +25,7 @@ set8192() {
   [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -213,6 +214,28 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # overstate by the time the GPU idles while the host plans: the input's cost to a training step.
     python3 benchmarks/bench_gpu_resample.py --images 256 --repeats 50 --layouts hwc --assembly --kernel-times \
       --json "$OUT/bench_gpu_resample_kernels.json" 2>&1 | tee "$OUT/kernels.log" | tail -14
+    ;;
+  beside)
+    # The loader beside a training step that launches as CUDA graphs (twenty-third session, H100:
+    # the GPU side's decode calls took 2.4x (gpu-only) to 4.4x (hybrid) their bench time per row).
+    # Synthetic, hybrid and gpu-only, each with 10 steps profiled after the warm-up (each CUDA
+    # stream's GPU time per step and launch-to-start delays; those steps are not in the rate), the
+    # loader's stage times per batch under the table; then hybrid and gpu-only alone in the bench.
+    set8192
+    rm -f "$OUT/beside.jsonl"
+    for input in "--synthetic" "/tmp/set8192 --no-eval --backend hybrid" "/tmp/set8192 --no-eval --backend gpu"; do
+      python3 examples/train.py $input --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 --profile-steps 10 \
+        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/beside.jsonl" 2>&1 \
+        | grep -E "^profile|^  |Error" | cut -c1-400
+    done
+    python3 examples/train.py --table "$OUT/beside.jsonl" | tee "$OUT/beside.md"
+    for contender in fastdata-hybrid fastdata-gpu; do
+      fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
+        --compare $contender 2>&1 | grep -E "backend=|GPU side|JPEG" | grep -v '^\['
+    done
+    # nvJPEG's hardware decode without nvImageCodec, alone and beside a ResNet-18 graph: stream
+    # priority and pinned bitstreams (the twenty-third session's run lacked the preallocation)
+    python3 benchmarks/bench_nvjpeg_beside_load.py /tmp/set8192 --preallocate 2>&1 | grep -v Warning | tail -16
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5

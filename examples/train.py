@@ -28,6 +28,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -177,6 +178,18 @@ class FastdataPipeline:
     def stats(self) -> Any:
         return self.loader.stats()
 
+    def detail(self) -> Dict[str, Any]:
+        """The loader's side of the run, since it was made (warm-up included): the hybrid split,
+        how much of the time the native threads had rows and used them, and the GPU decoder's
+        stage times per batch in ms (``gpu_wait``: its kernels queued on a busy GPU)."""
+        st = self.loader.stats()
+        out: Dict[str, Any] = {"gpu_share": round(st.gpu_share, 3), "native_occupancy": round(st.native_occupancy, 3),
+                               "native_busy_in_runs": round(st.native_busy_in_runs, 3), "failures": st.failures}
+        stages = self.loader.gpu_stage_seconds()
+        if stages and st.batches:
+            out["gpu_stage_ms_per_batch"] = {k: round(1000 * v / st.batches, 2) for k, v in stages.items()}
+        return out
+
     def __len__(self) -> int:
         return len(self.loader)
 
@@ -274,6 +287,40 @@ def _combine(windows: List[StallReport], world: int) -> Dict[str, Any]:
     }
 
 
+class StepProfiler:
+    """Records ``steps`` training steps after the first ``start`` with torch's profiler (CUDA
+    activity only: CUPTI sees every thread's kernels, the loader's and nvImageCodec's too), then
+    logs each stream's GPU time per step and how much of the window the GPU ran anything."""
+
+    def __init__(self, start: int, steps: int, log: Any):
+        self.start, self.steps, self.log = start, steps, log
+        self._prof: Any = None
+
+    def after_step(self, step: int) -> None:
+        if step == self.start:
+            torch.cuda.synchronize()
+            # acc_events: one recording, kept whole (torch warns about clearing per cycle without it)
+            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], acc_events=True)
+            self._prof.__enter__()
+        elif step == self.start + self.steps and self._prof is not None:
+            torch.cuda.synchronize()
+            self._prof.__exit__(None, None, None)
+            self._report()
+
+    def _report(self) -> None:
+        from fastdata.diagnostics.gpu_streams import busy_union_us, format_stream_busy, stream_busy
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            self._prof.export_chrome_trace(path)
+            streams = stream_busy(path)
+            busy, span = busy_union_us(path)
+        self.log(f"profile of {self.steps} steps: the GPU ran something {busy / self.steps / 1e3:.2f} ms/step of "
+                 f"{span / self.steps / 1e3:.2f} ms/step ({100 * busy / span:.0f}%)")
+        for line in format_stream_busy(streams, self.steps):
+            self.log("  " + line)
+
+
 # ---------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------
@@ -305,6 +352,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--val-fraction", type=float, default=0.05)
     p.add_argument("--eval-batches", type=int, default=0, help="cap held-out batches (0: all)")
     p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the warm-up, record this many steps with torch's profiler and print each CUDA "
+                        "stream's GPU time per step (the model's, the loader's, nvImageCodec's own); the "
+                        "measured throughput starts after them")
     p.add_argument("--gil-probe", action=argparse.BooleanOptionalAction, default=True,
                    help="measure how late the GIL comes (a thread waking every 1 ms; the summary's gil_* fields)")
     p.add_argument("--log-every", type=int, default=50)
@@ -403,7 +454,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     # The GIL probe (the summary's gil_* fields): how busy the GIL is, by any thread. Against the
     # same run with --synthetic, the difference is the input pipeline's Python threads, which
     # can slow a step while the data wait stays zero.
-    meter = StallMeter(batch_size=args.batch_size, warmup=min(args.warmup_steps, max(0, total_steps - 1)),
+    profiler = StepProfiler(args.warmup_steps, args.profile_steps, log) if args.profile_steps > 0 and device.type == "cuda" else None
+    warmup = args.warmup_steps + (args.profile_steps if profiler is not None else 0)
+    meter = StallMeter(batch_size=args.batch_size, warmup=min(warmup, max(0, total_steps - 1)),
                        gil_probe=args.gil_probe)
     windows: List[StallReport] = []
     loss_sum = torch.zeros((), device=device)
@@ -428,6 +481,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             loss_sum += loss.detach()
             loss_n += 1
             step += 1
+            if profiler is not None:
+                profiler.after_step(step)
             if step % args.log_every == 0 or step == total_steps:
                 rep = meter.report(reset=True)
                 if rep.steps > 0:
@@ -453,6 +508,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, **_combine(windows, world),
     }
+    if isinstance(train_pipe, FastdataPipeline):
+        summary["loader"] = train_pipe.detail()
 
     # ---- held-out top-1 ----
     if val_pipe is not None and not args.no_eval:
@@ -488,6 +545,14 @@ def format_table(path: str) -> str:
         top1 = f"{100 * r['top1']:.1f}%" if r.get("top1") is not None else "-"
         rows.append(f"| {r['arch']} | {r['input']} | {r['batch_size']} x {r['world_size']} | {r['images_per_s']:,.0f} | "
                     f"{vs} | {100 * r['data_wait_fraction']:.1f}% | {r['verdict']} | {gpu} | {cpu} | {top1} |")
+    # The loader's side of each fastdata run (FastdataPipeline.detail), under the table
+    for r in runs:
+        d = r.get("loader")
+        if d:
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in d.get("gpu_stage_ms_per_batch", {}).items())
+            rows.append(f"- {r['arch']} {r['input']} {r.get('backend')} ({r['images_per_s']:,.0f} img/s): GPU share "
+                        f"{d['gpu_share']:.2f}, native threads had rows {100 * d['native_occupancy']:.0f}% of the time"
+                        + (f"; the GPU decoder's stages, ms per batch: {stages}" if stages else ""))
     return "\n".join(rows)
 
 

@@ -469,7 +469,7 @@ class FastdataContender:
                                    gpu_share=round(st.gpu_share, 3), native_busy_in_runs=round(st.native_busy_in_runs, 3))
                 # rows read for routing on the producer's call (hybrid: up to the GPU's share)
                 self.detail["rows_read_to_route"] = loader._pipeline.stats["read_rows"]
-                stages = getattr(loader._pipeline.decoders[0], "stage_seconds", None)
+                stages = loader.gpu_stage_seconds()
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)
                     self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}
                     self.detail["gpu_decode_lanes"] = getattr(loader._pipeline.decoders[0], "lanes", 1)

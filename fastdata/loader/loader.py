@@ -284,6 +284,15 @@ class Loader:
     def stats(self) -> LoaderStats:
         return self._stats.snapshot()
 
+    def gpu_stage_seconds(self) -> Dict[str, float]:
+        """Where the GPU decoder's worker threads spent their time since the loader was made
+        (seconds, summed over batches and lanes): ``decode`` (its nvImageCodec calls' wall
+        time), ``decode_cpu`` (their threads' CPU time), ``resample`` (queueing the kernels)
+        and ``gpu_wait`` (waiting for them to finish: the GPU's queue). Empty when no GPU decoder
+        keeps these (native, dali, nvjpeg)."""
+        stages = getattr(self._pipeline.decoders[0], "stage_seconds", None)
+        return dict(stages) if stages else {}
+
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands: resuming from it yields exactly the remaining batches."""
         cur = self._current() if self._current is not None else None

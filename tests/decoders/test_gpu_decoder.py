@@ -310,8 +310,12 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
         with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
             batches = list(loader)
             stats = loader.stats()
+            stages = loader.gpu_stage_seconds()
         out[lanes] = (torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]), decoder)
         assert stats.gpu_rows == len(paths), stats
+        # the stage times reach the Loader: each batch's calls sleep 10 ms (CpuEngines) in its decode stage
+        assert set(stages) == {"decode", "decode_cpu", "resample", "gpu_wait"}, stages
+        assert stages["decode"] >= 0.01 * len(batches) and stages["resample"] > 0, stages
         assert decoder.overlapping_calls == 0
     (a, la, one), (b, lb, two) = out[1], out[2]
     assert la.tolist() == lb.tolist() == list(range(len(paths)))
@@ -571,7 +575,9 @@ def test_hybrid_and_gpu_need_cuda_and_native_counts_its_rows(tmp_path):
     with fastdata.Loader(fastdata.FileList(paths, [0, 1]), batch_size=2, device="cpu") as loader:
         images, _ = next(iter(loader))
         st = loader.stats()
+        stages = loader.gpu_stage_seconds()
     assert images.shape[0] == 2 and st.native_rows == 2 and st.gpu_rows == 0 and st.gpu_share == 0.0
+    assert stages == {}  # no GPU decoder, no stage times
 
 
 def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):

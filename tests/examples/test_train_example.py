@@ -66,10 +66,18 @@ def test_fastdata_pipeline_trains(data):
     assert s["backend"] == "auto"
 
 
-def test_backend_reaches_the_loader(data):
-    s = train.main([str(data), "--loader", "fastdata", "--backend", "native", "--workers", "2", *COMMON])
+def test_backend_reaches_the_loader(data, tmp_path, capsys):
+    results = tmp_path / "runs.jsonl"
+    s = train.main([str(data), "--loader", "fastdata", "--backend", "native", "--workers", "2",
+                    "--results", str(results), *COMMON])
     _check_run(s, "fastdata")
     assert s["backend"] == "native"
+    # the loader's side of the run: all rows native, no GPU decoder stages; the table shows it under the run
+    assert s["loader"]["gpu_share"] == 0.0 and "gpu_stage_ms_per_batch" not in s["loader"]
+    assert 0 < s["loader"]["native_occupancy"] <= 1 and s["loader"]["failures"] == 0
+    capsys.readouterr()
+    train.main(["--table", str(results)])
+    assert "- small_resnet fastdata native" in capsys.readouterr().out
     with pytest.raises(ValueError, match="needs device='cuda'"):  # the Loader got it: hybrid needs CUDA
         train.main([str(data), "--loader", "fastdata", "--backend", "hybrid", "--workers", "2", *COMMON])
 

@@ -96,6 +96,18 @@ def test_synthetic(train):
     assert s["data_wait_fraction"] < 0.05  # nothing to wait for
 
 
+def test_profile_steps_print_each_streams_gpu_time(train, data, capsys):
+    # The profiled steps come after the warm-up and before the measured ones; the loader's
+    # own stream (its copy and normalize) shows beside the model's.
+    s = train.main([str(data), "--loader", "fastdata", "--amp", "bf16", "--profile-steps", "3", *COMMON])
+    _check(s, "fastdata")
+    out = capsys.readouterr().out
+    assert "profile of 3 steps: the GPU ran something" in out, out
+    streams = [line for line in out.splitlines() if line.startswith("  stream ")]
+    assert len(streams) >= 2, out
+    assert s["steps_measured"] <= 20 - 3 - 3, s
+
+
 @pytest.mark.slow
 def test_compile(train, data):
     _check(train.main([str(data), "--loader", "dataloader", "--compile", *COMMON]), "dataloader")
