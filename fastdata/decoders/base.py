@@ -163,17 +163,6 @@ def stored_sizes(plan: CropPlan, rows: Sequence[int]) -> Tuple[np.ndarray, np.nd
     return np.where(turned, sizes[:, 1], sizes[:, 0]), np.where(turned, sizes[:, 0], sizes[:, 1])
 
 
-# CUDA priority of the input pipeline's streams (the pipeline's, the GPU decoder's): torch's
-# scale, lower is higher, 0 the default and clamped to the device's range. Tunable for an A/B
-# beside a training step whose kernels fill the GPU (docs/results.md, twenty-third session).
-STREAM_PRIORITY = 0
-
-
-def input_stream(device: torch.device) -> torch.cuda.Stream:
-    """A new CUDA stream on ``device`` for the input pipeline, at ``STREAM_PRIORITY`` (read now)."""
-    return torch.cuda.Stream(device, priority=STREAM_PRIORITY)
-
-
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small per-batch host tensor (indices, tables, labels) on ``device``, queued on the
     current stream without blocking the host: a copy from pageable memory would wait for

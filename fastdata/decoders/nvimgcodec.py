@@ -49,7 +49,7 @@ import torch
 
 from .. import _C
 from ..io.transforms import RandomResizedCrop, Transform
-from .base import DecodedRows, PlannedBatch, input_stream, stored_sizes
+from .base import DecodedRows, PlannedBatch, stored_sizes
 from .gpu_resize import ImageLayout, resample_batch
 from .routing import gpu_decodable
 
@@ -248,7 +248,11 @@ class NvImageCodecDecoder:
         self._decode_helpers = (ThreadPoolExecutor(instances - lanes, thread_name_prefix="fastdata-gpu-decode")
                                 if instances > lanes else None)
         self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
-        self._decode_streams = ([input_stream(device) for _ in range(instances)]
+        # At the default priority: this decoder's and the pipeline's streams at a high one ran no
+        # faster beside ResNet-18 training as CUDA graphs (hybrid 13,081 against 13,069 img/s, two
+        # alternating pairs, H100, 2026-12-05). nvImageCodec decodes on internal streams of its own
+        # (at the default priority), which these only wait for (docs/results.md, twenty-third session).
+        self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False
         self._lock = threading.Lock()

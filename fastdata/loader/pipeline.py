@@ -54,8 +54,7 @@ import numpy as np
 import torch
 
 from ..decoders import make_decoder
-from ..decoders.base import (BatchOutput, DecodedRows, Decoder, Item, PlannedBatch, check_plugged_decoder, input_stream,
-                             to_device)
+from ..decoders.base import BatchOutput, DecodedRows, Decoder, Item, PlannedBatch, check_plugged_decoder, to_device
 from ..decoders.gpu_resize import place_rows
 from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, read_items, route
@@ -235,7 +234,7 @@ class BatchPipeline:
         self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1,
                                     thread_name=INLINE_THREAD_NAME)
         self.threads = self.engine.threads
-        self.stream = input_stream(self.device) if cuda else None
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
         cpu_norm = None
         if cpu_normalize and gpu is None and not cuda and dtype is not None:
             cpu_norm = (tuple(mean), tuple(std))
