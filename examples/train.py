@@ -171,6 +171,7 @@ class FastdataPipeline:
         self.dtype = dtype
         self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+        self._mark: Optional[Tuple[Any, Dict[str, float]]] = None  # (stats, stage seconds) at the warm-up's end
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
@@ -178,14 +179,22 @@ class FastdataPipeline:
     def stats(self) -> Any:
         return self.loader.stats()
 
+    def mark(self) -> None:
+        """The end of the warm-up: ``detail`` covers the batches after it."""
+        self._mark = (self.loader.stats(), self.loader.gpu_stage_seconds())
+
     def detail(self) -> Dict[str, Any]:
-        """The loader's side of the run, since it was made (warm-up included): the hybrid split,
-        how much of the time the native threads had rows and used them, and the GPU decoder's
-        stage times per batch in ms (``gpu_wait``: its kernels queued on a busy GPU)."""
-        st = self.loader.stats()
+        """The loader's side of the measured steps (since ``mark``; without it, since the loader
+        was made): the hybrid split, how much of the time the native threads had rows and used
+        them, and the GPU decoder's stage times per batch in ms (``gpu_wait``: its kernels queued
+        on a busy GPU)."""
+        st, stages = self.loader.stats(), self.loader.gpu_stage_seconds()
+        if self._mark is not None:
+            before, stages_before = self._mark
+            st = st.since(before)
+            stages = {k: v - stages_before.get(k, 0.0) for k, v in stages.items()}
         out: Dict[str, Any] = {"gpu_share": round(st.gpu_share, 3), "native_occupancy": round(st.native_occupancy, 3),
                                "native_busy_in_runs": round(st.native_busy_in_runs, 3), "failures": st.failures}
-        stages = self.loader.gpu_stage_seconds()
         if stages and st.batches:
             out["gpu_stage_ms_per_batch"] = {k: round(1000 * v / st.batches, 2) for k, v in stages.items()}
         return out
@@ -455,9 +464,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     # same run with --synthetic, the difference is the input pipeline's Python threads, which
     # can slow a step while the data wait stays zero.
     profiler = StepProfiler(args.warmup_steps, args.profile_steps, log) if args.profile_steps > 0 and device.type == "cuda" else None
-    warmup = args.warmup_steps + (args.profile_steps if profiler is not None else 0)
-    meter = StallMeter(batch_size=args.batch_size, warmup=min(warmup, max(0, total_steps - 1)),
-                       gil_probe=args.gil_probe)
+    warmup = min(args.warmup_steps + (args.profile_steps if profiler is not None else 0), max(0, total_steps - 1))
+    meter = StallMeter(batch_size=args.batch_size, warmup=warmup, gil_probe=args.gil_probe)
     windows: List[StallReport] = []
     loss_sum = torch.zeros((), device=device)
     loss_n = 0
@@ -483,6 +491,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             step += 1
             if profiler is not None:
                 profiler.after_step(step)
+            if step == warmup and isinstance(train_pipe, FastdataPipeline):
+                train_pipe.mark()  # the loader's figures in the summary cover the measured steps
             if step % args.log_every == 0 or step == total_steps:
                 rep = meter.report(reset=True)
                 if rep.steps > 0:

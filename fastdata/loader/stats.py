@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,20 @@ class LoaderStats:
     threads: int
     prefetch: int
     batch_size: int
+
+    def since(self, earlier: "LoaderStats") -> "LoaderStats":
+        """The stats of the window from the snapshot ``earlier`` to this one (of the same loader):
+        every count and time is the difference, the rate recomputed over the window's wall time.
+        A training script takes one at the end of its warm-up so that compile time and the
+        pipeline's first batches stay out of the figures."""
+        if earlier.wall_seconds > self.wall_seconds:
+            raise ValueError("since(): the earlier snapshot is later than this one")
+        fixed = {"threads", "prefetch", "batch_size"}
+        values = {f.name: getattr(self, f.name) - getattr(earlier, f.name)
+                  for f in fields(self) if f.name not in fixed | {"images_per_s"}}
+        wall = values["wall_seconds"]
+        return LoaderStats(images_per_s=values["images"] / wall if wall > 0 else 0.0, **values,
+                           **{name: getattr(self, name) for name in fixed})
 
     @property
     def gpu_share(self) -> float:

@@ -525,6 +525,28 @@ def test_stats_account_for_every_batch_and_prefetch_hides_the_pipeline(folder) -
     assert 0 < stats.native_occupancy < 0.5 and 0 < stats.native_busy_in_runs <= 1.01
 
 
+def test_stats_since_an_earlier_snapshot_cover_the_window_between(folder) -> None:
+    # The window after the first two batches: its counts are those of the batches after them,
+    # and the snapshots' differences add back up to the whole.
+    with loader_for(SlowSource(folder[0]), seed=1, prefetch=2) as loader:
+        it = iter(loader)
+        first = [len(next(it)[1]) for _ in range(2)]
+        mark = loader.stats()
+        rest = [len(y) for _, y in it]
+        end = loader.stats()
+    window = end.since(mark)
+    assert (mark.batches, window.batches, end.batches) == (2, 4, 6)
+    assert window.images == sum(rest) and mark.images == sum(first)
+    assert window.native_rows == end.native_rows - mark.native_rows == sum(rest)
+    assert window.wall_seconds == pytest.approx(end.wall_seconds - mark.wall_seconds) and window.wall_seconds > 0
+    assert window.images_per_s == pytest.approx(window.images / window.wall_seconds)
+    assert window.decode_seconds == pytest.approx(end.decode_seconds - mark.decode_seconds)
+    assert (window.threads, window.prefetch, window.batch_size) == (end.threads, end.prefetch, end.batch_size)
+    assert 0 < window.native_occupancy <= 1
+    with pytest.raises(ValueError, match="earlier snapshot is later"):
+        mark.since(end)
+
+
 def test_default_threads_are_this_ranks_share_of_the_node(folder, monkeypatch) -> None:
     # Under torchrun every rank of a node builds its own Loader: each takes its share of the
     # cores, not all of them (N ranks x all cores would oversubscribe the node N times).
