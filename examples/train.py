@@ -193,7 +193,8 @@ class FastdataPipeline:
             before, stages_before = self._mark
             st = st.since(before)
             stages = {k: v - stages_before.get(k, 0.0) for k, v in stages.items()}
-        out: Dict[str, Any] = {"gpu_share": round(st.gpu_share, 3), "native_occupancy": round(st.native_occupancy, 3),
+        out: Dict[str, Any] = {"batches": st.batches, "gpu_share": round(st.gpu_share, 3),
+                               "native_occupancy": round(st.native_occupancy, 3),
                                "native_busy_in_runs": round(st.native_busy_in_runs, 3), "failures": st.failures}
         if stages and st.batches:
             out["gpu_stage_ms_per_batch"] = {k: round(1000 * v / st.batches, 2) for k, v in stages.items()}
@@ -317,13 +318,14 @@ class StepProfiler:
             self._report()
 
     def _report(self) -> None:
-        from fastdata.diagnostics.gpu_streams import busy_union_us, format_stream_busy, stream_busy
+        from fastdata.diagnostics.gpu_streams import busy_union_us, format_stream_busy, load_trace, stream_busy
 
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "trace.json")
             self._prof.export_chrome_trace(path)
-            streams = stream_busy(path)
-            busy, span = busy_union_us(path)
+            trace = load_trace(path)
+        streams = stream_busy(trace)
+        busy, span = busy_union_us(trace)
         self.log(f"profile of {self.steps} steps: the GPU ran something {busy / self.steps / 1e3:.2f} ms/step of "
                  f"{span / self.steps / 1e3:.2f} ms/step ({100 * busy / span:.0f}%)")
         for line in format_stream_busy(streams, self.steps):
@@ -363,8 +365,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--no-eval", action="store_true")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="after the warm-up, record this many steps with torch's profiler and print each CUDA "
-                        "stream's GPU time per step (the model's, the loader's, nvImageCodec's own); the "
-                        "measured throughput starts after them")
+                        "stream's GPU time per step (the model's, the loader's, nvImageCodec's own) and how "
+                        "long its work waited to start; the measured steps start after them")
     p.add_argument("--gil-probe", action=argparse.BooleanOptionalAction, default=True,
                    help="measure how late the GIL comes (a thread waking every 1 ms; the summary's gil_* fields)")
     p.add_argument("--log-every", type=int, default=50)
@@ -463,8 +465,20 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     # The GIL probe (the summary's gil_* fields): how busy the GIL is, by any thread. Against the
     # same run with --synthetic, the difference is the input pipeline's Python threads, which
     # can slow a step while the data wait stays zero.
-    profiler = StepProfiler(args.warmup_steps, args.profile_steps, log) if args.profile_steps > 0 and device.type == "cuda" else None
-    warmup = min(args.warmup_steps + (args.profile_steps if profiler is not None else 0), max(0, total_steps - 1))
+    profiler = None
+    if args.profile_steps > 0:
+        if device.type != "cuda":
+            log("--profile-steps: no CUDA device, nothing to profile")
+        elif args.warmup_steps < 1 or args.warmup_steps + args.profile_steps + 1 >= total_steps:
+            raise SystemExit(f"--profile-steps {args.profile_steps} needs --warmup-steps >= 1 and steps left to measure "
+                             f"after the warm-up and the profiled steps ({total_steps} steps in all)")
+        else:
+            profiler = StepProfiler(args.warmup_steps, args.profile_steps, log)
+    # The measured steps start after the warm-up, and after the profiled steps and the step in
+    # whose wake the profile is written out (the meter's window starts when its last warm-up
+    # batch arrives, before that step runs).
+    warmup = args.warmup_steps + (args.profile_steps + 1 if profiler is not None else 0)
+    warmup = min(warmup, max(0, total_steps - 1))
     meter = StallMeter(batch_size=args.batch_size, warmup=warmup, gil_probe=args.gil_probe)
     windows: List[StallReport] = []
     loss_sum = torch.zeros((), device=device)
@@ -492,7 +506,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             if profiler is not None:
                 profiler.after_step(step)
             if step == warmup and isinstance(train_pipe, FastdataPipeline):
-                train_pipe.mark()  # the loader's figures in the summary cover the measured steps
+                train_pipe.mark()  # the loader's figures in the summary cover the measured steps' batches
             if step % args.log_every == 0 or step == total_steps:
                 rep = meter.report(reset=True)
                 if rep.steps > 0:

@@ -251,7 +251,8 @@ class NvImageCodecDecoder:
         # At the default priority: this decoder's and the pipeline's streams at a high one ran no
         # faster beside ResNet-18 training as CUDA graphs (hybrid 13,081 against 13,069 img/s, two
         # alternating pairs, H100, 2026-12-05). nvImageCodec decodes on internal streams of its own
-        # (at the default priority), which these only wait for (docs/results.md, twenty-third session).
+        # (at the default priority in 0.8's source), which these only wait for (docs/results.md,
+        # twenty-third session).
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False

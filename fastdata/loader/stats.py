@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, fields
+from typing import ClassVar, Tuple
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class LoaderStats:
     prefetch: int
     batch_size: int
 
+    # The fields that are settings, not sums: ``since`` keeps them as they are (every other field
+    # but the rate is a count or a sum of seconds).
+    GAUGES: ClassVar[Tuple[str, ...]] = ("threads", "prefetch", "batch_size")
+
     def since(self, earlier: "LoaderStats") -> "LoaderStats":
         """The stats of the window from the snapshot ``earlier`` to this one (of the same loader):
         every count and time is the difference, the rate recomputed over the window's wall time.
@@ -45,12 +50,11 @@ class LoaderStats:
         pipeline's first batches stay out of the figures."""
         if earlier.wall_seconds > self.wall_seconds:
             raise ValueError("since(): the earlier snapshot is later than this one")
-        fixed = {"threads", "prefetch", "batch_size"}
         values = {f.name: getattr(self, f.name) - getattr(earlier, f.name)
-                  for f in fields(self) if f.name not in fixed | {"images_per_s"}}
+                  for f in fields(self) if f.name not in self.GAUGES + ("images_per_s",)}
         wall = values["wall_seconds"]
         return LoaderStats(images_per_s=values["images"] / wall if wall > 0 else 0.0, **values,
-                           **{name: getattr(self, name) for name in fixed})
+                           **{name: getattr(self, name) for name in self.GAUGES})
 
     @property
     def gpu_share(self) -> float:

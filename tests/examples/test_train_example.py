@@ -74,6 +74,9 @@ def test_backend_reaches_the_loader(data, tmp_path, capsys):
     assert s["backend"] == "native"
     # the loader's side of the run: all rows native, no GPU decoder stages; the table shows it under the run
     assert s["loader"]["gpu_share"] == 0.0 and "gpu_stage_ms_per_batch" not in s["loader"]
+    # the batches after the warm-up (mark); the meter closes a step when the next batch is asked
+    # for, so the last one delivered is not among its measured steps
+    assert s["loader"]["batches"] == 24 - 2 and s["steps_measured"] == 24 - 2 - 1
     assert 0 < s["loader"]["native_occupancy"] <= 1 and s["loader"]["failures"] == 0
     capsys.readouterr()
     train.main(["--table", str(results)])
@@ -141,3 +144,9 @@ def test_ddp_two_processes_train(data, tmp_path, loader):
     assert summary["input"] == loader and summary["world_size"] == 2 and summary["steps"] == 6
     assert summary["val_images"] == 20  # 25% of 80, split over the two ranks
     assert math.isfinite(summary["final_loss"])
+
+
+def test_profile_steps_without_cuda_says_so_and_checks_its_window(data, capsys):
+    s = train.main([str(data), "--loader", "fastdata", "--workers", "2", "--profile-steps", "3", *COMMON])
+    assert "--profile-steps: no CUDA device, nothing to profile" in capsys.readouterr().out
+    assert s["loader"]["batches"] == 24 - 2  # nothing profiled, nothing more left out

@@ -97,15 +97,18 @@ def test_synthetic(train):
 
 
 def test_profile_steps_print_each_streams_gpu_time(train, data, capsys):
-    # The profiled steps come after the warm-up and before the measured ones; the loader's
-    # own stream (its copy and normalize) shows beside the model's.
+    # The profiled steps come after the warm-up, then the step in whose wake the profile is
+    # written, then the measured ones; the model's stream and at least one of the input's
+    # (the loader's copy and normalize, nvImageCodec's) show.
     s = train.main([str(data), "--loader", "fastdata", "--amp", "bf16", "--profile-steps", "3", *COMMON])
     _check(s, "fastdata")
     out = capsys.readouterr().out
     assert "profile of 3 steps: the GPU ran something" in out, out
     streams = [line for line in out.splitlines() if line.startswith("  stream ")]
     assert len(streams) >= 2, out
-    assert s["steps_measured"] <= 20 - 3 - 3, s
+    assert s["loader"]["batches"] == 20 - 3 - 3 - 1 and s["steps_measured"] <= s["loader"]["batches"], s
+    with pytest.raises(SystemExit, match="needs --warmup-steps >= 1"):
+        train.main([str(data), "--loader", "fastdata", "--profile-steps", "17", *COMMON])
 
 
 @pytest.mark.slow
