@@ -13,7 +13,7 @@
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh train18 # the issue's training target: ResNet-18 on the 8,192 set, synthetic vs hybrid, eager and CUDA graphs
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
-#   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
+#   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs; pinned bitstreams A/B
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -221,14 +221,27 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # Synthetic, hybrid and gpu-only, each with 10 steps profiled after the warm-up (each CUDA
     # stream's GPU time per step and launch-to-start delays; those steps are not in the rate), the
     # loader's stage times per batch under the table; then hybrid and gpu-only alone in the bench.
+    # Then hybrid and gpu-only again with the bitstreams staged in pinned memory
+    # (nvimgcodec.PINNED_BITSTREAMS, the A/B switch; their table divides by the same synthetic run).
     set8192
-    rm -f "$OUT/beside.jsonl"
-    for input in "--synthetic" "/tmp/set8192 --no-eval --backend hybrid" "/tmp/set8192 --no-eval --backend gpu"; do
-      python3 examples/train.py $input --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 --profile-steps 10 \
-        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/beside.jsonl" 2>&1 \
+    rm -f "$OUT/beside.jsonl" "$OUT/beside_pinned.jsonl"
+    PINNED="import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = True"
+    for run in "beside|pass|--synthetic" "beside|pass|/tmp/set8192 --no-eval --backend hybrid" \
+               "beside_pinned|$PINNED|/tmp/set8192 --no-eval --backend hybrid" \
+               "beside|pass|/tmp/set8192 --no-eval --backend gpu" "beside_pinned|$PINNED|/tmp/set8192 --no-eval --backend gpu"; do
+      file=${run%%|*}; rest=${run#*|}; setting=${rest%%|*}; input=${rest#*|}
+      echo "== $file: $input"
+      python3 -c "import runpy, sys; $setting
+sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('examples/train.py', run_name='__main__')" \
+        $input --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 --profile-steps 10 \
+        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/$file.jsonl" 2>&1 \
         | grep -E "^profile|^  |Error" | cut -c1-400
+      [ "$input" = "--synthetic" ] && cp "$OUT/beside.jsonl" "$OUT/beside_pinned.jsonl"
     done
-    python3 examples/train.py --table "$OUT/beside.jsonl" | tee "$OUT/beside.md"
+    for file in beside beside_pinned; do
+      echo "== $file"
+      python3 examples/train.py --table "$OUT/$file.jsonl" | tee "$OUT/$file.md"
+    done
     for contender in fastdata-hybrid fastdata-gpu; do
       fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
         --compare $contender 2>&1 | grep -E "backend=|GPU side|JPEG" | grep -v '^\['

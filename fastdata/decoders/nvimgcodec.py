@@ -50,6 +50,7 @@ import torch
 from .. import _C
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
+from .buffer_pool import BufferPool
 from .gpu_resize import ImageLayout, resample_batch
 from .routing import gpu_decodable
 
@@ -153,6 +154,14 @@ BUFFER_ROUNDING = 2 * 2**20
 # The spare buffers of one decoder hold at most this many bytes together (three batches of
 # 256 photo-like 500x375 images, 144 MB each, fit with room to spare).
 BUFFER_POOL_BYTES = 1024 * 2**20
+# Copy each batch's GPU rows' bitstreams into pinned host memory before the nvImageCodec calls.
+# An A/B switch, not yet measured on a GPU (docs/results.md, twenty-third session): nvImageCodec
+# uploaded them from pageable memory (the profile's `Memcpy HtoD (Pageable -> Device)` on its
+# own streams), a copy CUDA may hold until its stream's earlier work is done, and that work
+# queues behind a training step's kernels; nvJPEG's hardware decode alone ran 6-13% faster from
+# pinned bitstreams (one thread, H100). The staging costs a host copy of the rows' bytes (1.3 ms
+# for 128 rows of the 8,192 set, 15 MB, on the 2-core box).
+PINNED_BITSTREAMS = False
 # _C.NvImageCodecBatch.decode's per-row statuses; NOT_CALLED: none given (the row was in no call).
 DECODED = 0
 NOT_CALLED = 255
@@ -257,7 +266,10 @@ class NvImageCodecDecoder:
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False
         self._lock = threading.Lock()
-        self._spare_buffers: List[torch.Tensor] = []  # finished batches' image buffers (_take_buffer)
+        # Finished batches' image buffers (_take_buffer) and staged bitstreams (PINNED_BITSTREAMS)
+        self._images = BufferPool(self.depth + 1, BUFFER_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
+        self.pinned_bitstreams = PINNED_BITSTREAMS
+        self._bitstreams = BufferPool(self.depth + 1, BUFFER_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         # Where the workers' time goes, summed over batches (and lanes; seconds of wall time): the
         # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
@@ -312,7 +324,8 @@ class NvImageCodecDecoder:
             if worker is not None:
                 worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
         self._decoders = []
-        self._spare_buffers = []  # their memory goes back to torch now, not when this object does
+        self._images.clear()  # their memory goes back to torch now, not when this object does
+        self._bitstreams.clear()
 
     # ---- the two stages ----
     # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
@@ -331,6 +344,8 @@ class NvImageCodecDecoder:
             decoded = _Decoded(rows, layout, lead=self._lane_leads[lane])
             if rows:
                 decoded.buffer = self._take_buffer(decoded.nbytes, decoded.lead)
+                if self.pinned_bitstreams:
+                    decoded.staging, decoded.bitstreams = self._stage_bitstreams(batch, rows)
                 if self.device.type == "cuda" and len(self._decode_streams) > 1:
                     # The buffer belongs to the lead's stream (torch's allocator): the other instances'
                     # streams write it only after that stream's work so far (a block it reused, say).
@@ -363,6 +378,7 @@ class NvImageCodecDecoder:
             for stream in self._decode_streams:
                 if stream is not None:
                     stream.synchronize()
+            self._bitstreams.give(decoded.staging)  # the uploads from it are done (synchronized above)
             raise error
         # Every row is in exactly one call (engine_calls); one that were not would keep NOT_CALLED
         # and go back to the native threads, never be resampled from an unwritten buffer.
@@ -384,9 +400,12 @@ class NvImageCodecDecoder:
 
         def call(positions: np.ndarray, cuda_stream: int) -> np.ndarray:
             rows = [decoded.rows[p] for p in positions]
-            datas = [batch.datas[r] for r in rows]
-            if rows and batch.plan.subsamplings[rows[0]] == GRAY_CODE:  # a call holds one subsampling (engine_calls)
-                datas = [engine_bytes(data) for data in datas]
+            if decoded.bitstreams is not None:  # staged (PINNED_BITSTREAMS), engine_bytes applied
+                datas = [decoded.bitstreams[p] for p in positions]
+            else:
+                datas = [batch.datas[r] for r in rows]
+                if rows and batch.plan.subsamplings[rows[0]] == GRAY_CODE:  # a call holds one subsampling (engine_calls)
+                    datas = [engine_bytes(data) for data in datas]
             return np.asarray(self._decoders[k].decode(datas, decoded.buffer.data_ptr(), decoded.nbytes,
                                                        layout.base[positions], layout.height[positions],
                                                        layout.width[positions], cuda_stream))
@@ -404,36 +423,36 @@ class NvImageCodecDecoder:
         return _Share(np.concatenate(calls), np.concatenate(statuses), ready, time.thread_time() - c0)
 
     def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
-        """A buffer of at least ``nbytes`` for a batch's images: the smallest spare one that fits,
-        else a new one with BUFFER_HEADROOM to spare. Batches' byte counts vary (the hybrid
-        split, image sizes); from torch's caching allocator, free device memory fell 67-78 MB
-        from a Loader's second epoch to its third (batch 32, H200), so
-        the decoder keeps at most ``depth + 1`` buffers of its own and reuses them."""
-        with self._lock:
-            # By position, never by ``list.remove``: that compares tensors with ==, element-wise.
-            fitting = [k for k, b in enumerate(self._spare_buffers) if b.numel() >= nbytes]
-            if fitting:
-                return self._spare_buffers.pop(min(fitting, key=lambda k: self._spare_buffers[k].numel()))
-        size = -(-int(nbytes * BUFFER_HEADROOM) // BUFFER_ROUNDING) * BUFFER_ROUNDING
-        if self.device.type != "cuda":
-            return torch.empty(size, dtype=torch.uint8)
-        with torch.cuda.device(self.device), torch.cuda.stream(self._decode_streams[lead]):
-            return torch.empty(size, dtype=torch.uint8, device=self.device)
+        """A buffer of at least ``nbytes`` for a batch's images (BufferPool), new ones on the
+        lead instance's stream."""
+        def allocate(size: int) -> torch.Tensor:
+            if self.device.type != "cuda":
+                return torch.empty(size, dtype=torch.uint8)
+            with torch.cuda.device(self.device), torch.cuda.stream(self._decode_streams[lead]):
+                return torch.empty(size, dtype=torch.uint8, device=self.device)
+        return self._images.take(nbytes, allocate)
 
     def _give_buffer(self, buffer: Optional[torch.Tensor]) -> None:
-        """Keep a finished batch's buffer for a later one; beyond ``depth + 1``, the smallest goes."""
-        if buffer is None:
-            return
-        with self._lock:
-            self._spare_buffers.append(buffer)
-            if len(self._spare_buffers) > self.depth + 1:
-                sizes = [b.numel() for b in self._spare_buffers]
-                self._spare_buffers.pop(sizes.index(min(sizes)))
-            # A rare huge batch must not stay reserved on the training GPU: over the byte cap,
-            # the largest go.
-            while sum(b.numel() for b in self._spare_buffers) > BUFFER_POOL_BYTES:
-                sizes = [b.numel() for b in self._spare_buffers]
-                self._spare_buffers.pop(sizes.index(max(sizes)))
+        """Keep a finished batch's image buffer for a later one (BufferPool)."""
+        self._images.give(buffer)
+
+    def _stage_bitstreams(self, batch: PlannedBatch, rows: List[int]) -> Tuple[torch.Tensor, List[np.ndarray]]:
+        """The rows' bitstreams (gray ones as ``engine_bytes`` gives them) copied one after
+        another into a pinned host buffer (plain memory off CUDA: the CPU stand-in), and a view
+        of each. The buffer must outlive the uploads queued from it: it goes back to its pool
+        only once the batch's kernels are done (``_resample_stage``)."""
+        gray = np.asarray(batch.plan.subsamplings)[rows] == GRAY_CODE
+        sources = [engine_bytes(batch.datas[r]) if g else batch.datas[r] for r, g in zip(rows, gray)]
+        offsets = np.concatenate([[0], np.cumsum([len(d) for d in sources])])
+        staging = self._bitstreams.take(int(offsets[-1]), lambda size: torch.empty(
+            size, dtype=torch.uint8, pin_memory=self.device.type == "cuda"))
+        host = staging.numpy()
+        views = []
+        for data, start, end in zip(sources, offsets[:-1], offsets[1:]):
+            view = host[start:end]
+            np.copyto(view, data)
+            views.append(view)
+        return staging, views
 
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
                         stream: Optional[torch.cuda.Stream]) -> DecodedRows:
@@ -461,7 +480,9 @@ class NvImageCodecDecoder:
                     done.synchronize()  # complete before the buffer goes and before finish hands the pixels on
                     self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
         self._give_buffer(decoded.buffer)  # the kernels are done with it (synchronized above)
-        decoded.buffer = None
+        # and the engines with the bitstreams: the kernels ran after the decode streams' work
+        self._bitstreams.give(decoded.staging)
+        decoded.buffer = decoded.staging = decoded.bitstreams = None
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch,
         # the decode stage's counted as its share of the time it overlapped other lanes' batches.
         result.seconds = max(decoded.charged, time.perf_counter() - t0)
@@ -634,6 +655,8 @@ class _Decoded:
     buffer: Optional[torch.Tensor] = None
     lead: int = 0  # the decoder instance whose stream the buffer was taken on (its lane's first)
     allocated: Optional[Any] = None  # torch.cuda.Event on the lead's stream after the buffer was taken
+    staging: Optional[torch.Tensor] = None  # PINNED_BITSTREAMS: the pinned buffer holding the rows' bitstreams
+    bitstreams: Optional[List[np.ndarray]] = None  # and a view of each row's, by position
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
     seconds: float = 0.0  # stage 1's wall time

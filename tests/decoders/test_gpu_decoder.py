@@ -50,6 +50,7 @@ class CpuEngines(NvImageCodecDecoder):
                          decode_threads=decode_threads, lanes=lanes)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
+        self.given_datas = []  # every row's bytes as given to nvImageCodec
         self.subsamplings = []  # per call, the subsamplings of the rows given
         self.instances = []  # per call, the decoder instance called
         self.overlapping_calls = 0  # calls that found their instance in another thread's call
@@ -72,6 +73,7 @@ class CpuEngines(NvImageCodecDecoder):
                 ptr, _, offsets, heights, widths = args[:5]
                 with lock:
                     self.given.append(len(datas))
+                    self.given_datas.extend(datas)
                     self.subsamplings.append({fastdata.probe(d).subsampling for d in datas})
                     self.instances.append(k)
                 for i in range(len(datas)):
@@ -112,6 +114,40 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
             assert (a[row] == 0).all()
         else:  # same crop box (the plan's): a box one pixel off scores far below this
             assert psnr(a[row], b[row]) >= 35, (name, psnr(a[row], b[row]))
+
+
+@needs_interpreter
+def test_pinned_bitstreams_are_staged_in_one_buffer_per_batch_and_decode_the_same(tmp_path):
+    # PINNED_BITSTREAMS (an A/B switch): each batch's GPU rows' bytes are copied into one staged
+    # buffer (pinned on CUDA; plain memory for this stand-in), gray rows as engine_bytes gives
+    # them, and that buffer goes back to its pool once the batch is resampled.
+    from fastdata.decoders.nvimgcodec import engine_bytes
+
+    paths = hard_case_folder(tmp_path)
+    indices = np.arange(700, 700 + len(paths))
+    transform = fastdata.RandomResizedCrop(64)
+    cfg = dict(device="cpu", dtype=None, seed=4, threads=2)
+    out = {}
+    for pinned in (False, True):
+        decoder = CpuEngines(transform)
+        decoder.pinned_bitstreams = pinned
+        with make_backend(decoder, transform, **cfg) as gpu:
+            out[pinned] = gpu.run(paths, indices, 2)
+            staged = decoder._bitstreams.spare
+        out[pinned] += (decoder,)
+    (a, fa, ra, plain), (b, fb, rb, staging) = out[False], out[True]
+    assert np.array_equal(a, b) and ra == rb and [e.name for e in fa] == [e.name for e in fb]
+    assert plain._bitstreams.spare == [] and len(staged) == 1  # one batch, its buffer back in the pool
+    buffer = staged[0].numpy()
+    lo, hi = buffer.ctypes.data, buffer.ctypes.data + buffer.nbytes
+    assert len(staging.given_datas) == len(plain.given_datas) >= 7
+    for given in staging.given_datas:
+        assert lo <= given.ctypes.data and given.ctypes.data + given.nbytes <= hi  # a view into the staged buffer
+    # the same bytes reached nvImageCodec either way (gray rows rewritten by engine_bytes in both)
+    key = lambda d: bytes(memoryview(d))
+    assert sorted(map(key, staging.given_datas)) == sorted(map(key, plain.given_datas))
+    gray = Path([p for p in paths if p.endswith("gray.jpg")][0]).read_bytes()
+    assert key(engine_bytes(np.frombuffer(gray, np.uint8).copy())) in set(map(key, staging.given_datas))
 
 
 def test_the_engines_take_baseline_files_of_their_subsamplings_only():
@@ -452,15 +488,15 @@ def test_image_buffers_are_reused_and_bounded():
             held.append(buf)
         for buf in held:
             decoder._give_buffer(buf)
-        kept = decoder._spare_buffers
+        kept = decoder._images.spare
         assert len(kept) == decoder.depth + 1
         assert sorted(b.numel() for b in kept) == sorted(b.numel() for b in held)[-(decoder.depth + 1):]
         smallest = min(kept, key=lambda b: b.numel())  # every kept one fits 3 MB
         again = decoder._take_buffer(3 * 2**20, 0)
-        assert again is smallest and len(decoder._spare_buffers) == decoder.depth  # handed out, not a new one
+        assert again is smallest and len(decoder._images.spare) == decoder.depth  # handed out, not a new one
     finally:
         decoder.close()
-    assert decoder._spare_buffers == []
+    assert decoder._images.spare == []
 
 
 def test_image_buffer_pool_drops_the_largest_over_its_byte_cap(monkeypatch):
@@ -472,7 +508,7 @@ def test_image_buffer_pool_drops_the_largest_over_its_byte_cap(monkeypatch):
         small, huge = decoder._take_buffer(2 * 2**20, 0), decoder._take_buffer(30 * 2**20, 0)
         decoder._give_buffer(small)
         decoder._give_buffer(huge)  # one rare large batch: not kept
-        assert len(decoder._spare_buffers) == 1 and decoder._spare_buffers[0] is small
+        assert len(decoder._images.spare) == 1 and decoder._images.spare[0] is small
     finally:
         decoder.close()
 

@@ -37,8 +37,11 @@ def mixed(tmp_path_factory):
     return str(root), fastdata.ImageFolder(str(root))
 
 
-def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch):
+@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned-bitstreams"])
+def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned):
     from fastdata.decoders import nvimgcodec
+
+    monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)  # the A/B switch: the same pixels either way
 
     _, source = mixed
     paths = [source.fetch([i])[0] for i in range(len(source))]
