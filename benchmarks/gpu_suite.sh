@@ -13,7 +13,8 @@
 #   bash benchmarks/gpu_suite.sh train   # examples/train.py: ResNet-50/18, DataLoader vs fastdata vs synthetic
 #   bash benchmarks/gpu_suite.sh train18 # the issue's training target: ResNet-18 on the 8,192 set, synthetic vs hybrid, eager and CUDA graphs
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
-#   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs; pinned bitstreams A/B
+#   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
+#   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -25,7 +26,7 @@ set8192() {
   [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -220,35 +221,45 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     # the GPU side's decode calls took 2.4x (gpu-only) to 4.4x (hybrid) their bench time per row).
     # Synthetic, hybrid and gpu-only, each with 10 steps profiled after the warm-up (each CUDA
     # stream's GPU time per step and launch-to-start delays; those steps are not in the rate), the
-    # loader's stage times per batch under the table; then hybrid and gpu-only alone in the bench.
-    # Then hybrid and gpu-only again with the bitstreams staged in pinned memory
-    # (nvimgcodec.PINNED_BITSTREAMS, the A/B switch; their table divides by the same synthetic run).
+    # loader's stage times per batch under the table; then hybrid and gpu-only alone in the bench,
+    # and nvJPEG's hardware decode without nvImageCodec beside a ResNet-18 graph (stream priority,
+    # pinned bitstreams; the twenty-third session's run lacked the preallocation).
     set8192
-    rm -f "$OUT/beside.jsonl" "$OUT/beside_pinned.jsonl"
-    PINNED="import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = True"
-    for run in "beside|pass|--synthetic" "beside|pass|/tmp/set8192 --no-eval --backend hybrid" \
-               "beside_pinned|$PINNED|/tmp/set8192 --no-eval --backend hybrid" \
-               "beside|pass|/tmp/set8192 --no-eval --backend gpu" "beside_pinned|$PINNED|/tmp/set8192 --no-eval --backend gpu"; do
-      file=${run%%|*}; rest=${run#*|}; setting=${rest%%|*}; input=${rest#*|}
-      echo "== $file: $input"
-      python3 -c "import runpy, sys; $setting
-sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('examples/train.py', run_name='__main__')" \
-        $input --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 --profile-steps 10 \
-        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/$file.jsonl" 2>&1 \
+    rm -f "$OUT/beside.jsonl"
+    for input in "--synthetic" "/tmp/set8192 --no-eval --backend hybrid" "/tmp/set8192 --no-eval --backend gpu"; do
+      python3 examples/train.py $input --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 --profile-steps 10 \
+        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/beside.jsonl" 2>&1 \
         | grep -E "^profile|^  |Error" | cut -c1-400
-      [ "$input" = "--synthetic" ] && cp "$OUT/beside.jsonl" "$OUT/beside_pinned.jsonl"
     done
-    for file in beside beside_pinned; do
-      echo "== $file"
-      python3 examples/train.py --table "$OUT/$file.jsonl" | tee "$OUT/$file.md"
-    done
+    python3 examples/train.py --table "$OUT/beside.jsonl" | tee "$OUT/beside.md"
     for contender in fastdata-hybrid fastdata-gpu; do
       fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
         --compare $contender 2>&1 | grep -E "backend=|GPU side|JPEG" | grep -v '^\['
     done
-    # nvJPEG's hardware decode without nvImageCodec, alone and beside a ResNet-18 graph: stream
-    # priority and pinned bitstreams (the twenty-third session's run lacked the preallocation)
     python3 benchmarks/bench_nvjpeg_beside_load.py /tmp/set8192 --preallocate 2>&1 | grep -v Warning | tail -16
+    ;;
+  pinned)
+    # The A/B of nvimgcodec.PINNED_BITSTREAMS (the GPU rows' bitstreams staged in pinned memory)
+    # beside ResNet-18 training as CUDA graphs on the 8,192 set: alternating, each run its own
+    # process; one table per variant, each against the same synthetic run.
+    set8192
+    rm -f "$OUT/pinned_off.jsonl" "$OUT/pinned_on.jsonl"
+    python3 examples/train.py --synthetic --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
+      --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/pinned_off.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
+    cp "$OUT/pinned_off.jsonl" "$OUT/pinned_on.jsonl"
+    for run in "off|hybrid" "on|hybrid" "on|gpu" "off|gpu" "off|hybrid" "on|hybrid"; do
+      variant=${run%%|*}; backend=${run#*|}; value=False; [ $variant = on ] && value=True
+      echo "== pinned $variant, $backend"
+      python3 -c "import runpy, sys; import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = $value
+sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('examples/train.py', run_name='__main__')" \
+        /tmp/set8192 --no-eval --backend $backend --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
+        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/pinned_$variant.jsonl" 2>&1 \
+        | grep -E "^summary|Error" | cut -c1-200
+    done
+    for variant in off on; do
+      echo "== pinned $variant"
+      python3 examples/train.py --table "$OUT/pinned_$variant.jsonl" | tee "$OUT/pinned_$variant.md"
+    done
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5

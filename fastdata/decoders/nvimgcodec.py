@@ -159,9 +159,13 @@ BUFFER_POOL_BYTES = 1024 * 2**20
 # uploaded them from pageable memory (the profile's `Memcpy HtoD (Pageable -> Device)` on its
 # own streams), a copy CUDA may hold until its stream's earlier work is done, and that work
 # queues behind a training step's kernels; nvJPEG's hardware decode alone ran 6-13% faster from
-# pinned bitstreams (one thread, H100). The staging costs a host copy of the rows' bytes (1.3 ms
-# for 128 rows of the 8,192 set, 15 MB, on the 2-core box).
+# pinned bitstreams (one thread, H100, bitstreams pinned before timing). The staging costs a host
+# copy of the rows' bytes on the lane's decode thread before its calls (1.3 ms for 128 rows of
+# the 8,192 set, 15 MB, on the 2-core box; about twice that for a gpu-only batch of 256).
 PINNED_BITSTREAMS = False
+# The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
+# bytes together: a batch of 256 rows of the 8,192 set stages about 30 MB.
+BITSTREAM_POOL_BYTES = 256 * 2**20
 # _C.NvImageCodecBatch.decode's per-row statuses; NOT_CALLED: none given (the row was in no call).
 DECODED = 0
 NOT_CALLED = 255
@@ -269,7 +273,7 @@ class NvImageCodecDecoder:
         # Finished batches' image buffers (_take_buffer) and staged bitstreams (PINNED_BITSTREAMS)
         self._images = BufferPool(self.depth + 1, BUFFER_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         self.pinned_bitstreams = PINNED_BITSTREAMS
-        self._bitstreams = BufferPool(self.depth + 1, BUFFER_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
+        self._bitstreams = BufferPool(self.depth + 1, BITSTREAM_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         # Where the workers' time goes, summed over batches (and lanes; seconds of wall time): the
         # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
@@ -344,14 +348,14 @@ class NvImageCodecDecoder:
             decoded = _Decoded(rows, layout, lead=self._lane_leads[lane])
             if rows:
                 decoded.buffer = self._take_buffer(decoded.nbytes, decoded.lead)
-                if self.pinned_bitstreams:
-                    decoded.staging, decoded.bitstreams = self._stage_bitstreams(batch, rows)
                 if self.device.type == "cuda" and len(self._decode_streams) > 1:
                     # The buffer belongs to the lead's stream (torch's allocator): the other instances'
                     # streams write it only after that stream's work so far (a block it reused, say).
                     decoded.allocated = torch.cuda.Event()
                     decoded.allocated.record(self._decode_streams[decoded.lead])
             try:
+                if rows and self.pinned_bitstreams:  # on this thread, before any call: on the batch's critical path
+                    decoded.staging, decoded.bitstreams = self._stage_bitstreams(batch, rows)
                 work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], self._lane_instances[lane])
                 for k in range(len(work)):
                     if work[k] and k != decoded.lead:
