@@ -26,6 +26,15 @@ set8192() {
   [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
 }
+# fastdata-bench (TARGET bench) or examples/train.py (TARGET train) with ARGS, in one process
+# after the Python statements SETTING: a module switch set before anything is made, for an A/B
+# ("pass" for none).   with_setting SETTING TARGET ARGS...
+with_setting() {
+  local setting=$1 target=$2; shift 2
+  python3 -c "import runpy, sys; $setting
+if sys.argv[1] == 'bench': sys.argv = ['fastdata-bench'] + sys.argv[2:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')
+else: sys.argv = ['train.py'] + sys.argv[2:]; runpy.run_path('examples/train.py', run_name='__main__')" "$target" "$@"
+}
 stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|ddp}
 case "$stage" in
   setup)
@@ -70,8 +79,7 @@ case "$stage" in
     # (4:2:0, 4:2:2 and 4:4:4, each on instances of its own; docs/results.md, ninth and tenth sessions).
     for setting in "n.ENGINE_SUBSAMPLING_CODES = [4]" "pass" "n.ENGINE_SUBSAMPLING_CODES = [4]" "pass"; do
       echo "== $setting"
-      python3 -c "import runpy, sys; import fastdata.decoders.nvimgcodec as n; $setting
-sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')" \
+      with_setting "import fastdata.decoders.nvimgcodec as n; $setting" bench \
         /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 40 \
         --compare fastdata-gpu,fastdata-hybrid 2>&1 | grep -v '^\[' | tail -6
     done
@@ -97,9 +105,7 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
                "fastdata-hybrid|pass"; do
       k=$((k + 1)); contender=${run%%|*}; setting=${run#*|}
       echo "== $k $contender: $setting"
-      python3 -c "import runpy, sys; $setting
-sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')" \
-        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
+      with_setting "$setting" bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
         --compare "$contender" --json "$OUT/contention_$k.json" 2>&1 | grep -E "backend=" | grep -v '^\[' | tail -1
     done
     # Where hybrid's threads are, steady state: py-spy (when installed) attached 14 s into a run
@@ -150,9 +156,7 @@ PY
     [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
     for setting in "_C._set_claim_largest_first(False)" "pass" "_C._set_claim_largest_first(False)" "pass"; do
       echo "== $setting"
-      python3 -c "import runpy, sys; from fastdata import _C; $setting
-sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')" \
-        /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 30 \
+      with_setting "from fastdata import _C; $setting" bench /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 30 \
         --compare fastdata-hybrid 2>&1 | grep -E "backend=hybrid" | grep -v '^\['
     done
     ;;
@@ -250,9 +254,7 @@ sys.argv = ['fastdata-bench'] + sys.argv[1:]; runpy.run_module('fastdata.cli.ben
     for run in "off|hybrid" "on|hybrid" "on|gpu" "off|gpu" "off|hybrid" "on|hybrid"; do
       variant=${run%%|*}; backend=${run#*|}; value=False; [ $variant = on ] && value=True
       echo "== pinned $variant, $backend"
-      python3 -c "import runpy, sys; import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = $value
-sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('examples/train.py', run_name='__main__')" \
-        /tmp/set8192 --no-eval --backend $backend --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
+      with_setting "import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = $value" train /tmp/set8192 --no-eval --backend $backend --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
         --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/pinned_$variant.jsonl" 2>&1 \
         | grep -E "^summary|Error" | cut -c1-200
     done

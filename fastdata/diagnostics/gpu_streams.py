@@ -44,13 +44,6 @@ class StreamBusy:
     delays_us: List[float] = field(default_factory=list)
     calls_us: List[float] = field(default_factory=list)
 
-    def top(self, n: int) -> List[Tuple[str, float]]:
-        """The ``n`` kernel or copy names that took the most GPU time, with their µs."""
-        return _largest(self.by_name, n)
-
-
-def _largest(by_name: Dict[str, float], n: int) -> List[Tuple[str, float]]:
-    return sorted(by_name.items(), key=lambda kv: -kv[1])[:n]
 
 
 def load_trace(path: str) -> dict:
@@ -76,7 +69,7 @@ def stream_busy(trace: dict) -> List[StreamBusy]:
                 for e in trace.get("traceEvents", [])
                 if e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {}) and "ts" in e}
     streams: Dict[int, StreamBusy] = {}
-    calls_seen: Dict[int, Set[int]] = {}
+    calls_counted: Set[int] = set()  # a graph launch queues many kernels: its call counts once
     for e in events:
         args = e.get("args", {})
         sid = int(args.get("stream", e.get("tid", -1)))
@@ -89,9 +82,8 @@ def stream_busy(trace: dict) -> List[StreamBusy]:
         if correlation in launches:
             call_start, call_us = launches[correlation]
             s.delays_us.append(max(0.0, float(e["ts"]) - (call_start + call_us)))
-            seen = calls_seen.setdefault(sid, set())
-            if correlation not in seen:  # a graph launch queues many kernels: its call counts once
-                seen.add(correlation)
+            if correlation not in calls_counted:
+                calls_counted.add(correlation)
                 s.calls_us.append(call_us)
     return sorted(streams.values(), key=lambda s: -s.busy_us)
 
@@ -121,7 +113,8 @@ def format_stream_busy(streams: Sequence[StreamBusy], steps: int, top: int = 4, 
         busy, count = sum(s.busy_us for s in group), sum(s.count for s in group)
         delays = [d for s in group for d in s.delays_us]
         calls = [c for s in group for c in s.calls_us]
-        names = ", ".join(f"{name[:name_width]} {us / steps / 1e3:.2f}" for name, us in _largest(by_name, top))
+        largest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+        names = ", ".join(f"{name[:name_width]} {us / steps / 1e3:.2f}" for name, us in largest)
         waited = ""
         if delays:
             waited = (f"; launch to start median {_quantile(delays, 0.5):.0f} us, p90 {_quantile(delays, 0.9):.0f} us "

@@ -37,7 +37,7 @@ def test_streams_are_summed_apart_and_the_union_counts_overlaps_once(tmp_path):
         {"ph": "i", "cat": "kernel", "name": "marker", "ts": 1500, "pid": 0, "tid": 7}])
     streams = stream_busy(trace)
     assert [(s.stream, s.busy_us, s.count) for s in streams] == [(7, 200.0, 2), (21, 70.0, 2)]
-    assert streams[1].top(1) == [("nvjpeg::convert", 50.0)]
+    assert streams[1].by_name == {"nvjpeg::convert": 50.0, "Memcpy HtoD": 20.0}
     # busy: 1000-1120 (conv + the overlapping 50 us), 1200-1300, 1400-1420 = 240 of a 420 us span
     assert busy_union_us(trace) == (240.0, 420.0)
     lines = format_stream_busy(streams, steps=2)
