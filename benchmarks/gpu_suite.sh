@@ -15,6 +15,7 @@
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
+#   bash benchmarks/gpu_suite.sh calls   # the engines' calls through nvImageCodec or nvJPEG directly: bench, then beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -35,7 +36,7 @@ with_setting() {
 if sys.argv[1] == 'bench': sys.argv = ['fastdata-bench'] + sys.argv[2:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')
 else: sys.argv = ['train.py'] + sys.argv[2:]; runpy.run_path('examples/train.py', run_name='__main__')" "$target" "$@"
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|calls|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -261,6 +262,34 @@ PY
     for variant in off on; do
       echo "== pinned $variant"
       python3 examples/train.py --table "$OUT/pinned_$variant.jsonl" | tee "$OUT/pinned_$variant.md"
+    done
+    ;;
+  calls)
+    # The A/B of nvimgcodec.ENGINE_CALLS: the engines' calls through nvImageCodec's C API or
+    # nvJPEG's hardware batched decode called directly (_C.NvJpegBatch: on the decoder's own
+    # streams, a sleeping wait). First fastdata-bench alone (gpu and hybrid), then beside
+    # ResNet-18 training as CUDA graphs on the 8,192 set; alternating, each run its own process.
+    set8192
+    for run in "nvimgcodec|gpu" "nvjpeg|gpu" "nvjpeg|hybrid" "nvimgcodec|hybrid"; do
+      calls=${run%%|*}; backend=${run#*|}
+      echo "== bench $calls, $backend"
+      with_setting "import fastdata.decoders.nvimgcodec as n; n.ENGINE_CALLS = '$calls'" bench /tmp/set8192 --device cuda \
+        --dtype float16 --batch-size 256 --threads 16 --seconds 15 --rounds 1 --compare fastdata-$backend 2>&1 | tail -4
+    done
+    rm -f "$OUT/calls_nvimgcodec.jsonl" "$OUT/calls_nvjpeg.jsonl"
+    python3 examples/train.py --synthetic --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
+      --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/calls_nvimgcodec.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
+    cp "$OUT/calls_nvimgcodec.jsonl" "$OUT/calls_nvjpeg.jsonl"
+    for run in "nvimgcodec|hybrid" "nvjpeg|hybrid" "nvjpeg|gpu" "nvimgcodec|gpu"; do
+      calls=${run%%|*}; backend=${run#*|}
+      echo "== train $calls, $backend"
+      with_setting "import fastdata.decoders.nvimgcodec as n; n.ENGINE_CALLS = '$calls'" train /tmp/set8192 --no-eval --backend $backend --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
+        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/calls_$calls.jsonl" 2>&1 \
+        | grep -E "^summary|Error" | cut -c1-200
+    done
+    for calls in nvimgcodec nvjpeg; do
+      echo "== calls $calls"
+      python3 examples/train.py --table "$OUT/calls_$calls.jsonl" | tee "$OUT/calls_$calls.md"
     done
     ;;
   ddp)

@@ -20,6 +20,9 @@ decoder made a code stream object and read an array interface per image, and the
 ``decode`` takes the GIL back for every image it returns (read in its v0.8 source); per batch
 of 256, hundreds of GIL hand-overs beside the training thread. On the H200, gpu-only training
 ran 57-60% of synthetic through that API and 71-75% through this call (docs/results.md).
+``ENGINE_CALLS = "nvjpeg"`` swaps that call for nvJPEG's hardware batched decode called directly
+(``_C.NvJpegBatch``, csrc/gpu/nvjpeg_batch.cpp; same arguments and statuses): an A/B switch for
+the loader beside training, not yet run on a GPU.
 
 Which rows: 8-bit Huffman JPEGs with 1 or 3 components that end with EOI (routing.py's
 ``gpu_decodable``), gray, 4:2:0, 4:2:2 or 4:4:4 (``ENGINE_SUBSAMPLINGS``: 4:4:0 and 4:1:1 go
@@ -133,6 +136,54 @@ def nvimgcodec_module() -> Any:
     return nvimgcodec
 
 
+def nvjpeg_library() -> str:
+    """Path of the nvidia-nvjpeg wheel's libnvjpeg (``nvidia/cu13/lib``), for ENGINE_CALLS="nvjpeg"."""
+    try:
+        import nvidia
+    except ImportError:
+        raise ImportError(GPU_MISSING) from None
+    for base in getattr(nvidia, "__path__", []):  # a namespace package: one folder per wheel's site
+        path = os.path.join(base, "cu13", "lib", "libnvjpeg.so.13")
+        if os.path.exists(path):
+            return path
+    raise ImportError(GPU_MISSING)
+
+
+def cudart_library() -> str:
+    """The CUDA runtime this process has loaded (torch's; its path from /proc/self/maps), else the
+    nvidia-cuda-runtime wheel's, else its soname for the loader's search path."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if os.path.basename(path).startswith("libcudart.so") and os.path.isabs(path):
+                    return path
+    except OSError:  # not Linux's /proc: look further
+        pass
+    try:
+        import nvidia
+
+        for base in getattr(nvidia, "__path__", []):
+            path = os.path.join(base, "cu13", "lib", "libcudart.so.13")
+            if os.path.exists(path):
+                return path
+    except ImportError:
+        pass
+    return "libcudart.so.13"
+
+
+def _nvjpeg_instances(count: int, device: torch.device) -> List[Any]:
+    """``count`` nvJPEG hardware decoders (_C.NvJpegBatch), made on ``device``."""
+    library, runtime = NVJPEG_LIBRARY or nvjpeg_library(), CUDART_LIBRARY or cudart_library()
+    try:
+        if device.type != "cuda":  # the tests' stand-in library decodes into host memory
+            return [_C.NvJpegBatch(library, runtime) for _ in range(count)]
+        with torch.cuda.device(device):  # nvJPEG makes its handle on the current device
+            return [_C.NvJpegBatch(library, runtime) for _ in range(count)]
+    except RuntimeError as e:
+        raise RuntimeError(f"backend='gpu': nvJPEG could not create a hardware decoder on {device}: {e}") from e
+
+
 def nvimgcodec_library(module: Any) -> str:
     """Path of the libnvimgcodec that ``module`` (``nvidia.nvimgcodec``) loaded: the wheel's copy,
     beside its Python module, with its codec extensions in ``extensions/`` below it."""
@@ -166,6 +217,17 @@ PINNED_BITSTREAMS = False
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
 BITSTREAM_POOL_BYTES = 256 * 2**20
+# Which library makes the engines' calls, an A/B switch read at construction: "nvimgcodec"
+# (nvImageCodec's C API, _C.NvImageCodecBatch) or "nvjpeg" (nvJPEG's hardware batched decode called
+# directly, _C.NvJpegBatch: on each instance's own stream, the wait for its previous batch asleep;
+# csrc/gpu/nvjpeg_batch.h says why). Beside a training step nvImageCodec's calls took 2.4-4.4x
+# their wall time alone (docs/results.md, twenty-third session). "nvjpeg" has run only against a
+# stand-in library (tests/decoders/test_nvjpeg_batch.py), not yet on a GPU.
+ENGINE_CALLS = "nvimgcodec"
+# Where the "nvjpeg" calls load nvJPEG from (None: the nvidia-nvjpeg wheel's copy) and the CUDA
+# runtime for their events (None: cudart_library()). The tests point both at a stand-in.
+NVJPEG_LIBRARY: Optional[str] = None
+CUDART_LIBRARY: Optional[str] = None
 # _C.NvImageCodecBatch.decode's per-row statuses; NOT_CALLED: none given (the row was in no call).
 DECODED = 0
 NOT_CALLED = 255
@@ -202,8 +264,11 @@ class NvImageCodecDecoder:
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
                  decode_threads: Optional[int] = None, depth: Optional[int] = None,
                  lanes: Optional[int] = None, backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
+        self.engine_calls = ENGINE_CALLS  # read here, at construction, as the defaults below
+        if self.engine_calls not in ("nvimgcodec", "nvjpeg"):
+            raise ValueError(f"ENGINE_CALLS must be 'nvimgcodec' or 'nvjpeg', not {self.engine_calls!r}")
         nvimgcodec = nvimgcodec_module()
-        if nvimgcodec is None:
+        if nvimgcodec is None and self.engine_calls == "nvimgcodec":
             raise ImportError(GPU_MISSING)
         device = torch.device(device)
         if not self._allow_cpu:
@@ -229,7 +294,6 @@ class NvImageCodecDecoder:
         self.device = device
         self.hardware_only = tuple(backend_kinds) == ENGINE_KINDS
         device_id = device.index if device.type == "cuda" else None  # None: host buffers
-        library = nvimgcodec_library(nvimgcodec)
         # decode_threads instances per subsampling the engines take (engine_calls); the CPU
         # stand-in takes every subsampling, the ones the engines do not on the first instances.
         # What accepts() routes to the engines is fixed here with the instances that decode it.
@@ -247,15 +311,22 @@ class NvImageCodecDecoder:
         self._next_lane = 0
         self._lane_clock = SharedWallClock()
         instances = lanes * per_lane
-        try:
-            # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
-            # libjpeg): the same pixels as its Python API's decode gave.
-            self._decoders = [_C.NvImageCodecBatch(library, device_id, int(cpu_threads),
-                                                   [BACKEND_KINDS[k] for k in backend_kinds], "")
-                              for _ in range(instances)]
-        except (RuntimeError, ValueError) as e:
-            raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
-                               f"on {device}: {e}") from e
+        if self.engine_calls == "nvjpeg":
+            if not self.hardware_only:
+                raise ValueError(f"ENGINE_CALLS='nvjpeg' decodes on the hardware engines only; "
+                                 f"backend_kinds {list(backend_kinds)} need ENGINE_CALLS='nvimgcodec'")
+            self._decoders = _nvjpeg_instances(instances, device)
+        else:
+            library = nvimgcodec_library(nvimgcodec)
+            try:
+                # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
+                # libjpeg): the same pixels as its Python API's decode gave.
+                self._decoders = [_C.NvImageCodecBatch(library, device_id, int(cpu_threads),
+                                                       [BACKEND_KINDS[k] for k in backend_kinds], "")
+                                  for _ in range(instances)]
+            except (RuntimeError, ValueError) as e:
+                raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for "
+                                   f"{list(backend_kinds)} on {device}: {e}") from e
         self._decode_workers = [ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode") for _ in range(lanes)]
         # The other instances' callers: each lane's decode stage calls its lead instance itself.
         self._decode_helpers = (ThreadPoolExecutor(instances - lanes, thread_name_prefix="fastdata-gpu-decode")
