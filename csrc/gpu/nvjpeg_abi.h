@@ -68,6 +68,7 @@ using EventCreateWithFlagsFn = int32_t (*)(CudaEvent*, unsigned flags);
 using EventRecordFn = int32_t (*)(CudaEvent, CudaStream);
 using EventSynchronizeFn = int32_t (*)(CudaEvent);
 using EventDestroyFn = int32_t (*)(CudaEvent);
+using StreamSynchronizeFn = int32_t (*)(CudaStream);
 using GetErrorStringFn = const char* (*)(int32_t);
 
 }  // namespace fastdata::nvjpeg_abi

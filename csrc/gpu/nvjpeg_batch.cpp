@@ -30,6 +30,7 @@ struct NvJpegApi {
   abi::EventRecordFn event_record;
   abi::EventSynchronizeFn event_synchronize;
   abi::EventDestroyFn event_destroy;
+  abi::StreamSynchronizeFn stream_synchronize;
   abi::GetErrorStringFn error_string;
 };
 
@@ -90,6 +91,7 @@ const NvJpegApi* load_api(const std::string& nvjpeg, const std::string& cudart) 
   load(rt, r, "cudaEventRecord", &api->event_record);
   load(rt, r, "cudaEventSynchronize", &api->event_synchronize);
   load(rt, r, "cudaEventDestroy", &api->event_destroy);
+  load(rt, r, "cudaStreamSynchronize", &api->stream_synchronize);
   load(rt, r, "cudaGetErrorString", &api->error_string);
   const NvJpegApi* result = api.get();
   loaded.emplace(key, std::move(api));
@@ -105,11 +107,17 @@ void check_cuda(const NvJpegApi* api, const char* call, int32_t error) {
 }
 
 // Statuses with which nvJPEG fails a batch call because of a row's data: the call is made again
-// row by row to find the row. Any other status is the library's or CUDA's failure.
+// row by row to find the row. Any other status (EXECUTION_FAILED is "error during the execution of
+// the device tasks") is the library's or CUDA's failure, and raises.
 bool data_failure(int32_t status) {
   return status == abi::kStatusBadJpeg || status == abi::kStatusJpegNotSupported ||
-         status == abi::kStatusIncompleteBitstream || status == abi::kStatusExecutionFailed;
+         status == abi::kStatusIncompleteBitstream;
 }
+
+// A header parse that fails on the data: those statuses, and INVALID_PARAMETER, which a parser may
+// give for bytes that are no JPEG. The row goes back to the native decoder, which names the damage
+// (our own parser routed only files it read as baseline JPEGs ending in EOI, so these are rare).
+bool unparsable(int32_t status) { return data_failure(status) || status == abi::kStatusInvalidParameter; }
 
 }  // namespace
 
@@ -155,10 +163,11 @@ void NvJpegBatch::release() noexcept {
 
 void NvJpegBatch::wait_for_previous_call() {
   // nvImageCodec waits here too: the state's pinned staging may still feed the previous call's
-  // uploads, and nvjpegDecodeBatchedInitialize resets it.
+  // uploads, and nvjpegDecodeBatchedInitialize resets it. Still pending if the wait fails, so that
+  // release() waits again before the state goes.
   if (!pending_) return;
-  pending_ = false;
   check_cuda(api_, "cudaEventSynchronize", api_->event_synchronize(done_));
+  pending_ = false;
 }
 
 int32_t NvJpegBatch::call(const std::vector<EncodedRow>& all, const std::vector<size_t>& rows, uint8_t* out,
@@ -180,19 +189,28 @@ int32_t NvJpegBatch::call(const std::vector<EncodedRow>& all, const std::vector<
     status = api_->decode_batched(handle_, state_, datas_.data(), lengths_.data(), images_.data(), stream);
   }
   // Recorded whatever the status: a failed call may have queued work that uses the state.
-  check_cuda(api_, "cudaEventRecord", api_->event_record(done_, stream));
+  const int32_t recorded = api_->event_record(done_, stream);
+  if (recorded != abi::kCudaSuccess) {
+    // No event marks the queued work: wait for the stream itself before the error goes up (the
+    // state, and the caller's buffers, must outlive that work). Its own error is the same one.
+    (void)api_->stream_synchronize(stream);
+    check_cuda(api_, "cudaEventRecord", recorded);
+  }
   pending_ = true;
   return status;
 }
 
 std::vector<GpuDecodeStatus> NvJpegBatch::decode(const std::vector<EncodedRow>& rows, uint8_t* out,
                                                  void* cuda_stream) {
+  std::lock_guard<std::mutex> lock(mutex_);  // one call at a time: the state is the instance's
   std::vector<GpuDecodeStatus> result(rows.size(), GpuDecodeStatus::kRefused);
   std::vector<size_t> queued;
   queued.reserve(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const EncodedRow& row = rows[i];
-    if (api_->parse_header(handle_, row.data, row.size, parsed_) != abi::kStatusSuccess) {
+    const int32_t parsed = api_->parse_header(handle_, row.data, row.size, parsed_);
+    if (parsed != abi::kStatusSuccess) {
+      if (!unparsable(parsed)) check("nvjpegJpegStreamParseHeader", parsed);
       result[i] = GpuDecodeStatus::kUnparsed;  // a counted hand-back to the native decoder
       continue;
     }

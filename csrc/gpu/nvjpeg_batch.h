@@ -20,6 +20,8 @@
 // libnvjpeg (it carries its own static CUDA runtime) and libcudart (the events; the process's
 // copy, which torch loaded) are loaded at run time, so fastdata builds and imports without them.
 #pragma once
+#include <atomic>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,9 +46,9 @@ class NvJpegBatch {
   // Decodes every row into out + row.offset (device memory) on cuda_stream, and returns once the
   // work is queued there. Rows nvJPEG cannot parse, whose frame size differs from the planned
   // one, or that its hardware decoder does not support are not decoded (their statuses say
-  // which). A batch call that fails on the data (a bad or unsupported bitstream: nvJPEG fails
-  // the whole batch for one row) is made again row by row, and only the rows that fail alone are
-  // refused. The caller keeps the rows' bytes alive until the stream's work is done (pinned
+  // which). A batch call that fails on the data (BAD_JPEG, JPEG_NOT_SUPPORTED, INCOMPLETE_BITSTREAM:
+  // nvJPEG fails the whole batch for one row) is made again row by row, and only the rows that
+  // fail alone are refused. The caller keeps the rows' bytes alive until the stream's work is done (pinned
   // bitstreams are uploaded asynchronously) and waits for the stream before it frees or reuses
   // `out`. Throws std::runtime_error when a call fails for any other reason (CUDA errors,
   // allocation, internal errors).
@@ -55,7 +57,7 @@ class NvJpegBatch {
   unsigned hardware_engines() const { return engines_; }
   unsigned cores_per_engine() const { return cores_per_engine_; }
   // Batch calls made again row by row since creation (tests, diagnostics).
-  uint64_t row_by_row_retries() const { return retries_; }
+  uint64_t row_by_row_retries() const { return retries_.load(); }
 
  private:
   // One nvjpegDecodeBatched call over `rows` (indices into the decode call's rows), after the
@@ -71,7 +73,8 @@ class NvJpegBatch {
   nvjpeg_abi::CudaEvent done_ = nullptr;     // the last call's work, recorded on its stream
   bool pending_ = false;                     // done_ marks work not yet waited for
   unsigned engines_ = 0, cores_per_engine_ = 0;
-  uint64_t retries_ = 0;
+  std::atomic<uint64_t> retries_{0};
+  std::mutex mutex_;  // decode() calls take turns on the state
   // Per call, reused: the queued rows' bitstreams, lengths and destinations.
   std::vector<const unsigned char*> datas_;
   std::vector<size_t> lengths_;

@@ -136,17 +136,21 @@ def nvimgcodec_module() -> Any:
     return nvimgcodec
 
 
+NVJPEG_MISSING = ("ENGINE_CALLS='nvjpeg' needs nvJPEG for CUDA 13 (nvidia/cu13/lib/libnvjpeg.so.13): "
+                  "pip install 'nvidia-nvjpeg>=13,<14' (in fastdata[gpu])")
+
+
 def nvjpeg_library() -> str:
     """Path of the nvidia-nvjpeg wheel's libnvjpeg (``nvidia/cu13/lib``), for ENGINE_CALLS="nvjpeg"."""
     try:
         import nvidia
     except ImportError:
-        raise ImportError(GPU_MISSING) from None
+        raise ImportError(NVJPEG_MISSING) from None
     for base in getattr(nvidia, "__path__", []):  # a namespace package: one folder per wheel's site
         path = os.path.join(base, "cu13", "lib", "libnvjpeg.so.13")
         if os.path.exists(path):
             return path
-    raise ImportError(GPU_MISSING)
+    raise ImportError(NVJPEG_MISSING)
 
 
 def cudart_library() -> str:
@@ -154,10 +158,10 @@ def cudart_library() -> str:
     nvidia-cuda-runtime wheel's, else its soname for the loader's search path."""
     try:
         with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.rstrip("\n").split(maxsplit=5)[-1]
-                if os.path.basename(path).startswith("libcudart.so") and os.path.isabs(path):
-                    return path
+            loaded = {line.rstrip("\n").split(maxsplit=5)[-1] for line in maps}
+        for path in sorted(loaded):  # CUDA 13's runtime: another package may have loaded another one
+            if os.path.basename(path) == "libcudart.so.13" and os.path.isabs(path):
+                return path
     except OSError:  # not Linux's /proc: look further
         pass
     try:

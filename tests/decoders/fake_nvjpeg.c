@@ -6,8 +6,8 @@
  *     NVJPEG_STATUS_BAD_JPEG, as nvJPEG fails a batch for one bad bitstream;
  *   - nvjpegDecodeBatchedInitialize while the previous call's work was not waited for (its event
  *     recorded and synchronized) is counted as a misuse ("early_reuse");
- *   - knobs (fake_nvjpeg_set) refuse a width, fail every batch call larger than N rows, return a
- *     status that is no data failure, or report no hardware decoder;
+ *   - knobs (fake_nvjpeg_set) refuse a width, fail every batch call larger than N rows (a data
+ *     status), return any status from every batch call, or report no hardware decoder;
  *   - counters (fake_nvjpeg_get) say what was called.
  * Built by tests/decoders/test_nvjpeg_batch.py with the system's libjpeg. Not part of fastdata. */
 #include <setjmp.h>
@@ -27,7 +27,7 @@ typedef struct {
 } Stream;
 
 static int refuse_width = -1;      /* streams of this width: unsupported by the "hardware" */
-static int fail_batches_over = 0;  /* >0: a batch call of more rows fails (EXECUTION_FAILED) */
+static int fail_batches_over = 0;  /* >0: a batch call of more rows fails (JPEG_NOT_SUPPORTED) */
 static int fail_status = 0;        /* !=0: every batch call returns this status */
 static int engines = 5;
 static int calls, rows_decoded, initializes, records, syncs, early_reuse, blocking_events, max_rows;
@@ -153,7 +153,7 @@ int nvjpegDecodeBatched(void* handle, void* state, const unsigned char* const* d
   last_called = (State*)state;
   if (n > max_rows) max_rows = n;
   if (fail_status) return fail_status;
-  if (fail_batches_over > 0 && n > fail_batches_over) return 6; /* EXECUTION_FAILED */
+  if (fail_batches_over > 0 && n > fail_batches_over) return 4; /* JPEG_NOT_SUPPORTED */
   for (int i = 0; i < n; ++i) {
     if (!run_libjpeg(data[i], lengths[i], NULL, out[i].channel[0], out[i].pitch[0])) return 3; /* BAD_JPEG: the batch */
   }
@@ -181,4 +181,5 @@ int cudaEventSynchronize(void* event) {
   return 0;
 }
 int cudaEventDestroy(void* event) { free(event); return 0; }
+int cudaStreamSynchronize(void* stream) { (void)stream; return 0; }
 const char* cudaGetErrorString(int error) { (void)error; return "fake error"; }

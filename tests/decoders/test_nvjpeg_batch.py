@@ -66,10 +66,9 @@ CONSTANTS = {
     "kEventBlockingSync": "cudaEventBlockingSync",
     "kEventDisableTiming": "cudaEventDisableTiming",
 }
-# Each function fastdata loads, by (its pointer type in nvjpeg_abi.h, the library's function):
-# the check assigns the library's function to a pointer of our type through a cast-free wrapper
-# that compares every parameter's and the result's size (enums and handles are written as
-# int32_t and void pointers).
+# Each function fastdata loads, by (its pointer type in nvjpeg_abi.h, the library's function): the
+# check compares the result's and every parameter's type after one normalization, since
+# nvjpeg_abi.h writes C enums as int32_t and opaque handles (pointers to structures) as void*.
 FUNCTIONS = {
     "CreateExFn": "nvjpegCreateEx", "DestroyFn": "nvjpegDestroy",
     "GetHardwareDecoderInfoFn": "nvjpegGetHardwareDecoderInfo", "JpegStateCreateFn": "nvjpegJpegStateCreate",
@@ -81,19 +80,32 @@ FUNCTIONS = {
     "DecodeBatchedInitializeFn": "nvjpegDecodeBatchedInitialize", "DecodeBatchedFn": "nvjpegDecodeBatched",
     "EventCreateWithFlagsFn": "cudaEventCreateWithFlags", "EventRecordFn": "cudaEventRecord",
     "EventSynchronizeFn": "cudaEventSynchronize", "EventDestroyFn": "cudaEventDestroy",
-    "GetErrorStringFn": "cudaGetErrorString",
+    "StreamSynchronizeFn": "cudaStreamSynchronize", "GetErrorStringFn": "cudaGetErrorString",
 }
 
 
 def abi_check_source() -> str:
     lines = ["#include <cstddef>", "#include <type_traits>", "#include <nvjpeg.h>", "#include <cuda_runtime_api.h>",
              '#include "gpu/nvjpeg_abi.h"', "namespace a = fastdata::nvjpeg_abi;",
-             # same arity, and each parameter and the result of the same size
+             # the types as nvjpeg_abi.h writes them: an enum as int32_t, a pointer to a structure
+             # (or to void) as void*, pointers to those pointers accordingly; const dropped
+             "template <typename T> struct Norm;",
+             "template <typename T> using norm_t = typename Norm<std::remove_cv_t<T>>::type;",
+             "template <typename T, bool = std::is_enum_v<T>> struct Norm0 { using type = T; };",
+             "template <typename T> struct Norm0<T, true> {",
+             "  static_assert(sizeof(T) == 4, \"an enum of 4 bytes\");",
+             "  using type = int32_t;",
+             "};",
+             "template <typename T> struct Norm : Norm0<T> {};",
+             "template <typename T, bool = std::is_class_v<std::remove_cv_t<T>> || std::is_void_v<std::remove_cv_t<T>>>",
+             "struct Pointee { using type = norm_t<T>*; };",
+             "template <typename T> struct Pointee<T, true> { using type = void*; };",
+             "template <typename T> struct Norm<T*> { using type = typename Pointee<T>::type; };",
              "template <typename A, typename B> struct Same : std::false_type {};",
              "template <typename R1, typename R2, typename... P1, typename... P2>",
              "struct Same<R1 (*)(P1...), R2 (*)(P2...)> {",
-             "  static constexpr bool value = sizeof...(P1) == sizeof...(P2) && sizeof(R1) == sizeof(R2) &&",
-             "                               ((sizeof(P1) == sizeof(P2)) && ...);",
+             "  static constexpr bool value = sizeof...(P1) == sizeof...(P2) && std::is_same_v<norm_t<R1>, norm_t<R2>> &&",
+             "                               (std::is_same_v<norm_t<P1>, norm_t<P2>> && ...);",
              "};"]
     for ours, theirs in CONSTANTS.items():
         lines.append(f"static_assert(a::{ours} == static_cast<decltype(a::{ours})>({theirs}), \"{ours}\");")
@@ -263,17 +275,19 @@ def test_a_batch_failed_by_one_row_is_decoded_again_row_by_row(fake):
     assert np.array_equal(images[0], np.asarray(fastdata.decode(datas[0])))
     assert np.array_equal(images[2], np.asarray(fastdata.decode(datas[2])))
     assert fake.get("calls") == 4 and fake.get("early_reuse") == 0  # the batch, then each row alone
-    # a batch failed by the library's execution, not a row: every row decodes alone
+    # a batch failed with a data status although no row is at fault: every row decodes alone
     fake.set(fail_batches_over=1)
     status, _ = decode_into(batch, [datas[0], datas[2]], [(40, 60), (24, 36)])
     assert status.tolist() == [0, 0] and batch.row_by_row_retries == 2
 
 
-def test_a_failure_that_is_not_the_data_raises(fake):
+@pytest.mark.parametrize("status", [6, 8], ids=["EXECUTION_FAILED", "INTERNAL_ERROR"])
+def test_a_failure_that_is_not_the_data_raises(fake, status):
     batch = _C.NvJpegBatch(fake.path, fake.path)
-    fake.set(fail_status=8)  # NVJPEG_STATUS_INTERNAL_ERROR
-    with pytest.raises(RuntimeError, match="nvjpegDecodeBatched failed with status 8"):
-        decode_into(batch, [jpeg(16, 16, 11)], [(16, 16)])
+    fake.set(fail_status=status)  # the device's or the library's failure: no retry row by row
+    with pytest.raises(RuntimeError, match=f"nvjpegDecodeBatched failed with status {status}"):
+        decode_into(batch, [jpeg(16, 16, 11), jpeg(16, 16, 12)], [(16, 16), (16, 16)])
+    assert batch.row_by_row_retries == 0 and fake.get("calls") == 1
     fake.set(fail_status=0)
     status, _ = decode_into(batch, [jpeg(16, 16, 11)], [(16, 16)])  # still usable after
     assert status.tolist() == [0] and fake.get("early_reuse") == 0
@@ -397,7 +411,12 @@ def test_gpu_decoder_on_nvjpeg_calls_matches_nvimgcodec_calls_and_native(tmp_pat
 @needs_interpreter
 def test_loader_on_nvjpeg_calls_skips_or_raises_on_damaged_files_and_counts_refusals(tmp_path, nvjpeg_calls):
     paths = hard_case_folder(tmp_path)[:-1]  # the missing file left out: the damaged ones stay
-    broken = tmp_path / "no_tables.jpg"  # its header reads and routes to nvJPEG; its scan fails there
+    # Its header reads and routes to nvJPEG's call; the stand-in fails its batch call (libjpeg has
+    # no quantization table), so the refusal, the retry and gpu_rejected below are the stand-in's
+    # behaviour: the hardware decoder may well decode damaged scan data without an error (as with
+    # nvImageCodec's calls), or refuse this file at its header parse. The Loader's handling of a
+    # refused row is what this checks.
+    broken = tmp_path / "no_tables.jpg"
     broken.write_bytes(without_quantization_tables(photo_like_jpeg(3, 1, 64, 48)))
     paths.append(str(broken))
     source = fastdata.FileList(paths, list(range(len(paths))))
