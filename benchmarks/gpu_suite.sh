@@ -36,6 +36,30 @@ with_setting() {
 if sys.argv[1] == 'bench': sys.argv = ['fastdata-bench'] + sys.argv[2:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')
 else: sys.argv = ['train.py'] + sys.argv[2:]; runpy.run_path('examples/train.py', run_name='__main__')" "$target" "$@"
 }
+# ResNet-18 training as CUDA graphs on the 8,192 set, an A/B of the module switch SETTING (its
+# value written as VALUE): one synthetic run, then each RUN ("value|backend") in turn, each its own
+# process; one table per value, each against the same synthetic run, in $OUT/NAME_value.md.
+#   graphs_ab NAME SETTING RUN...
+graphs_ab() {
+  local name=$1 setting=$2 run value backend; shift 2
+  local args="--arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 --compile --compile-mode reduce-overhead --log-every 100"
+  local values
+  values=$(printf '%s\n' "$@" | cut -d'|' -f1 | sort -u)
+  set8192
+  rm -f "$OUT/${name}_synthetic.jsonl"
+  python3 examples/train.py --synthetic $args --results "$OUT/${name}_synthetic.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
+  for value in $values; do cp "$OUT/${name}_synthetic.jsonl" "$OUT/${name}_$value.jsonl"; done
+  for run in "$@"; do
+    value=${run%%|*}; backend=${run#*|}
+    echo "== $name $value, $backend"
+    with_setting "${setting//VALUE/$value}" train /tmp/set8192 --no-eval --backend "$backend" $args \
+      --results "$OUT/${name}_$value.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
+  done
+  for value in $values; do
+    echo "== $name $value"
+    python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
+  done
+}
 stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|calls|ddp}
 case "$stage" in
   setup)
@@ -227,8 +251,9 @@ PY
     # Synthetic, hybrid and gpu-only, each with 10 steps profiled after the warm-up (each CUDA
     # stream's GPU time per step and launch-to-start delays; those steps are not in the rate), the
     # loader's stage times per batch under the table; then hybrid and gpu-only alone in the bench,
-    # and nvJPEG's hardware decode without nvImageCodec beside a ResNet-18 graph (stream priority,
-    # pinned bitstreams; the twenty-third session's run lacked the preallocation).
+    # and nvJPEG's hardware decode without nvImageCodec (_C.NvJpegBatch) beside a ResNet-18 graph
+    # (stream priority, pinned bitstreams; the twenty-third session's ctypes harness lacked the
+    # preallocation).
     set8192
     rm -f "$OUT/beside.jsonl"
     for input in "--synthetic" "/tmp/set8192 --no-eval --backend hybrid" "/tmp/set8192 --no-eval --backend gpu"; do
@@ -241,34 +266,19 @@ PY
       fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
         --compare $contender 2>&1 | grep -E "backend=|GPU side|JPEG" | grep -v '^\['
     done
-    python3 benchmarks/bench_nvjpeg_beside_load.py /tmp/set8192 --preallocate 2>&1 | grep -v Warning | tail -16
+    python3 benchmarks/bench_nvjpeg_beside_load.py /tmp/set8192 2>&1 | grep -v Warning | tail -16
     ;;
   pinned)
     # The A/B of nvimgcodec.PINNED_BITSTREAMS (the GPU rows' bitstreams staged in pinned memory)
-    # beside ResNet-18 training as CUDA graphs on the 8,192 set: alternating, each run its own
-    # process; one table per variant, each against the same synthetic run.
-    set8192
-    rm -f "$OUT/pinned_off.jsonl" "$OUT/pinned_on.jsonl"
-    python3 examples/train.py --synthetic --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
-      --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/pinned_off.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
-    cp "$OUT/pinned_off.jsonl" "$OUT/pinned_on.jsonl"
-    for run in "off|hybrid" "on|hybrid" "on|gpu" "off|gpu" "off|hybrid" "on|hybrid"; do
-      variant=${run%%|*}; backend=${run#*|}; value=False; [ $variant = on ] && value=True
-      echo "== pinned $variant, $backend"
-      with_setting "import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = $value" train /tmp/set8192 --no-eval --backend $backend --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
-        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/pinned_$variant.jsonl" 2>&1 \
-        | grep -E "^summary|Error" | cut -c1-200
-    done
-    for variant in off on; do
-      echo "== pinned $variant"
-      python3 examples/train.py --table "$OUT/pinned_$variant.jsonl" | tee "$OUT/pinned_$variant.md"
-    done
+    # beside ResNet-18 training as CUDA graphs, alternating.
+    graphs_ab pinned "import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = VALUE" \
+      "False|hybrid" "True|hybrid" "True|gpu" "False|gpu" "False|hybrid" "True|hybrid"
     ;;
   calls)
     # The A/B of nvimgcodec.ENGINE_CALLS: the engines' calls through nvImageCodec's C API or
     # nvJPEG's hardware batched decode called directly (_C.NvJpegBatch: on the decoder's own
     # streams, a sleeping wait). First fastdata-bench alone (gpu and hybrid), then beside
-    # ResNet-18 training as CUDA graphs on the 8,192 set; alternating, each run its own process.
+    # ResNet-18 training as CUDA graphs; alternating, each run its own process.
     set8192
     for run in "nvimgcodec|gpu" "nvjpeg|gpu" "nvjpeg|hybrid" "nvimgcodec|hybrid"; do
       calls=${run%%|*}; backend=${run#*|}
@@ -276,21 +286,8 @@ PY
       with_setting "import fastdata.decoders.nvimgcodec as n; n.ENGINE_CALLS = '$calls'" bench /tmp/set8192 --device cuda \
         --dtype float16 --batch-size 256 --threads 16 --seconds 15 --rounds 1 --compare fastdata-$backend 2>&1 | tail -4
     done
-    rm -f "$OUT/calls_nvimgcodec.jsonl" "$OUT/calls_nvjpeg.jsonl"
-    python3 examples/train.py --synthetic --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
-      --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/calls_nvimgcodec.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
-    cp "$OUT/calls_nvimgcodec.jsonl" "$OUT/calls_nvjpeg.jsonl"
-    for run in "nvimgcodec|hybrid" "nvjpeg|hybrid" "nvjpeg|gpu" "nvimgcodec|gpu"; do
-      calls=${run%%|*}; backend=${run#*|}
-      echo "== train $calls, $backend"
-      with_setting "import fastdata.decoders.nvimgcodec as n; n.ENGINE_CALLS = '$calls'" train /tmp/set8192 --no-eval --backend $backend --arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 \
-        --compile --compile-mode reduce-overhead --log-every 100 --results "$OUT/calls_$calls.jsonl" 2>&1 \
-        | grep -E "^summary|Error" | cut -c1-200
-    done
-    for calls in nvimgcodec nvjpeg; do
-      echo "== calls $calls"
-      python3 examples/train.py --table "$OUT/calls_$calls.jsonl" | tee "$OUT/calls_$calls.md"
-    done
+    graphs_ab calls "import fastdata.decoders.nvimgcodec as n; n.ENGINE_CALLS = 'VALUE'" \
+      "nvimgcodec|hybrid" "nvjpeg|hybrid" "nvjpeg|gpu" "nvimgcodec|gpu"
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5

@@ -133,7 +133,8 @@ NvJpegBatch::NvJpegBatch(const std::string& nvjpeg_library, const std::string& c
     check("nvjpegJpegStreamCreate", api_->stream_create(handle_, &parsed_));
     // A batch of one at 1x1, as nvImageCodec does by default: what it buys is nvJPEG's pooling
     // of its buffers across calls (nvImageCodec measured >20% for 8-GPU training, its comment).
-    // Without it, the twenty-third session's ctypes harness fell to 306 img/s beside training.
+    // The twenty-third session's ctypes harness, which fell to 306 img/s beside training, did not
+    // make this call; whether that was the cause was not traced.
     check("nvjpegDecodeBatchedPreAllocate",
           api_->preallocate(handle_, state_, 1, 1, 1, abi::kCss444, abi::kOutputRgbi));
     // The wait for the previous call sleeps: a default event's wait spins a core for its length.

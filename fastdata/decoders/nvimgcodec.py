@@ -39,6 +39,7 @@ the native engine spends those cores better; the engines decode with ~1.3 cores.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import threading
@@ -140,17 +141,25 @@ NVJPEG_MISSING = ("ENGINE_CALLS='nvjpeg' needs nvJPEG for CUDA 13 (nvidia/cu13/l
                   "pip install 'nvidia-nvjpeg>=13,<14' (in fastdata[gpu])")
 
 
-def nvjpeg_library() -> str:
-    """Path of the nvidia-nvjpeg wheel's libnvjpeg (``nvidia/cu13/lib``), for ENGINE_CALLS="nvjpeg"."""
+def _cu13_library(name: str) -> Optional[str]:
+    """Path of ``name`` in an NVIDIA CUDA 13 wheel's ``nvidia/cu13/lib``, or None."""
     try:
         import nvidia
     except ImportError:
-        raise ImportError(NVJPEG_MISSING) from None
+        return None
     for base in getattr(nvidia, "__path__", []):  # a namespace package: one folder per wheel's site
-        path = os.path.join(base, "cu13", "lib", "libnvjpeg.so.13")
+        path = os.path.join(base, "cu13", "lib", name)
         if os.path.exists(path):
             return path
-    raise ImportError(NVJPEG_MISSING)
+    return None
+
+
+def nvjpeg_library() -> str:
+    """Path of the nvidia-nvjpeg wheel's libnvjpeg, for ENGINE_CALLS="nvjpeg"."""
+    path = _cu13_library("libnvjpeg.so.13")
+    if path is None:
+        raise ImportError(NVJPEG_MISSING)
+    return path
 
 
 def cudart_library() -> str:
@@ -164,25 +173,15 @@ def cudart_library() -> str:
                 return path
     except OSError:  # not Linux's /proc: look further
         pass
-    try:
-        import nvidia
-
-        for base in getattr(nvidia, "__path__", []):
-            path = os.path.join(base, "cu13", "lib", "libcudart.so.13")
-            if os.path.exists(path):
-                return path
-    except ImportError:
-        pass
-    return "libcudart.so.13"
+    return _cu13_library("libcudart.so.13") or "libcudart.so.13"
 
 
 def _nvjpeg_instances(count: int, device: torch.device) -> List[Any]:
-    """``count`` nvJPEG hardware decoders (_C.NvJpegBatch), made on ``device``."""
+    """``count`` nvJPEG hardware decoders (_C.NvJpegBatch), made on ``device`` (nvJPEG makes its
+    handle on the current device; off CUDA, the tests' stand-in library decodes into host memory)."""
     library, runtime = NVJPEG_LIBRARY or nvjpeg_library(), CUDART_LIBRARY or cudart_library()
     try:
-        if device.type != "cuda":  # the tests' stand-in library decodes into host memory
-            return [_C.NvJpegBatch(library, runtime) for _ in range(count)]
-        with torch.cuda.device(device):  # nvJPEG makes its handle on the current device
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             return [_C.NvJpegBatch(library, runtime) for _ in range(count)]
     except RuntimeError as e:
         raise RuntimeError(f"backend='gpu': nvJPEG could not create a hardware decoder on {device}: {e}") from e
@@ -350,7 +349,7 @@ class NvImageCodecDecoder:
         self.pinned_bitstreams = PINNED_BITSTREAMS
         self._bitstreams = BufferPool(self.depth + 1, BITSTREAM_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         # Where the workers' time goes, summed over batches (and lanes; seconds of wall time): the
-        # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
+        # engine calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
         # the calls work or spin on the host, near zero that they sleep while the engines
         # decode), queueing the resample, and waiting for the stream (the GPU work left).

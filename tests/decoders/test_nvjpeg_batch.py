@@ -362,21 +362,12 @@ def test_the_switch_is_checked_and_takes_the_hardware_engines_only(nvjpeg_calls,
         NvJpegStandIn(transform)
 
 
-class NvImageCodecCpu(gpu.NvImageCodecDecoder):
-    """The gpu decoder making nvImageCodec's calls on its CPU backend (libjpeg-turbo inside it)."""
-
-    _allow_cpu = True
-
-    def __init__(self, transform, **kw):
-        super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",), **kw)
-        self.hardware_only = True  # route as for the engines
-
-
 @needs_interpreter
 @pytest.mark.parametrize("pinned", [False, True])
 def test_gpu_decoder_on_nvjpeg_calls_matches_nvimgcodec_calls_and_native(tmp_path, nvjpeg_calls, monkeypatch, pinned):
     # Over the hard cases: the same rows, pixels and failures as the decoder on nvImageCodec's
-    # calls (both libraries here decode with libjpeg, fancy upsampling on), and native's within
+    # calls (its CPU backend, test_gpu_decoder.py's stand-in; both libraries here decode with
+    # libjpeg, fancy upsampling on), and native's within
     # the PSNR the issue asks of the GPU path (test_gpu_decoder.py's setting).
     monkeypatch.setattr(gpu, "PINNED_BITSTREAMS", pinned)
     paths = hard_case_folder(tmp_path)
@@ -391,7 +382,9 @@ def test_gpu_decoder_on_nvjpeg_calls_matches_nvimgcodec_calls_and_native(tmp_pat
 
     a, fa, ra, stats = run(NvJpegStandIn(transform, lanes=2))
     monkeypatch.setattr(gpu, "ENGINE_CALLS", "nvimgcodec")
-    c, fc, rc, nvimgcodec_stats = run(NvImageCodecCpu(transform, lanes=2))
+    from test_gpu_decoder import CpuEngines  # needs nvImageCodec (importorskip there); the rest here does not
+
+    c, fc, rc, nvimgcodec_stats = run(CpuEngines(transform, lanes=2))
     b, fb, rb, _ = run("native")
     # baseline, gray and EXIF-rotated JPEGs reach nvJPEG's calls; CMYK, progressive, PNG,
     # truncated, garbage and missing go native (routing), as with nvImageCodec's calls
