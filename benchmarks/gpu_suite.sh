@@ -15,7 +15,7 @@
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
-#   bash benchmarks/gpu_suite.sh calls   # the engines' calls through nvImageCodec or nvJPEG directly: bench, then beside that training (alternating)
+#   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -60,7 +60,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|calls|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -250,10 +250,7 @@ PY
     # the GPU side's decode calls took 2.4x (gpu-only) to 4.4x (hybrid) their bench time per row).
     # Synthetic, hybrid and gpu-only, each with 10 steps profiled after the warm-up (each CUDA
     # stream's GPU time per step and launch-to-start delays; those steps are not in the rate), the
-    # loader's stage times per batch under the table; then hybrid and gpu-only alone in the bench,
-    # and nvJPEG's hardware decode without nvImageCodec (_C.NvJpegBatch) beside a ResNet-18 graph
-    # (stream priority, pinned bitstreams; the twenty-third session's ctypes harness lacked the
-    # preallocation).
+    # loader's stage times per batch under the table; then hybrid and gpu-only alone in the bench.
     set8192
     rm -f "$OUT/beside.jsonl"
     for input in "--synthetic" "/tmp/set8192 --no-eval --backend hybrid" "/tmp/set8192 --no-eval --backend gpu"; do
@@ -266,7 +263,6 @@ PY
       fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 \
         --compare $contender 2>&1 | grep -E "backend=|GPU side|JPEG" | grep -v '^\['
     done
-    python3 benchmarks/bench_nvjpeg_beside_load.py /tmp/set8192 2>&1 | grep -v Warning | tail -16
     ;;
   pinned)
     # The A/B of nvimgcodec.PINNED_BITSTREAMS (the GPU rows' bitstreams staged in pinned memory)
@@ -274,20 +270,14 @@ PY
     graphs_ab pinned "import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = VALUE" \
       "False|hybrid" "True|hybrid" "True|gpu" "False|gpu" "False|hybrid" "True|hybrid"
     ;;
-  calls)
-    # The A/B of nvimgcodec.ENGINE_CALLS: the engines' calls through nvImageCodec's C API or
-    # nvJPEG's hardware batched decode called directly (_C.NvJpegBatch: on the decoder's own
-    # streams, a sleeping wait). First fastdata-bench alone (gpu and hybrid), then beside
-    # ResNet-18 training as CUDA graphs; alternating, each run its own process.
-    set8192
-    for run in "nvimgcodec|gpu" "nvjpeg|gpu" "nvjpeg|hybrid" "nvimgcodec|hybrid"; do
-      calls=${run%%|*}; backend=${run#*|}
-      echo "== bench $calls, $backend"
-      with_setting "import fastdata.decoders.nvimgcodec as n; n.ENGINE_CALLS = '$calls'" bench /tmp/set8192 --device cuda \
-        --dtype float16 --batch-size 256 --threads 16 --seconds 15 --rounds 1 --compare fastdata-$backend 2>&1 | tail -4
-    done
-    graphs_ab calls "import fastdata.decoders.nvimgcodec as n; n.ENGINE_CALLS = 'VALUE'" \
-      "nvimgcodec|hybrid" "nvjpeg|hybrid" "nvjpeg|gpu" "nvimgcodec|gpu"
+  lanes)
+    # More batches decoding at once beside ResNet-18 training as CUDA graphs. Twenty-fifth session,
+    # H100: there gpu-only's decode stage took 49 ms a batch against ~20 in the bench, its calling
+    # threads on a core for all of it (nvJPEG's hardware calls return only when their work on
+    # nvJPEG's own streams is done), so more calls at once may hide the wait. Two lanes (the
+    # default, three batches in flight) against four (five in flight), gpu-only and hybrid, alternating.
+    graphs_ab lanes "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = VALUE; n.DEPTH = VALUE + 1" \
+      "2|gpu" "4|gpu" "4|hybrid" "2|hybrid" "2|gpu" "4|gpu"
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5

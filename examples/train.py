@@ -365,7 +365,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--no-eval", action="store_true")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="after the warm-up, record this many steps with torch's profiler and print each CUDA "
-                        "stream's GPU time per step (the model's, the loader's, nvImageCodec's own) and how "
+                        "stream's GPU time per step (the model's, the loader's, nvJPEG's own) and how "
                         "long its work waited to start; the measured steps start after them")
     p.add_argument("--gil-probe", action=argparse.BooleanOptionalAction, default=True,
                    help="measure how late the GIL comes (a thread waking every 1 ms; the summary's gil_* fields)")

@@ -14,7 +14,7 @@ PYBIND11_MODULE(_C, m) {
   fastdata::bindings::register_engine(m);
   fastdata::bindings::register_transcode(m);
   fastdata::bindings::register_filters(m);
-  fastdata::bindings::register_gpu_batch(m);
+  fastdata::bindings::register_nvimgcodec(m);
   fastdata::bindings::register_testing(m);
   fastdata::bindings::register_test_encoder(m);
 }

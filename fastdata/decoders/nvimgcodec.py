@@ -20,9 +20,6 @@ decoder made a code stream object and read an array interface per image, and the
 ``decode`` takes the GIL back for every image it returns (read in its v0.8 source); per batch
 of 256, hundreds of GIL hand-overs beside the training thread. On the H200, gpu-only training
 ran 57-60% of synthetic through that API and 71-75% through this call (docs/results.md).
-``ENGINE_CALLS = "nvjpeg"`` swaps that call for nvJPEG's hardware batched decode called directly
-(``_C.NvJpegBatch``, csrc/gpu/nvjpeg_batch.cpp; same arguments and statuses): an A/B switch for
-the loader beside training, not yet run on a GPU.
 
 Which rows: 8-bit Huffman JPEGs with 1 or 3 components that end with EOI (routing.py's
 ``gpu_decodable``), gray, 4:2:0, 4:2:2 or 4:4:4 (``ENGINE_SUBSAMPLINGS``: 4:4:0 and 4:1:1 go
@@ -39,7 +36,6 @@ the native engine spends those cores better; the engines decode with ~1.3 cores.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import threading
@@ -137,56 +133,6 @@ def nvimgcodec_module() -> Any:
     return nvimgcodec
 
 
-NVJPEG_MISSING = ("ENGINE_CALLS='nvjpeg' needs nvJPEG for CUDA 13 (nvidia/cu13/lib/libnvjpeg.so.13): "
-                  "pip install 'nvidia-nvjpeg>=13,<14' (in fastdata[gpu])")
-
-
-def _cu13_library(name: str) -> Optional[str]:
-    """Path of ``name`` in an NVIDIA CUDA 13 wheel's ``nvidia/cu13/lib``, or None."""
-    try:
-        import nvidia
-    except ImportError:
-        return None
-    for base in getattr(nvidia, "__path__", []):  # a namespace package: one folder per wheel's site
-        path = os.path.join(base, "cu13", "lib", name)
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def nvjpeg_library() -> str:
-    """Path of the nvidia-nvjpeg wheel's libnvjpeg, for ENGINE_CALLS="nvjpeg"."""
-    path = _cu13_library("libnvjpeg.so.13")
-    if path is None:
-        raise ImportError(NVJPEG_MISSING)
-    return path
-
-
-def cudart_library() -> str:
-    """The CUDA runtime this process has loaded (torch's; its path from /proc/self/maps), else the
-    nvidia-cuda-runtime wheel's, else its soname for the loader's search path."""
-    try:
-        with open("/proc/self/maps") as maps:
-            loaded = {line.rstrip("\n").split(maxsplit=5)[-1] for line in maps}
-        for path in sorted(loaded):  # CUDA 13's runtime: another package may have loaded another one
-            if os.path.basename(path) == "libcudart.so.13" and os.path.isabs(path):
-                return path
-    except OSError:  # not Linux's /proc: look further
-        pass
-    return _cu13_library("libcudart.so.13") or "libcudart.so.13"
-
-
-def _nvjpeg_instances(count: int, device: torch.device) -> List[Any]:
-    """``count`` nvJPEG hardware decoders (_C.NvJpegBatch), made on ``device`` (nvJPEG makes its
-    handle on the current device; off CUDA, the tests' stand-in library decodes into host memory)."""
-    library, runtime = NVJPEG_LIBRARY or nvjpeg_library(), CUDART_LIBRARY or cudart_library()
-    try:
-        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            return [_C.NvJpegBatch(library, runtime) for _ in range(count)]
-    except RuntimeError as e:
-        raise RuntimeError(f"backend='gpu': nvJPEG could not create a hardware decoder on {device}: {e}") from e
-
-
 def nvimgcodec_library(module: Any) -> str:
     """Path of the libnvimgcodec that ``module`` (``nvidia.nvimgcodec``) loaded: the wheel's copy,
     beside its Python module, with its codec extensions in ``extensions/`` below it."""
@@ -209,28 +155,18 @@ BUFFER_ROUNDING = 2 * 2**20
 # 256 photo-like 500x375 images, 144 MB each, fit with room to spare).
 BUFFER_POOL_BYTES = 1024 * 2**20
 # Copy each batch's GPU rows' bitstreams into pinned host memory before the nvImageCodec calls.
-# An A/B switch, not yet measured on a GPU (docs/results.md, twenty-third session): nvImageCodec
-# uploaded them from pageable memory (the profile's `Memcpy HtoD (Pageable -> Device)` on its
-# own streams), a copy CUDA may hold until its stream's earlier work is done, and that work
-# queues behind a training step's kernels; nvJPEG's hardware decode alone ran 6-13% faster from
-# pinned bitstreams (one thread, H100, bitstreams pinned before timing). The staging costs a host
-# copy of the rows' bytes on the lane's decode thread before its calls: _stage_bitstreams took
-# 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB) on the 2-core box.
+# An A/B switch, not yet measured in the loader on a GPU: the engines' uploads come from pageable
+# memory (the profile's `Memcpy HtoD (Pageable -> Device)` on nvJPEG's own streams), a copy CUDA
+# may hold until its stream's earlier work is done. nvJPEG's hardware decode alone (one thread,
+# H100, bitstreams pinned before timing) ran 6-13% faster from pinned bitstreams in one harness
+# (twenty-third session) and no faster in another (twenty-fifth; docs/results.md). The staging
+# costs a host copy of the rows' bytes on the lane's decode thread before its calls:
+# _stage_bitstreams took 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB)
+# on the 2-core box.
 PINNED_BITSTREAMS = False
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
 BITSTREAM_POOL_BYTES = 256 * 2**20
-# Which library makes the engines' calls, an A/B switch read at construction: "nvimgcodec"
-# (nvImageCodec's C API, _C.NvImageCodecBatch) or "nvjpeg" (nvJPEG's hardware batched decode called
-# directly, _C.NvJpegBatch: on each instance's own stream, the wait for its previous batch asleep;
-# csrc/gpu/nvjpeg_batch.h says why). Beside a training step nvImageCodec's calls took 2.4-4.4x
-# their wall time alone (docs/results.md, twenty-third session). "nvjpeg" has run only against a
-# stand-in library (tests/decoders/test_nvjpeg_batch.py), not yet on a GPU.
-ENGINE_CALLS = "nvimgcodec"
-# Where the "nvjpeg" calls load nvJPEG from (None: the nvidia-nvjpeg wheel's copy) and the CUDA
-# runtime for their events (None: cudart_library()). The tests point both at a stand-in.
-NVJPEG_LIBRARY: Optional[str] = None
-CUDART_LIBRARY: Optional[str] = None
 # _C.NvImageCodecBatch.decode's per-row statuses; NOT_CALLED: none given (the row was in no call).
 DECODED = 0
 NOT_CALLED = 255
@@ -267,11 +203,8 @@ class NvImageCodecDecoder:
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
                  decode_threads: Optional[int] = None, depth: Optional[int] = None,
                  lanes: Optional[int] = None, backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
-        self.engine_calls = ENGINE_CALLS  # read here, at construction, as the defaults below
-        if self.engine_calls not in ("nvimgcodec", "nvjpeg"):
-            raise ValueError(f"ENGINE_CALLS must be 'nvimgcodec' or 'nvjpeg', not {self.engine_calls!r}")
         nvimgcodec = nvimgcodec_module()
-        if nvimgcodec is None and self.engine_calls == "nvimgcodec":
+        if nvimgcodec is None:
             raise ImportError(GPU_MISSING)
         device = torch.device(device)
         if not self._allow_cpu:
@@ -297,6 +230,7 @@ class NvImageCodecDecoder:
         self.device = device
         self.hardware_only = tuple(backend_kinds) == ENGINE_KINDS
         device_id = device.index if device.type == "cuda" else None  # None: host buffers
+        library = nvimgcodec_library(nvimgcodec)
         # decode_threads instances per subsampling the engines take (engine_calls); the CPU
         # stand-in takes every subsampling, the ones the engines do not on the first instances.
         # What accepts() routes to the engines is fixed here with the instances that decode it.
@@ -314,22 +248,15 @@ class NvImageCodecDecoder:
         self._next_lane = 0
         self._lane_clock = SharedWallClock()
         instances = lanes * per_lane
-        if self.engine_calls == "nvjpeg":
-            if not self.hardware_only:
-                raise ValueError(f"ENGINE_CALLS='nvjpeg' decodes on the hardware engines only; "
-                                 f"backend_kinds {list(backend_kinds)} need ENGINE_CALLS='nvimgcodec'")
-            self._decoders = _nvjpeg_instances(instances, device)
-        else:
-            library = nvimgcodec_library(nvimgcodec)
-            try:
-                # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
-                # libjpeg): the same pixels as its Python API's decode gave.
-                self._decoders = [_C.NvImageCodecBatch(library, device_id, int(cpu_threads),
-                                                       [BACKEND_KINDS[k] for k in backend_kinds], "")
-                                  for _ in range(instances)]
-            except (RuntimeError, ValueError) as e:
-                raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for "
-                                   f"{list(backend_kinds)} on {device}: {e}") from e
+        try:
+            # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
+            # libjpeg): the same pixels as its Python API's decode gave.
+            self._decoders = [_C.NvImageCodecBatch(library, device_id, int(cpu_threads),
+                                                   [BACKEND_KINDS[k] for k in backend_kinds], "")
+                              for _ in range(instances)]
+        except (RuntimeError, ValueError) as e:
+            raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
+                               f"on {device}: {e}") from e
         self._decode_workers = [ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode") for _ in range(lanes)]
         # The other instances' callers: each lane's decode stage calls its lead instance itself.
         self._decode_helpers = (ThreadPoolExecutor(instances - lanes, thread_name_prefix="fastdata-gpu-decode")
@@ -337,9 +264,9 @@ class NvImageCodecDecoder:
         self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
         # At the default priority: this decoder's and the pipeline's streams at a high one ran no
         # faster beside ResNet-18 training as CUDA graphs (hybrid 13,081 against 13,069 img/s, two
-        # alternating pairs, H100, 2026-12-05). nvImageCodec decodes on internal streams of its own
-        # (at the default priority in 0.8's source), which these only wait for (docs/results.md,
-        # twenty-third session).
+        # alternating pairs, H100, 2026-12-05). The engines' own work runs on nvJPEG's internal
+        # streams, which these only wait for: they were there with nvJPEG's hardware decode called
+        # directly on these streams too (docs/results.md, twenty-third and twenty-fifth sessions).
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False
@@ -349,7 +276,7 @@ class NvImageCodecDecoder:
         self.pinned_bitstreams = PINNED_BITSTREAMS
         self._bitstreams = BufferPool(self.depth + 1, BITSTREAM_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         # Where the workers' time goes, summed over batches (and lanes; seconds of wall time): the
-        # engine calls (wall time of the stage, and decode_cpu: the CPU time of every
+        # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
         # the calls work or spin on the host, near zero that they sleep while the engines
         # decode), queueing the resample, and waiting for the stream (the GPU work left).

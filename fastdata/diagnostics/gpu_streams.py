@@ -1,9 +1,9 @@
 """GPU time per CUDA stream, read from a torch.profiler trace (``export_chrome_trace``).
 
 A training step shares the GPU with its input: the model's kernels on the training stream,
-the loader's on its own streams, and a library's on streams of its own (nvImageCodec 0.8's
-source, read: it decodes on internal streams it creates at the default priority, and makes
-the caller's stream wait for them). Which stream's work took the GPU, for how long per step,
+the loader's on its own streams, and a library's on streams of its own (nvJPEG's hardware
+decode runs its copies and color conversion on internal streams, which the caller's stream
+only waits for: seen with nvImageCodec's calls and with nvJPEG called directly). Which stream's work took the GPU, for how long per step,
 and how long that work waited to start, tells GPU contention from a host-side stall. CUPTI
 records every kernel and copy of the process, whichever thread queued it, and a CUDA graph's
 kernels one by one (on the stream the graph was launched on).

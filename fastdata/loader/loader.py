@@ -286,8 +286,8 @@ class Loader:
 
     def gpu_stage_seconds(self) -> Dict[str, float]:
         """Where the GPU decoder's worker threads spent their time since the loader was made
-        (seconds, summed over batches and lanes): ``decode`` (its engine calls' wall time:
-        nvImageCodec's or nvJPEG's, ``ENGINE_CALLS``), ``decode_cpu`` (their threads' CPU time), ``resample`` (queueing the kernels)
+        (seconds, summed over batches and lanes): ``decode`` (its nvImageCodec calls' wall
+        time), ``decode_cpu`` (their threads' CPU time), ``resample`` (queueing the kernels)
         and ``gpu_wait`` (waiting for them to finish: the GPU's queue). Empty when no GPU decoder
         keeps these (native, dali, nvjpeg)."""
         stages = getattr(self._pipeline.decoders[0], "stage_seconds", None)

@@ -37,13 +37,11 @@ def mixed(tmp_path_factory):
     return str(root), fastdata.ImageFolder(str(root))
 
 
-@pytest.mark.parametrize("engine_calls", ["nvimgcodec", "nvjpeg"])
 @pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned-bitstreams"])
-def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned, engine_calls):
+def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned):
     from fastdata.decoders import nvimgcodec
 
-    monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)  # the A/B switches: the same pixels either way
-    monkeypatch.setattr(nvimgcodec, "ENGINE_CALLS", engine_calls)
+    monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)  # the A/B switch: the same pixels either way
 
     _, source = mixed
     paths = [source.fetch([i])[0] for i in range(len(source))]
@@ -98,12 +96,8 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
     assert gray and min(scores[r] for r in gray) >= 35, [scores[r] for r in gray]
 
 
-@pytest.mark.parametrize("engine_calls", ["nvimgcodec", "nvjpeg"])
 @pytest.mark.parametrize("backend", ["gpu", "hybrid"])
-def test_loader_over_mixed_and_damaged_files_skip_and_raise(tmp_path, monkeypatch, backend, engine_calls):
-    from fastdata.decoders import nvimgcodec
-
-    monkeypatch.setattr(nvimgcodec, "ENGINE_CALLS", engine_calls)  # the A/B switch: either library's calls
+def test_loader_over_mixed_and_damaged_files_skip_and_raise(tmp_path, backend):
     paths = hard_case_folder(tmp_path)
     source = fastdata.FileList(paths, list(range(len(paths))))
 
@@ -172,31 +166,8 @@ def test_pinned_bitstreams_give_the_same_batches_over_an_epoch(mixed, monkeypatc
         assert torch.equal(a, b) and torch.equal(la, lb)
 
 
-def test_nvjpeg_calls_give_the_batches_of_nvimgcodec_calls_over_an_epoch(mixed, monkeypatch):
-    # ENGINE_CALLS (an A/B switch): nvJPEG's hardware decode called directly, on the decoder's own
-    # streams, against nvImageCodec's calls (which call the same nvJPEG hardware decoder, fancy
-    # upsampling on in both): an epoch of 6 batches, two lanes, three in flight.
-    from fastdata.decoders import nvimgcodec
-
-    out = {}
-    for calls in ("nvimgcodec", "nvjpeg"):
-        monkeypatch.setattr(nvimgcodec, "ENGINE_CALLS", calls)
-        with fastdata.Loader(mixed[1], batch_size=16, transform=fastdata.RandomResizedCrop(64), threads=4, seed=2,
-                             device="cuda", dtype=torch.uint8, backend="gpu", shuffle=False) as loader:
-            out[calls] = [(x.cpu(), y.cpu()) for x, y in loader]
-            decoder = loader._pipeline.decoders[0]
-            assert decoder.engine_calls == calls and loader.stats().gpu_rows > 0
-            out[calls + " rows"] = (loader.stats().gpu_rows, loader.stats().gpu_rejected)
-    assert out["nvjpeg rows"] == out["nvimgcodec rows"]
-    assert len(out["nvjpeg"]) == len(out["nvimgcodec"]) == 6
-    for (a, la), (b, lb) in zip(out["nvimgcodec"], out["nvjpeg"]):
-        assert torch.equal(la, lb) and psnr(a, b) >= 45, psnr(a, b)
-
-
 LEAVE_AND_EXIT = """
     import sys, torch, fastdata
-    from fastdata.decoders import nvimgcodec
-    nvimgcodec.ENGINE_CALLS = sys.argv[3]
     loader = fastdata.Loader(fastdata.ImageFolder(sys.argv[1]), batch_size=16, threads=4, device="cuda",
                              prefetch=3, backend=sys.argv[2], dtype=torch.float16)
     it = iter(loader)
@@ -205,13 +176,11 @@ LEAVE_AND_EXIT = """
 """
 
 
-@pytest.mark.parametrize("engine_calls", ["nvimgcodec", "nvjpeg"])
 @pytest.mark.parametrize("backend", ["gpu", "hybrid"])
-def test_break_after_one_batch_then_exit_is_clean(mixed, backend, engine_calls):
+def test_break_after_one_batch_then_exit_is_clean(mixed, backend):
     folder = mixed[0]
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LEAVE_AND_EXIT), folder, backend, engine_calls],
-                              cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LEAVE_AND_EXIT), folder, backend], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert "terminate called" not in proc.stderr, proc.stderr
         assert proc.returncode == 0, proc.stderr

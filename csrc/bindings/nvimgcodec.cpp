@@ -1,6 +1,5 @@
-// The gpu decoder's batch calls: NvImageCodecBatch (csrc/gpu/nvimgcodec_batch.h) and NvJpegBatch
-// (csrc/gpu/nvjpeg_batch.h), with one decode signature: one call per batch slice, the GIL
-// released for all of it, statuses back as one numpy array.
+// NvImageCodecBatch (csrc/gpu/nvimgcodec_batch.h) for the gpu decoder: one call per batch
+// slice, the GIL released for all of it, statuses back as one numpy array.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,7 +12,6 @@
 #include "bindings/register.h"
 #include "bindings/released_gil.h"
 #include "gpu/nvimgcodec_batch.h"
-#include "gpu/nvjpeg_batch.h"
 
 namespace py = pybind11;
 
@@ -22,8 +20,7 @@ namespace {
 
 using Ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
-template <typename Batch>
-py::array_t<uint8_t> decode_batch_into(Batch& self, const py::sequence& datas, uintptr_t out,
+py::array_t<uint8_t> decode_batch_into(NvImageCodecBatch& self, const py::sequence& datas, uintptr_t out,
                                        int64_t out_bytes, const Ints& offsets, const Ints& heights,
                                        const Ints& widths, uintptr_t cuda_stream) {
   const size_t n = static_cast<size_t>(py::len(datas));
@@ -59,15 +56,9 @@ py::array_t<uint8_t> decode_batch_into(Batch& self, const py::sequence& datas, u
   return result;
 }
 
-constexpr const char* kDecodeDoc =
-    "Decode datas[i] (stored orientation, HWC RGB uint8, rows of widths[i] * 3 bytes) to address "
-    "out + offsets[i] of a buffer of out_bytes on CUDA stream cuda_stream (0: default). Returns uint8 "
-    "statuses per row: 0 decoded, 1 refused by the library, 2 header unreadable, 3 header size differs "
-    "from heights/widths.";
-
 }  // namespace
 
-void register_gpu_batch(py::module_& m) {
+void register_nvimgcodec(py::module_& m) {
   py::class_<NvImageCodecBatch>(m, "NvImageCodecBatch",
                                 "One nvImageCodec decoder instance that decodes a batch slice into one buffer in one "
                                 "call, with the GIL released (libnvimgcodec loaded from `library` at run time). "
@@ -79,31 +70,16 @@ void register_gpu_batch(py::module_& m) {
                                          backend_kinds, options);
            }),
            py::arg("library"), py::arg("device_id"), py::arg("max_cpu_threads"), py::arg("backend_kinds"), py::arg("options"))
-      .def("decode", &decode_batch_into<NvImageCodecBatch>, py::arg("datas"), py::arg("out"), py::arg("out_bytes"),
+      .def("decode", &decode_batch_into, py::arg("datas"), py::arg("out"), py::arg("out_bytes"),
            py::arg("offsets"), py::arg("heights"), py::arg("widths"), py::arg("cuda_stream"),
-           kDecodeDoc)  // the buffer: device memory, or host memory for the CPU-only backend
+           "Decode datas[i] (stored orientation, HWC RGB uint8, rows of widths[i] * 3 bytes) to address "
+           "out + offsets[i] of a buffer of out_bytes (device memory, or host memory for the CPU-only "
+           "backend) on CUDA stream cuda_stream (0: default). Returns uint8 statuses per row: 0 decoded, "
+           "1 refused by nvImageCodec, 2 header unreadable, 3 header size differs from heights/widths.")
       .def_property_readonly("host_buffers", &NvImageCodecBatch::host_buffers,
                              "Whether it decodes into host memory (the CPU-only backend).")
       .def_property_readonly("library_version", &NvImageCodecBatch::library_version,
                              "nvImageCodec's version, major * 1000 + minor * 100 + patch.");
-
-  py::class_<NvJpegBatch>(m, "NvJpegBatch",
-                          "One nvJPEG hardware-backend decoder (handle and state) that decodes a batch slice into "
-                          "one device buffer with one nvjpegDecodeBatched call on the caller's stream, with the "
-                          "GIL released (libnvjpeg and the CUDA runtime loaded at run time). Made on the current "
-                          "CUDA device.")
-      .def(py::init([](const std::string& nvjpeg_library, const std::string& cudart_library) {
-             ReleasedGil nogil;
-             return new NvJpegBatch(nvjpeg_library, cudart_library);
-           }),
-           py::arg("nvjpeg_library"), py::arg("cudart_library"))
-      .def("decode", &decode_batch_into<NvJpegBatch>, py::arg("datas"), py::arg("out"), py::arg("out_bytes"),
-           py::arg("offsets"), py::arg("heights"), py::arg("widths"), py::arg("cuda_stream"), kDecodeDoc)
-      .def_property_readonly("hardware_engines", &NvJpegBatch::hardware_engines,
-                             "The GPU's hardware JPEG decoders, as nvJPEG reports them.")
-      .def_property_readonly("cores_per_engine", &NvJpegBatch::cores_per_engine)
-      .def_property_readonly("row_by_row_retries", &NvJpegBatch::row_by_row_retries,
-                             "Batch calls that failed on their data and were made again row by row.");
 }
 
 }  // namespace fastdata::bindings
