@@ -272,7 +272,7 @@ PY
     ;;
   lanes)
     # More batches decoding at once beside ResNet-18 training as CUDA graphs. Twenty-fifth session,
-    # H100: there gpu-only's decode stage took 49 ms a batch against ~20 in the bench, its calling
+    # H100: there gpu-only's decode stage took 49 ms a batch against 20-25 in the bench, its calling
     # threads on a core for all of it (nvJPEG's hardware calls return only when their work on
     # nvJPEG's own streams is done), so more calls at once may hide the wait. Two lanes (the
     # default, three batches in flight) against four (five in flight), gpu-only and hybrid, alternating.
