@@ -273,8 +273,8 @@ PY
   lanes)
     # More batches decoding at once beside ResNet-18 training as CUDA graphs. Twenty-fifth session,
     # H100: there gpu-only's decode stage took 49 ms a batch against 20-25 in the bench, its calling
-    # threads on a core for all of it (nvJPEG's hardware calls return only when their work on
-    # nvJPEG's own streams is done), so more calls at once may hide the wait. Two lanes (the
+    # threads on a core for nearly all of it (a reading, not traced: the calls wait, spinning, for
+    # their work on nvJPEG's own streams), so more calls at once may hide the wait. Two lanes (the
     # default, three batches in flight) against four (five in flight), gpu-only and hybrid, alternating.
     graphs_ab lanes "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = VALUE; n.DEPTH = VALUE + 1" \
       "2|gpu" "4|gpu" "4|hybrid" "2|hybrid" "2|gpu" "4|gpu"

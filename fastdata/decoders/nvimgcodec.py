@@ -264,9 +264,10 @@ class NvImageCodecDecoder:
         self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
         # At the default priority: this decoder's and the pipeline's streams at a high one ran no
         # faster beside ResNet-18 training as CUDA graphs (hybrid 13,081 against 13,069 img/s, two
-        # alternating pairs, H100, 2026-12-05). The engines' own work runs on nvJPEG's internal
-        # streams, which these only wait for: they were there with nvJPEG's hardware decode called
-        # directly on these streams too (docs/results.md, twenty-third and twenty-fifth sessions).
+        # alternating pairs, H100, 2026-12-05). The engines' copies and color conversion ran on
+        # ~30 other streams, and on 28 with nvJPEG's hardware decode called directly on these
+        # (docs/results.md, twenty-third and twenty-fifth sessions): most likely nvJPEG's own,
+        # which no priority of these reaches.
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False

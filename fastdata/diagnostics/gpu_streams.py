@@ -2,9 +2,9 @@
 
 A training step shares the GPU with its input: the model's kernels on the training stream,
 the loader's on its own streams, and a library's on streams of its own (nvJPEG's hardware
-decode runs its copies and color conversion on internal streams, which the caller's stream
-only waits for: seen with nvImageCodec's calls and with nvJPEG called directly). Which stream's work took the GPU, for how long per step,
-and how long that work waited to start, tells GPU contention from a host-side stall. CUPTI
+decode, called directly on a stream of the caller's, ran its copies and color conversion on 28
+internal streams: docs/results.md, twenty-fifth session). Which stream's work took the GPU, for
+how long per step, and how long that work waited to start, tells GPU contention from a host-side stall. CUPTI
 records every kernel and copy of the process, whichever thread queued it, and a CUDA graph's
 kernels one by one (on the stream the graph was launched on).
 """
