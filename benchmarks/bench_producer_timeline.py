@@ -20,7 +20,7 @@ The steps (fastdata/loader/producer.py, pipeline.py, decoders/nvimgcodec.py):
   ``gpu_resample_stage`` (waiting for that, the resample kernels, the stream sync).
 
 The knobs set the module defaults the decoders and the pipeline read at construction: ``--depth``
-(nvimgcodec.DEPTH, batches in flight), ``--lanes`` (DECODE_LANES), ``--inline`` (pipeline.INLINE_THREADS_GPU),
+(nvimgcodec.DEPTH and HYBRID_DEPTH, batches in flight), ``--lanes`` (DECODE_LANES and HYBRID_DECODE_LANES), ``--inline`` (pipeline.INLINE_THREADS_GPU),
 ``--host-cores`` (HYBRID_HOST_CORES). With ``--device cpu --backend native`` it runs anywhere (the CI
 checks it does).
 """
@@ -106,7 +106,8 @@ def _set_defaults(args: argparse.Namespace, gpu: bool) -> None:
     if gpu:
         from fastdata.decoders import nvimgcodec
 
-        settings += [(nvimgcodec, "DEPTH", args.depth), (nvimgcodec, "DECODE_LANES", args.lanes)]
+        settings += [(nvimgcodec, "DEPTH", args.depth), (nvimgcodec, "DECODE_LANES", args.lanes),
+                     (nvimgcodec, "HYBRID_DEPTH", args.depth), (nvimgcodec, "HYBRID_DECODE_LANES", args.lanes)]
     for module, name, value in settings:
         if value is not None:
             setattr(module, name, value)
@@ -133,8 +134,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_loader_args(p, device="cuda", backend="hybrid", seconds=10.0, warmup=30)
-    p.add_argument("--depth", type=int, default=None, help="gpu decoder batches in flight (nvimgcodec.DEPTH)")
-    p.add_argument("--lanes", type=int, default=None, help="gpu decoder lanes (nvimgcodec.DECODE_LANES)")
+    p.add_argument("--depth", type=int, default=None, help="gpu decoder batches in flight, either backend (nvimgcodec.DEPTH, HYBRID_DEPTH)")
+    p.add_argument("--lanes", type=int, default=None, help="gpu decoder lanes, either backend (nvimgcodec.DECODE_LANES, HYBRID_DECODE_LANES)")
     p.add_argument("--inline", type=int, default=None, help="planning threads (pipeline.INLINE_THREADS_GPU)")
     p.add_argument("--host-cores", type=int, default=None, help="cores hybrid leaves to the GPU's feeders")
     p.add_argument("--label", default="", help="a name for this setting in the output")

@@ -15,7 +15,7 @@
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
-#   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating)
+#   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -114,7 +114,7 @@ case "$stage" in
     # row, H200, eleventh session), its threads waiting for a core 56-69% of their CPU time beside
     # native threads at nice 10; under SCHED_IDLE 18% (twelfth session, one run). gpu-only with two
     # lanes of one instance (the default) and one lane of two, then hybrid alternating the default
-    # (SCHED_IDLE native threads, two lanes of one instance, three batches in flight) against nice
+    # (SCHED_IDLE native threads, four lanes of one instance, five batches in flight) against nice
     # 10 and against one lane of two instances with two batches in flight (the layout until the
     # thirteenth session; set before the Loader is made); summarized last by the bench's
     # own GPU-side line (bench_report.gpu_side_lines: the decode stage per row, its threads'
@@ -123,7 +123,7 @@ case "$stage" in
     rm -f "$OUT"/contention_*.json "$OUT/contention_spy.txt"  # never summarize an earlier call's runs
     ONE_LANE="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = 1; n.DECODE_THREADS = 2"
     NICE10="import fastdata.loader.pipeline as p; p.GPU_NATIVE_IDLE = False"
-    ONE_LANE_HYBRID="import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = 1; n.DECODE_THREADS = 2; n.DEPTH = 2"
+    ONE_LANE_HYBRID="import fastdata.decoders.nvimgcodec as n; n.HYBRID_DECODE_LANES = 1; n.DECODE_THREADS = 2; n.HYBRID_DEPTH = 2"
     k=0
     for run in "fastdata-gpu|pass" "fastdata-gpu|$ONE_LANE" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" \
                "fastdata-hybrid|$ONE_LANE_HYBRID" "fastdata-hybrid|pass" "fastdata-hybrid|$NICE10" "fastdata-hybrid|$ONE_LANE_HYBRID" \
@@ -271,12 +271,11 @@ PY
       "False|hybrid" "True|hybrid" "True|gpu" "False|gpu" "False|hybrid" "True|hybrid"
     ;;
   lanes)
-    # More batches decoding at once beside ResNet-18 training as CUDA graphs. Twenty-fifth session,
-    # H100: there gpu-only's decode stage took 49 ms a batch against 20-25 in the bench, its calling
-    # threads on a core for nearly all of it (a reading, not traced: the calls wait, spinning, for
-    # their work on nvJPEG's own streams), so more calls at once may hide the wait. Two lanes (the
-    # default, three batches in flight) against four (five in flight), gpu-only and hybrid, alternating.
-    graphs_ab lanes "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = VALUE; n.DEPTH = VALUE + 1" \
+    # More batches decoding at once beside ResNet-18 training as CUDA graphs: two lanes (three
+    # batches in flight) against four (five), gpu-only and hybrid, alternating; VALUE sets both
+    # backends' layouts. Twenty-sixth session, H100: hybrid 89.0% of synthetic on two lanes, 94.3%
+    # on four (now hybrid's default, nvimgcodec.HYBRID_DECODE_LANES); gpu-only no faster on four.
+    graphs_ab lanes "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = n.HYBRID_DECODE_LANES = VALUE; n.DEPTH = n.HYBRID_DEPTH = VALUE + 1" \
       "2|gpu" "4|gpu" "4|hybrid" "2|hybrid" "2|gpu" "4|gpu"
     ;;
   ddp)

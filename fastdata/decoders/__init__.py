@@ -41,8 +41,10 @@ def make_decoder(name: str, transform: Transform, *, device: torch.device, threa
     if name == "native":
         return None
     if name in ("gpu", "hybrid"):
-        from .nvimgcodec import NvImageCodecDecoder
-        return NvImageCodecDecoder(transform, device=device, **options)
+        from . import nvimgcodec
+        if name == "hybrid":  # its own layout (nvimgcodec.HYBRID_DECODE_LANES), unless given
+            options = {"lanes": nvimgcodec.HYBRID_DECODE_LANES, "depth": nvimgcodec.HYBRID_DEPTH, **options}
+        return nvimgcodec.NvImageCodecDecoder(transform, device=device, **options)
     if name == "nvjpeg":
         from .nvjpeg import NvjpegDecoder
         return NvjpegDecoder(transform, device=device)

@@ -103,7 +103,7 @@ DECODE_THREADS = 1
 # and 23,682 with one lane of two instances (the engines busy 83-84% against 71-74%, the GPU side
 # 18,179-18,301 rows/s against 16,034-17,027, the same 12 cores); on the demo mix 8,837 against
 # 8,709 (one pair), and examples/train.py resnet18 11,678 against 11,396 img/s (one run each, in
-# different calls).
+# different calls). backend="hybrid" has more lanes of its own: HYBRID_DECODE_LANES.
 DECODE_LANES = 2
 # Batches in flight per gpu decoder (its ``depth``): the worker decodes batch N+1 while the
 # producer finishes batch N (its native rows, the upload), so the engines do not idle while the
@@ -113,6 +113,22 @@ DECODE_LANES = 2
 # lane a third batch cost a core for no rate (21,440 vs 21,529 img/s, 2026-12-02, one run each);
 # with two lanes it keeps a batch for each lane while one is resampled (the layout measured above).
 DEPTH = 3
+# backend="hybrid"'s lanes and batches in flight (make_decoder passes them): the layout it runs
+# beside training at. ResNet-18 training as CUDA graphs on the 8,192 set (H100, 2026-12-06,
+# twenty-sixth session, alternating runs in three calls; synthetic 16,051-16,095 img/s): hybrid
+# with four lanes and five batches ran 15,060, 15,327, 15,174, 14,807 and 15,427 img/s (94.3% of
+# synthetic on the mean), with two lanes and three 14,394, 14,290 and 14,220 (89.0%), with eight
+# and nine 15,378 and 15,147, with two lanes and five batches 14,036. The GPU side took fewer
+# rows, not more (17-22% of each batch against 26-32%); the native threads were busier: 96-100%
+# of the time against 77-82%. Our reading: a GPU batch, slow beside the model's kernels, no
+# longer holds the next batches' native rows back. The costs: alone in fastdata-bench (no
+# training) 31,693 and 30,208 img/s against 32,929 and 31,786 with two lanes (alternating, the
+# same call), the engines busy 74% against 81%; and eight more nvImageCodec instances to create
+# (each four-lane training run's process took ~54 s against ~38 s, not timed apart).
+# backend="gpu" keeps two: beside the same training it ran 9,769 img/s on four lanes (5.4 cores)
+# against 10,129 and 10,142 on two (3.4), each lane's batch taking twice as long.
+HYBRID_DECODE_LANES = 4
+HYBRID_DEPTH = 5
 
 
 def gpu_extra_installed() -> bool:
@@ -190,7 +206,7 @@ class NvImageCodecDecoder:
     depth: batches in flight (default: DEPTH).
     lanes: batches decoded at once, each on ``decode_threads`` instances per subsampling of its
     own and a decode thread of its own, taken in turn (so at most ``depth`` are busy). Default:
-    DECODE_LANES.
+    DECODE_LANES (make_decoder gives backend="hybrid" HYBRID_DECODE_LANES and HYBRID_DEPTH).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
     engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
     machine without a GPU (``_allow_cpu``): host memory instead of the device's.

@@ -107,9 +107,10 @@ class Loader:
             decoder) or "dali" (NVIDIA DALI, optional extra); same order, crops, labels and
             outputs. ``backend_options`` go to the backend (e.g. DALI's ``hw_decoder_load``;
             the gpu decoder's ``lanes``, batches decoded at once, each on nvImageCodec instances
-            of its own, default 2; ``decode_threads``, a lane's instances per chroma subsampling
-            the engines take (4:2:0, 4:2:2, 4:4:4), sharing each batch, default 1 (one lane of 2 is
-            the earlier layout); ``depth``, batches in flight, default 3; and
+            of its own, default 2 for "gpu" and 4 for "hybrid"; ``decode_threads``, a lane's
+            instances per chroma subsampling the engines take (4:2:0, 4:2:2, 4:4:4, gray), sharing
+            each batch, default 1 (one lane of 2 is the earlier layout); ``depth``, batches in
+            flight, default 3 for "gpu" and 5 for "hybrid"; and
             ``cpu_threads``, nvImageCodec's host threads per instance; the hybrid default of native threads keeps three cores for them whatever
             their number). A GPU backend decodes the rows it can take;
             the native threads decode the rest. A ``fastdata.decoders.Decoder`` object plugs

@@ -44,10 +44,10 @@ class CpuEngines(NvImageCodecDecoder):
 
     _allow_cpu = True
 
-    def __init__(self, transform, refuse=(), decode_threads=1, lanes=1):
+    def __init__(self, transform, refuse=(), decode_threads=1, lanes=1, depth=None):
         # refuse: the files (their bytes) whose rows it refuses, whichever instance gets them
         super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",),
-                         decode_threads=decode_threads, lanes=lanes)
+                         decode_threads=decode_threads, lanes=lanes, depth=depth)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
         self.given_datas = []  # every row's bytes as given to nvImageCodec (the arrays)
@@ -299,7 +299,7 @@ def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("lanes", [1, 2])  # 2: hybrid's default layout, the second batch on the second lane
+@pytest.mark.parametrize("lanes", [1, 2, 4])  # 4: hybrid's default (HYBRID_DECODE_LANES); the second batch on the second lane
 def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path, lanes):
     paths = hard_case_folder(tmp_path)[:PLAIN] * 4  # 24 decodable rows
     transform = fastdata.RandomResizedCrop(64)
@@ -366,7 +366,7 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
     out = {}
     from fastdata.decoders.nvimgcodec import ENGINE_SUBSAMPLINGS
     per_lane = 2 * len(ENGINE_SUBSAMPLINGS)  # 2 per subsampling the engines take (this set has the first 3)
-    for lanes in (1, 2):
+    for lanes in (1, 2, 4):  # 4: hybrid's default (HYBRID_DECODE_LANES), one batch on each lane
         decoder = CpuEngines(transform, lanes=lanes, decode_threads=2)
         assert len(decoder._decoders) == per_lane * lanes
         with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
@@ -379,14 +379,34 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
         assert set(stages) == {"decode", "decode_cpu", "resample", "gpu_wait"}, stages
         assert stages["decode"] >= 0.01 * len(batches) and stages["resample"] > 0, stages
         assert decoder.overlapping_calls == 0
-    (a, la, one), (b, lb, two) = out[1], out[2]
-    assert la.tolist() == lb.tolist() == list(range(len(paths)))
-    assert torch.equal(a, b)
-    # both instances of each of the set's subsamplings, in both lanes, took rows: the batches went to both lanes
+    (a, la, one) = out[1]
+    for lanes in (2, 4):
+        b, lb, many = out[lanes]
+        assert la.tolist() == lb.tolist() == list(range(len(paths)))
+        assert torch.equal(a, b)
+        # both instances of each of the set's subsamplings, in every lane, took rows: the batches went to every lane
+        assert set(many.instances) == {lane * per_lane + k for lane in range(lanes) for k in range(6)}, many.instances
     assert set(one.instances) == set(range(6)), one.instances
-    assert set(two.instances) == set(range(6)) | set(range(per_lane, per_lane + 6)), two.instances
     with pytest.raises(ValueError, match="lanes"):
         CpuEngines(transform, lanes=0)
+
+
+def test_hybrid_gets_its_own_lanes_and_depth_unless_the_backend_options_say(monkeypatch):
+    # make_decoder gives backend="hybrid" HYBRID_DECODE_LANES lanes and HYBRID_DEPTH batches in
+    # flight, "gpu" the decoder's own defaults; lanes or depth in backend_options win.
+    from fastdata import decoders
+    from fastdata.decoders import nvimgcodec
+    made = []
+    monkeypatch.setattr(nvimgcodec, "NvImageCodecDecoder", lambda transform, **kw: made.append(kw) or kw)
+    monkeypatch.setattr(nvimgcodec, "HYBRID_DECODE_LANES", 7)
+    monkeypatch.setattr(nvimgcodec, "HYBRID_DEPTH", 8)
+    transform, cuda = fastdata.RandomResizedCrop(32), torch.device("cuda", 0)
+    decoders.make_decoder("hybrid", transform, device=cuda, threads=4)
+    decoders.make_decoder("gpu", transform, device=cuda, threads=4)
+    decoders.make_decoder("hybrid", transform, device=cuda, threads=4, lanes=2)
+    decoders.make_decoder("hybrid", transform, device=cuda, threads=4, depth=3, cpu_threads=2)
+    assert made == [dict(device=cuda, lanes=7, depth=8), dict(device=cuda),
+                    dict(device=cuda, lanes=2, depth=8), dict(device=cuda, lanes=7, depth=3, cpu_threads=2)]
 
 
 def test_shared_wall_clock_charges_overlapping_jobs_an_even_share():
