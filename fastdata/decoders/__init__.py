@@ -42,8 +42,11 @@ def make_decoder(name: str, transform: Transform, *, device: torch.device, threa
         return None
     if name in ("gpu", "hybrid"):
         from . import nvimgcodec
-        if name == "hybrid":  # its own layout (nvimgcodec.HYBRID_DECODE_LANES), unless given
-            options = {"lanes": nvimgcodec.HYBRID_DECODE_LANES, "depth": nvimgcodec.HYBRID_DEPTH, **options}
+        if name == "hybrid":  # its own layout (nvimgcodec.HYBRID_DECODE_LANES), where not given
+            options = dict(options)
+            for key, default in (("lanes", nvimgcodec.HYBRID_DECODE_LANES), ("depth", nvimgcodec.HYBRID_DEPTH)):
+                if options.get(key) is None:
+                    options[key] = default
         return nvimgcodec.NvImageCodecDecoder(transform, device=device, **options)
     if name == "nvjpeg":
         from .nvjpeg import NvjpegDecoder

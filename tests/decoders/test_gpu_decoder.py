@@ -299,7 +299,7 @@ def test_rows_the_engines_refuse_are_decoded_natively_and_counted(tmp_path):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("lanes", [1, 2, 4])  # 4: hybrid's default (HYBRID_DECODE_LANES); the second batch on the second lane
+@pytest.mark.parametrize("lanes", [1, 2])  # 2: the second batch on the second lane
 def test_hybrid_split_shares_every_batch_and_both_sides_count(tmp_path, lanes):
     paths = hard_case_folder(tmp_path)[:PLAIN] * 4  # 24 decodable rows
     transform = fastdata.RandomResizedCrop(64)
@@ -359,15 +359,15 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
         path = tmp_path / f"{i}.jpg"
         path.write_bytes(encode_jpeg(photo_like(40 + 8 * i, 72 - 4 * i, seed=i), subsampling=kind))
         paths.append(str(path))
-    paths = paths * 4  # 4 batches of 8, each with 4, 2 and 2 rows of the three subsamplings
+    paths = paths * 6  # 6 batches of 8, each with 4, 2 and 2 rows of the three subsamplings
     transform = fastdata.RandomResizedCrop(40)
     cfg = dict(transform=transform, device="cpu", dtype=torch.uint8, batch_size=8, threads=2, seed=9,
                shuffle=False, prefetch=4)
     out = {}
     from fastdata.decoders.nvimgcodec import ENGINE_SUBSAMPLINGS
     per_lane = 2 * len(ENGINE_SUBSAMPLINGS)  # 2 per subsampling the engines take (this set has the first 3)
-    for lanes in (1, 2, 4):  # 4: hybrid's default (HYBRID_DECODE_LANES), one batch on each lane
-        decoder = CpuEngines(transform, lanes=lanes, decode_threads=2)
+    for lanes in (1, 2, 4):  # 4 with 5 batches in flight: hybrid's layout; batches 5 and 6 back on lanes 1 and 2
+        decoder = CpuEngines(transform, lanes=lanes, decode_threads=2, depth=lanes + 1)
         assert len(decoder._decoders) == per_lane * lanes
         with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
             batches = list(loader)
@@ -386,6 +386,10 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
         assert torch.equal(a, b)
         # both instances of each of the set's subsamplings, in every lane, took rows: the batches went to every lane
         assert set(many.instances) == {lane * per_lane + k for lane in range(lanes) for k in range(6)}, many.instances
+        # in turn: each batch makes 6 calls (2 instances x 3 subsamplings), the 6 batches ceil(6 / lanes)
+        # to the first lanes (more calls may follow: batches decoded ahead for the next epoch)
+        calls = [sum(k // per_lane == lane for k in many.instances) for lane in range(lanes)]
+        assert all(n >= 6 * len(range(lane, 6, lanes)) for lane, n in enumerate(calls)), calls
     assert set(one.instances) == set(range(6)), one.instances
     with pytest.raises(ValueError, match="lanes"):
         CpuEngines(transform, lanes=0)
@@ -405,8 +409,10 @@ def test_hybrid_gets_its_own_lanes_and_depth_unless_the_backend_options_say(monk
     decoders.make_decoder("gpu", transform, device=cuda, threads=4)
     decoders.make_decoder("hybrid", transform, device=cuda, threads=4, lanes=2)
     decoders.make_decoder("hybrid", transform, device=cuda, threads=4, depth=3, cpu_threads=2)
+    decoders.make_decoder("hybrid", transform, device=cuda, threads=4, lanes=None)  # None: the default
     assert made == [dict(device=cuda, lanes=7, depth=8), dict(device=cuda),
-                    dict(device=cuda, lanes=2, depth=8), dict(device=cuda, lanes=7, depth=3, cpu_threads=2)]
+                    dict(device=cuda, lanes=2, depth=8), dict(device=cuda, lanes=7, depth=3, cpu_threads=2),
+                    dict(device=cuda, lanes=7, depth=8)]
 
 
 def test_shared_wall_clock_charges_overlapping_jobs_an_even_share():
