@@ -16,6 +16,7 @@
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
+#   bash benchmarks/gpu_suite.sh split   # the hybrid split's GPU rate per lane or as delivered, beside that training and alone (alternating)
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -60,7 +61,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|split|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -277,6 +278,21 @@ PY
     # on four (now hybrid's default, nvimgcodec.HYBRID_DECODE_LANES); gpu-only no faster on four.
     graphs_ab lanes "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = n.HYBRID_DECODE_LANES = VALUE; n.DEPTH = n.HYBRID_DEPTH = VALUE + 1" \
       "2|gpu" "4|gpu" "4|hybrid" "2|hybrid" "2|gpu" "4|gpu"
+    ;;
+  split)
+    # nvimgcodec.SPLIT_RATE_PER_LANE: the hybrid split's GPU rate from what its lanes could decode
+    # (each batch's decode charged its wall over the lanes) against what they did (the default),
+    # beside ResNet-18 training as CUDA graphs, alternating; then alone in the bench, alternating.
+    # Twenty-sixth session's reading: on four lanes beside training the lanes idled ~40% of the
+    # time while the native threads were busy throughout, and the split did not move rows to the GPU.
+    graphs_ab split "import fastdata.decoders.nvimgcodec as n; n.SPLIT_RATE_PER_LANE = VALUE" \
+      "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
+    for value in False True False True; do
+      echo "== bench SPLIT_RATE_PER_LANE = $value"
+      with_setting "import fastdata.decoders.nvimgcodec as n; n.SPLIT_RATE_PER_LANE = $value" bench \
+        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 12 --rounds 1 \
+        --compare fastdata-hybrid 2>&1 | grep -E "backend=|GPU side" | grep -v '^\['
+    done
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5

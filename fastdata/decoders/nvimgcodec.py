@@ -129,6 +129,20 @@ DEPTH = 3
 # against 10,129 and 10,142 on two (3.4), each lane's batch taking twice as long.
 HYBRID_DECODE_LANES = 4
 HYBRID_DEPTH = 5
+# An A/B switch, not yet measured on a GPU: the hybrid split's GPU rate from what the lanes could
+# decode if every lane were busy (each batch's decode stage charged its wall time over the number
+# of lanes) instead of what they did (SharedWallClock: its wall time over the lanes busy beside
+# it). SharedWallClock's seconds add up to the time any lane was busy, so while the lanes idle
+# part of the time the rate read is about the rows the GPU was given per second (over that
+# busy fraction), not what it could take: with the native threads busy throughout, the balanced
+# share g / (g + c) then stays near the share the GPU already has. Beside
+# ResNet-18 training on four lanes (twenty-sixth session, H100) the native threads were busy
+# 96-100% of the time, while the lanes, each batch's decode stage taking 33-47 ms at ~59 batches/s,
+# were busy about 59% (40 ms x 59.3 / 4) and the GPU kept 17-22% of the rows. Charged per
+# lane, a batch's 49 rows in 40 ms read 4,900 rows/s against the 2,900 the GPU did (its resample
+# stage, the rate's other bound, took ~11 ms a batch: 4,500). A share the
+# lanes cannot keep up with keeps all of them busy, where both ways of charging agree.
+SPLIT_RATE_PER_LANE = False
 
 
 def gpu_extra_installed() -> bool:
@@ -392,6 +406,8 @@ class NvImageCodecDecoder:
         finally:  # also when the stage failed: a job left on the clock would be charged forever
             seconds = time.perf_counter() - t0
             charged = self._lane_clock.stop(token, t0 + seconds)
+        if SPLIT_RATE_PER_LANE:  # what the lanes could decode, all busy (see the switch)
+            charged = seconds / self.lanes
         decoded.seconds, decoded.charged = seconds, charged
         if error is not None:
             # Slices that did queue work may still be writing the buffer: wait for every decode

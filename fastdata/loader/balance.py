@@ -38,7 +38,8 @@ submitted from then on. A native rate measured too high can therefore make the l
 behind for a batch or two, never stay behind. (The rates the balanced share comes from were
 measured on the batches before: after a stretch ahead in which the GPU took only a few rows
 per batch, its rate, fixed costs per call included, reads low, and the balanced share takes
-a few batches to come back.) The pace is forgotten when a feed starts and at each epoch's
+a few batches to come back; with GPU lanes that idle it may stay low: see
+``nvimgcodec.SPLIT_RATE_PER_LANE``.) The pace is forgotten when a feed starts and at each epoch's
 end (``pace_reset``), and the producer does not count the hand-overs until its queue has
 turned over once more: their waits include the consumer's first step or the pause between
 epochs, not its pace.

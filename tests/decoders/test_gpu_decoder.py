@@ -428,6 +428,26 @@ def test_shared_wall_clock_charges_overlapping_jobs_an_even_share():
     assert clock.stop(a, 21.5) == pytest.approx(1.5)
 
 
+def test_the_split_rate_per_lane_charges_a_lone_batch_its_wall_over_the_lanes(monkeypatch):
+    # A batch decoded while the other lanes idle: SharedWallClock charges it its whole wall time
+    # (the rate the GPU delivered); under SPLIT_RATE_PER_LANE its wall over the four lanes (what
+    # they could deliver, all busy).
+    from fastdata.decoders import nvimgcodec
+    files = [encode_jpeg(photo_like(48, 64)) for _ in range(3)]
+    transform = fastdata.RandomResizedCrop(32)
+    decoder = CpuEngines(transform, lanes=4)
+    try:
+        with fastdata.Engine(1) as engine:
+            batch = plan_batch(files, np.arange(3), 0, [None] * 3, engine, transform, seed=0)
+        alone = decoder._decode_stage(batch, [0, 1, 2], 0)
+        monkeypatch.setattr(nvimgcodec, "SPLIT_RATE_PER_LANE", True)
+        per_lane = decoder._decode_stage(batch, [0, 1, 2], 1)
+    finally:
+        decoder.close()
+    assert alone.seconds >= 0.01 and alone.charged == pytest.approx(alone.seconds)  # each call sleeps 10 ms
+    assert per_lane.seconds >= 0.01 and per_lane.charged == pytest.approx(per_lane.seconds / 4)
+
+
 def test_engine_calls_hold_one_subsampling_each_and_cover_every_row_once():
     from fastdata.decoders.nvimgcodec import engine_calls, instances_by_code
     rng = np.random.default_rng(0)
