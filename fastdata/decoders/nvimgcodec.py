@@ -132,16 +132,19 @@ HYBRID_DEPTH = 5
 # An A/B switch, not yet measured on a GPU: the hybrid split's GPU rate from what the lanes could
 # decode if every lane were busy (each batch's decode stage charged its wall time over the number
 # of lanes) instead of what they did (SharedWallClock: its wall time over the lanes busy beside
-# it). SharedWallClock's seconds add up to the time any lane was busy, so while the lanes idle
-# part of the time the rate read is about the rows the GPU was given per second (over that
-# busy fraction), not what it could take: with the native threads busy throughout, the balanced
-# share g / (g + c) then stays near the share the GPU already has. Beside
+# it). SharedWallClock's seconds add up to the time at least one lane was busy, so while the
+# lanes idle part of the time the rate read is the rows the GPU was given per second divided by
+# the fraction of time some lane was busy (near 1 with four lanes each busy ~59%), not what it
+# could take: with the native threads busy throughout, the balanced share g / (g + c) then
+# stays near the share the GPU already has. Beside
 # ResNet-18 training on four lanes (twenty-sixth session, H100) the native threads were busy
 # 96-100% of the time, while the lanes, each batch's decode stage taking 33-47 ms at ~59 batches/s,
 # were busy about 59% (40 ms x 59.3 / 4) and the GPU kept 17-22% of the rows. Charged per
 # lane, a batch's 49 rows in 40 ms read 4,900 rows/s against the 2,900 the GPU did (its resample
-# stage, the rate's other bound, took ~11 ms a batch: 4,500). A share the
-# lanes cannot keep up with keeps all of them busy, where both ways of charging agree.
+# stage, the rate's other bound, took ~11 ms a batch: 4,500). That is an upper bound: a batch's
+# decode takes longer the more lanes run at once (gpu-only's took twice as long on four lanes
+# as on two), and a share the lanes cannot keep up with keeps all of them busy, where both ways
+# of charging agree.
 SPLIT_RATE_PER_LANE = False
 
 
@@ -514,7 +517,8 @@ class NvImageCodecDecoder:
         self._bitstreams.give(decoded.staging)
         decoded.buffer = decoded.staging = decoded.bitstreams = None
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch,
-        # the decode stage's counted as its share of the time it overlapped other lanes' batches.
+        # the decode stage's counted as its share of the time it overlapped other lanes' batches
+        # (under SPLIT_RATE_PER_LANE its wall over the lanes).
         result.seconds = max(decoded.charged, time.perf_counter() - t0)
         return result
 
@@ -690,7 +694,7 @@ class _Decoded:
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
     seconds: float = 0.0  # stage 1's wall time
-    charged: float = 0.0  # its share of that time, the time it overlapped other lanes split evenly (SharedWallClock)
+    charged: float = 0.0  # its share of that time, the time it overlapped other lanes split evenly (SharedWallClock; SPLIT_RATE_PER_LANE: over the lanes)
 
     @property
     def nbytes(self) -> int:
