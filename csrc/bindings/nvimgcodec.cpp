@@ -79,7 +79,12 @@ void register_nvimgcodec(py::module_& m) {
       .def_property_readonly("host_buffers", &NvImageCodecBatch::host_buffers,
                              "Whether it decodes into host memory (the CPU-only backend).")
       .def_property_readonly("library_version", &NvImageCodecBatch::library_version,
-                             "nvImageCodec's version, major * 1000 + minor * 100 + patch.");
+                             "nvImageCodec's version, major * 1000 + minor * 100 + patch.")
+      .def_property_readonly("instance_create_seconds", &NvImageCodecBatch::instance_create_seconds,
+                             "Seconds its construction spent creating the nvImageCodec instance (loading the "
+                             "codec extensions).")
+      .def_property_readonly("decoder_create_seconds", &NvImageCodecBatch::decoder_create_seconds,
+                             "Seconds its construction spent creating the decoder on that instance.");
 }
 
 }  // namespace fastdata::bindings

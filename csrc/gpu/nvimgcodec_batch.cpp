@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -142,13 +143,18 @@ NvImageCodecBatch::NvImageCodecBatch(const std::string& library, int device_id, 
   auto create = header<abi::InstanceCreateInfo>(abi::kInstanceCreateInfo);
   create.load_builtin_modules = 1;
   create.load_extension_modules = 1;
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   check("nvimgcodecInstanceCreate", api_->instance_create(&instance_, &create));
+  const auto instance_made = Clock::now();
+  instance_seconds_ = std::chrono::duration<double>(instance_made - started).count();
   auto exec = header<abi::ExecutionParams>(abi::kExecutionParams);
   exec.device_id = device_id;
   exec.max_num_cpu_threads = max_cpu_threads;
   exec.num_backends = static_cast<int>(backends.size());
   exec.backends = backends.data();
   const int32_t status = api_->decoder_create(instance_, &decoder_, &exec, options.c_str());
+  decoder_seconds_ = std::chrono::duration<double>(Clock::now() - instance_made).count();
   if (status != abi::kStatusSuccess) {
     (void)api_->instance_destroy(instance_);  // the constructor throws: nothing else owns it
     fail("nvimgcodecDecoderCreate", status);

@@ -473,6 +473,11 @@ class FastdataContender:
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)
                     self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}
                     self.detail["gpu_decode_lanes"] = getattr(loader._pipeline.decoders[0], "lanes", 1)
+                decoder = loader._pipeline.decoders[0]
+                created = getattr(decoder, "creation_seconds", None)
+                if created:  # what making its nvImageCodec instances cost, once per Loader
+                    self.detail["gpu_decoder_creation"] = dict({k: round(v, 3) for k, v in created.items()},
+                                                               instances=decoder.instance_count)
             loader.close()
             cache_dir = getattr(self, "_cache_dir", None)
             if cache_dir is not None:

@@ -212,7 +212,8 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     and of the planning (inline engine) threads, with how busy the native threads were within
     their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life). The stage
     seconds and rows are the decoder's totals since it was made, so per-row figures include
-    the warm-up batches; the thread figures are the timed window's."""
+    the warm-up batches; the thread figures are the timed window's. Last, what making the
+    decoder's nvImageCodec instances cost, once, before the first batch (``creation_seconds``)."""
     lines = []
     for r in report["results"]:
         detail = r.get("detail", {})
@@ -239,6 +240,11 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
                 if kind == "fastdata-native" and detail.get("native_busy_in_runs"):
                     # the rest of their time in runs they waited for a run's last rows (LoaderStats)
                     line += f", busy {detail['native_busy_in_runs']:.0%} within their runs"
+        created = detail.get("gpu_decoder_creation")
+        if created:  # once per Loader, before its first batch: not in the timed window
+            line += (f"; its decoder took {created['wall']:.1f} s to make ({created['instances']} nvImageCodec "
+                     f"instances: {created['instance_create']:.1f} s creating them, {created['decoder_create']:.1f} s "
+                     "their decoders)")
         lines.append(line)
     return lines
 

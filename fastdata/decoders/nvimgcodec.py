@@ -123,8 +123,10 @@ DEPTH = 3
 # of the time against 77-82%. Our reading: a GPU batch, slow beside the model's kernels, no
 # longer holds the next batches' native rows back. The costs: alone in fastdata-bench (no
 # training) 31,693 and 30,208 img/s against 32,929 and 31,786 with two lanes (alternating, the
-# same call), the engines busy 74% against 81%; and eight more nvImageCodec instances to create
-# (each four-lane training run's process took ~54 s against ~38 s, not timed apart).
+# same call), the engines busy 74% against 81%; and eight more nvImageCodec instances to create,
+# 1.03 s each: making hybrid's decoder took 16.5 s on four lanes (16 instances; H100, 2026-12-06,
+# twenty-seventh session). Those runs' processes took ~54 s against ~38 s because examples/train.py
+# also made an unused validation Loader under --no-eval (since fixed): two decoders each.
 # backend="gpu" keeps two: beside the same training it ran 9,769 img/s on four lanes (5.4 cores)
 # against 10,129 and 10,142 on two (3.4), each lane's batch taking twice as long.
 HYBRID_DECODE_LANES = 4
@@ -281,6 +283,7 @@ class NvImageCodecDecoder:
         self._next_lane = 0
         self._lane_clock = SharedWallClock()
         instances = lanes * per_lane
+        started = time.perf_counter()
         try:
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
             # libjpeg): the same pixels as its Python API's decode gave.
@@ -290,6 +293,14 @@ class NvImageCodecDecoder:
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
+        # What making them cost (seconds): hybrid's 16 took 16.5 s on an H100, 1.03 s each, the
+        # same when made in 16 threads at once (2026-12-06, twenty-seventh session);
+        # ``instance_create`` (nvimgcodecInstanceCreate, which loads the codec extensions) and
+        # ``decoder_create``, summed over the instances, say which part to share.
+        self.instance_count = instances
+        self.creation_seconds = {"wall": time.perf_counter() - started,
+                                 "instance_create": sum(d.instance_create_seconds for d in self._decoders),
+                                 "decoder_create": sum(d.decoder_create_seconds for d in self._decoders)}
         self._decode_workers = [ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode") for _ in range(lanes)]
         # The other instances' callers: each lane's decode stage calls its lead instance itself.
         self._decode_helpers = (ThreadPoolExecutor(instances - lanes, thread_name_prefix="fastdata-gpu-decode")

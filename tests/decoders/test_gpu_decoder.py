@@ -369,6 +369,11 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
     for lanes in (1, 2, 4):  # 4 with 5 batches in flight: hybrid's layout; batches 5 and 6 back on lanes 1 and 2
         decoder = CpuEngines(transform, lanes=lanes, decode_threads=2, depth=lanes + 1)
         assert len(decoder._decoders) == per_lane * lanes
+        # what making them cost: the instances' and their decoders' creation, inside its wall time
+        created = decoder.creation_seconds
+        assert decoder.instance_count == per_lane * lanes
+        assert created["instance_create"] > 0 and created["decoder_create"] > 0, created
+        assert created["instance_create"] + created["decoder_create"] <= created["wall"], created
         with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
             batches = list(loader)
             stats = loader.stats()
