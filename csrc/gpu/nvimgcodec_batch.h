@@ -61,8 +61,9 @@ class NvImageCodecBatch {
   bool host_buffers() const { return host_buffers_; }
   uint32_t library_version() const { return version_; }
   // Seconds its construction spent in nvimgcodecInstanceCreate (which loads the codec
-  // extensions) and in nvimgcodecDecoderCreate: on an H100 one construction took 1.03 s, the same
-  // one after another or in 16 threads at once (2026-12-06), the split not yet measured.
+  // extensions) and in nvimgcodecDecoderCreate: on an H100 each construction took 1.03 s, and 16
+  // took 16.4 s one after another or in 16 threads alike (2026-12-06): made from threads, these
+  // would include waiting for the others. The split is not yet measured.
   double instance_create_seconds() const { return instance_seconds_; }
   double decoder_create_seconds() const { return decoder_seconds_; }
 

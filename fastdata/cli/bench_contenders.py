@@ -477,7 +477,7 @@ class FastdataContender:
                 created = getattr(decoder, "creation_seconds", None)
                 if created:  # what making its nvImageCodec instances cost, once per Loader
                     self.detail["gpu_decoder_creation"] = dict({k: round(v, 3) for k, v in created.items()},
-                                                               instances=decoder.instance_count)
+                                                               instances=decoder.instance_total)
             loader.close()
             cache_dir = getattr(self, "_cache_dir", None)
             if cache_dir is not None:

@@ -297,7 +297,7 @@ class NvImageCodecDecoder:
         # same when made in 16 threads at once (2026-12-06, twenty-seventh session);
         # ``instance_create`` (nvimgcodecInstanceCreate, which loads the codec extensions) and
         # ``decoder_create``, summed over the instances, say which part to share.
-        self.instance_count = instances
+        self.instance_total = instances
         self.creation_seconds = {"wall": time.perf_counter() - started,
                                  "instance_create": sum(d.instance_create_seconds for d in self._decoders),
                                  "decoder_create": sum(d.decoder_create_seconds for d in self._decoders)}

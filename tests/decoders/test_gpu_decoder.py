@@ -371,7 +371,7 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
         assert len(decoder._decoders) == per_lane * lanes
         # what making them cost: the instances' and their decoders' creation, inside its wall time
         created = decoder.creation_seconds
-        assert decoder.instance_count == per_lane * lanes
+        assert decoder.instance_total == per_lane * lanes
         assert created["instance_create"] > 0 and created["decoder_create"] > 0, created
         assert created["instance_create"] + created["decoder_create"] <= created["wall"], created
         with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
