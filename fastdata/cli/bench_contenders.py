@@ -470,10 +470,10 @@ class FastdataContender:
                 # rows read for routing on the producer's call (hybrid: up to the GPU's share)
                 self.detail["rows_read_to_route"] = loader._pipeline.stats["read_rows"]
                 stages = loader.gpu_stage_seconds()
+                decoder = loader._pipeline.decoders[0]  # the GPU decoder, or native alone
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)
                     self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}
-                    self.detail["gpu_decode_lanes"] = getattr(loader._pipeline.decoders[0], "lanes", 1)
-                decoder = loader._pipeline.decoders[0]
+                    self.detail["gpu_decode_lanes"] = getattr(decoder, "lanes", 1)
                 created = getattr(decoder, "creation_seconds", None)
                 if created:  # what making its nvImageCodec instances cost, once per Loader
                     self.detail["gpu_decoder_creation"] = dict({k: round(v, 3) for k, v in created.items()},

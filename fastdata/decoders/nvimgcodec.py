@@ -297,7 +297,6 @@ class NvImageCodecDecoder:
         # same when made in 16 threads at once (2026-12-06, twenty-seventh session);
         # ``instance_create`` (nvimgcodecInstanceCreate, which loads the codec extensions) and
         # ``decoder_create``, summed over the instances, say which part to share.
-        self.instance_total = instances
         self.creation_seconds = {"wall": time.perf_counter() - started,
                                  "instance_create": sum(d.instance_create_seconds for d in self._decoders),
                                  "decoder_create": sum(d.decoder_create_seconds for d in self._decoders)}
@@ -326,6 +325,11 @@ class NvImageCodecDecoder:
         # the calls work or spin on the host, near zero that they sleep while the engines
         # decode), queueing the resample, and waiting for the stream (the GPU work left).
         self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
+
+    @property
+    def instance_total(self) -> int:
+        """The nvImageCodec instances it made (lanes x instances per lane)."""
+        return len(self._decoders)
 
     @property
     def lanes(self) -> int:
