@@ -46,7 +46,7 @@ ext = Pybind11Extension(
     include_dirs=["csrc"] + include_dirs,
     library_dirs=library_dirs,
     # Link the shared library: Debian's libjpeg.a is not position independent.
-    # dl: libnvimgcodec is loaded at run time (csrc/gpu/nvimgcodec_batch.cpp), never linked.
+    # dl: libnvimgcodec is loaded at run time (csrc/gpu/nvimgcodec_instance.cpp), never linked.
     libraries=["jpeg", "dl"],
     cxx_std=17,
     # -O3 for the resampler's loops; no -march=native: wheels must run on any x86-64.

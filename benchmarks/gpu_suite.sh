@@ -17,6 +17,7 @@
 #   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
 #   bash benchmarks/gpu_suite.sh split   # the hybrid split's GPU rate per lane or as delivered, beside that training and alone (alternating)
+#   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -61,7 +62,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|split|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|split|shared|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -295,6 +296,13 @@ PY
         /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 12 --rounds 1 \
         --compare fastdata-hybrid --json "$OUT/split_bench_${k}_$value.json" 2>&1 | grep -E "backend=|GPU side" | grep -v '^\['
     done
+    ;;
+  shared)
+    # nvimgcodec.SHARED_INSTANCE: the decoder objects on one nvImageCodec instance (the default;
+    # a hybrid start of 1.0 s) or on one each (16.6 s), beside ResNet-18 training as CUDA graphs,
+    # alternating: whether decoders sharing an instance decode slower beside training.
+    graphs_ab shared "import fastdata.decoders.nvimgcodec as n; n.SHARED_INSTANCE = VALUE" \
+      "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5

@@ -1,9 +1,11 @@
-// NvImageCodecBatch (csrc/gpu/nvimgcodec_batch.h) for the gpu decoder: one call per batch
-// slice, the GIL released for all of it, statuses back as one numpy array.
+// NvImageCodecInstance and NvImageCodecBatch (csrc/gpu/) for the gpu decoder: decoders made on a
+// shared instance, one call per batch slice, the GIL released for all of it, statuses back as
+// one numpy array.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "bindings/register.h"
 #include "bindings/released_gil.h"
 #include "gpu/nvimgcodec_batch.h"
+#include "gpu/nvimgcodec_instance.h"
 
 namespace py = pybind11;
 
@@ -59,17 +62,32 @@ py::array_t<uint8_t> decode_batch_into(NvImageCodecBatch& self, const py::sequen
 }  // namespace
 
 void register_nvimgcodec(py::module_& m) {
-  py::class_<NvImageCodecBatch>(m, "NvImageCodecBatch",
-                                "One nvImageCodec decoder instance that decodes a batch slice into one buffer in one "
-                                "call, with the GIL released (libnvimgcodec loaded from `library` at run time). "
-                                "device_id None: host buffers (the CPU-only backend).")
-      .def(py::init([](const std::string& library, std::optional<int> device_id, int max_cpu_threads,
-                       const std::vector<int32_t>& backend_kinds, const std::string& options) {
-             ReleasedGil nogil;  // creating the instance loads the codec extensions: seconds, GIL-free
-             return new NvImageCodecBatch(library, device_id.value_or(nvimgcodec_abi::kDeviceCpuOnly), max_cpu_threads,
-                                         backend_kinds, options);
+  py::class_<NvImageCodecInstance, std::shared_ptr<NvImageCodecInstance>>(
+      m, "NvImageCodecInstance",
+      "An nvImageCodec instance (libnvimgcodec loaded from `library` at run time, its codec extensions "
+      "loaded): the NvImageCodecBatch decoders made on it share it.")
+      .def(py::init([](const std::string& library) {
+             ReleasedGil nogil;  // loading the codec extensions takes about a second, GIL-free
+             return std::make_shared<NvImageCodecInstance>(library);
            }),
-           py::arg("library"), py::arg("device_id"), py::arg("max_cpu_threads"), py::arg("backend_kinds"), py::arg("options"))
+           py::arg("library"))
+      .def_property_readonly("library_version", &NvImageCodecInstance::library_version,
+                             "nvImageCodec's version, major * 1000 + minor * 100 + patch.")
+      .def_property_readonly("create_seconds", &NvImageCodecInstance::create_seconds,
+                             "Seconds nvimgcodecInstanceCreate took (loading the codec extensions).");
+
+  py::class_<NvImageCodecBatch>(m, "NvImageCodecBatch",
+                                "One nvImageCodec decoder, made on `instance`, that decodes a batch slice into one "
+                                "buffer in one call, with the GIL released. device_id None: host buffers (the "
+                                "CPU-only backend).")
+      .def(py::init([](std::shared_ptr<NvImageCodecInstance> instance, std::optional<int> device_id,
+                       int max_cpu_threads, const std::vector<int32_t>& backend_kinds, const std::string& options) {
+             ReleasedGil nogil;
+             return new NvImageCodecBatch(std::move(instance), device_id.value_or(nvimgcodec_abi::kDeviceCpuOnly),
+                                          max_cpu_threads, backend_kinds, options);
+           }),
+           py::arg("instance"), py::arg("device_id"), py::arg("max_cpu_threads"), py::arg("backend_kinds"),
+           py::arg("options"))
       .def("decode", &decode_batch_into, py::arg("datas"), py::arg("out"), py::arg("out_bytes"),
            py::arg("offsets"), py::arg("heights"), py::arg("widths"), py::arg("cuda_stream"),
            "Decode datas[i] (stored orientation, HWC RGB uint8, rows of widths[i] * 3 bytes) to address "
@@ -78,13 +96,12 @@ void register_nvimgcodec(py::module_& m) {
            "1 refused by nvImageCodec, 2 header unreadable, 3 header size differs from heights/widths.")
       .def_property_readonly("host_buffers", &NvImageCodecBatch::host_buffers,
                              "Whether it decodes into host memory (the CPU-only backend).")
-      .def_property_readonly("library_version", &NvImageCodecBatch::library_version,
-                             "nvImageCodec's version, major * 1000 + minor * 100 + patch.")
-      .def_property_readonly("instance_create_seconds", &NvImageCodecBatch::instance_create_seconds,
-                             "Seconds its construction spent creating the nvImageCodec instance (loading the "
-                             "codec extensions).")
-      .def_property_readonly("decoder_create_seconds", &NvImageCodecBatch::decoder_create_seconds,
-                             "Seconds its construction spent creating the decoder on that instance.");
+      .def_property_readonly(
+          "instance",
+          [](const NvImageCodecBatch& self) { return std::const_pointer_cast<NvImageCodecInstance>(self.instance()); },
+          "The NvImageCodecInstance it was made on.")
+      .def_property_readonly("create_seconds", &NvImageCodecBatch::create_seconds,
+                             "Seconds nvimgcodecDecoderCreate took.");
 }
 
 }  // namespace fastdata::bindings

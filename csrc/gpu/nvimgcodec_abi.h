@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace fastdata::nvimgcodec_abi {
 
@@ -158,5 +159,15 @@ using DecoderDecodeFn = int32_t (*)(Decoder*, CodeStream* const*, Image* const*,
 using FutureWaitForAllFn = int32_t (*)(Future*);
 using FutureGetProcessingStatusFn = int32_t (*)(Future*, uint32_t*, size_t*);
 using FutureDestroyFn = int32_t (*)(Future*);
+
+// A zeroed structure T with its type and size filled in, as every nvImageCodec call expects.
+template <typename T>
+T with_header(StructureType type) {
+  T value;
+  std::memset(&value, 0, sizeof(value));
+  value.struct_type = type;
+  value.struct_size = sizeof(T);
+  return value;
+}
 
 }  // namespace fastdata::nvimgcodec_abi

@@ -1,4 +1,4 @@
-// One nvImageCodec decoder instance that decodes a whole batch of JPEGs into one caller-owned
+// One nvImageCodec decoder that decodes a whole batch of JPEGs into one caller-owned
 // buffer with a single call and no Python: code streams from the encoded bytes, an image per
 // row at the caller's offset (HWC RGB uint8, rows of width * 3 bytes, stored orientation),
 // one nvimgcodecDecoderDecode, one wait. The gpu decoder (fastdata/decoders/nvimgcodec.py)
@@ -6,15 +6,17 @@
 // same batch took the GIL back once or more per image (its Image objects), which the
 // training thread paid for beside it.
 //
-// libnvimgcodec is loaded at run time (dlopen of the path the caller names: the wheel's
-// copy), so fastdata builds and imports without it.
+// Each is made on an NvImageCodecInstance (nvimgcodec_instance.h), which it holds: the gpu
+// decoder makes all of its decoders on one.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gpu/nvimgcodec_abi.h"
+#include "gpu/nvimgcodec_instance.h"
 
 namespace fastdata {
 
@@ -34,17 +36,15 @@ struct EncodedRow {
   int64_t width;
 };
 
-struct NvImageCodecApi;  // the library's functions, loaded once per process (nvimgcodec_batch.cpp)
-
 class NvImageCodecBatch {
  public:
-  // library: path of libnvimgcodec.so.0. device_id: a CUDA device, or
+  // instance: what the decoder is made on (kept alive while it lives). device_id: a CUDA device, or
   // nvimgcodec_abi::kDeviceCpuOnly (host buffers; the tests' stand-in without a GPU).
   // backend_kinds: nvimgcodecBackendKind_t values allowed. options: nvimgcodecDecoderCreate's
   // option string ("": the library's defaults, which gave the same pixels as nvImageCodec
   // 0.9's Python API on its CPU backend; tests/decoders/test_nvimgcodec_batch.py). Throws std::runtime_error naming
   // the failing call and its status code.
-  NvImageCodecBatch(const std::string& library, int device_id, int max_cpu_threads,
+  NvImageCodecBatch(std::shared_ptr<const NvImageCodecInstance> instance, int device_id, int max_cpu_threads,
                     const std::vector<int32_t>& backend_kinds, const std::string& options);
   ~NvImageCodecBatch();
   NvImageCodecBatch(const NvImageCodecBatch&) = delete;
@@ -59,22 +59,16 @@ class NvImageCodecBatch {
   std::vector<GpuDecodeStatus> decode(const std::vector<EncodedRow>& rows, uint8_t* out, void* cuda_stream);
 
   bool host_buffers() const { return host_buffers_; }
-  uint32_t library_version() const { return version_; }
-  // Seconds its construction spent in nvimgcodecInstanceCreate (which loads the codec
-  // extensions) and in nvimgcodecDecoderCreate: on an H100 each construction took 1.03 s, and 16
-  // took 16.4 s one after another or in 16 threads alike (2026-12-06): made from threads, these
-  // would include waiting for the others. The split is not yet measured.
-  double instance_create_seconds() const { return instance_seconds_; }
-  double decoder_create_seconds() const { return decoder_seconds_; }
+  const std::shared_ptr<const NvImageCodecInstance>& instance() const { return instance_; }
+  // Seconds nvimgcodecDecoderCreate took.
+  double create_seconds() const { return create_seconds_; }
 
  private:
-  const NvImageCodecApi* api_ = nullptr;  // shared, never unloaded
-  nvimgcodec_abi::Instance* instance_ = nullptr;
+  std::shared_ptr<const NvImageCodecInstance> instance_;  // outlives decoder_
+  const NvImageCodecApi* api_ = nullptr;
   nvimgcodec_abi::Decoder* decoder_ = nullptr;
   bool host_buffers_ = false;
-  uint32_t version_ = 0;
-  double instance_seconds_ = 0.0;
-  double decoder_seconds_ = 0.0;
+  double create_seconds_ = 0.0;
 };
 
 }  // namespace fastdata

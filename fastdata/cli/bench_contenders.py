@@ -475,8 +475,9 @@ class FastdataContender:
                     self.detail["gpu_stage_seconds"] = {k: round(v, 3) for k, v in stages.items()}
                     self.detail["gpu_decode_lanes"] = getattr(decoder, "lanes", 1)
                 created = getattr(decoder, "creation_seconds", None)
-                if created:  # what making its nvImageCodec instances cost, once per Loader
+                if created:  # what making its nvImageCodec decoders cost, once per Loader
                     self.detail["gpu_decoder_creation"] = dict({k: round(v, 3) for k, v in created.items()},
+                                                               decoders=decoder.decoder_total,
                                                                instances=decoder.instance_total)
             loader.close()
             cache_dir = getattr(self, "_cache_dir", None)

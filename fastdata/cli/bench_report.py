@@ -213,7 +213,9 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life). The stage
     seconds and rows are the decoder's totals since it was made, so per-row figures include
     the warm-up batches; the thread figures are the timed window's. Last, what making the
-    decoder's nvImageCodec instances cost, once, before the first batch (``creation_seconds``)."""
+    decoder's nvImageCodec decoders and the instances they are made on cost, once, before the
+    first batch (``creation_seconds``; an instance another Loader made costs nothing, though a
+    decoder made while another makes it waits for it, in its wall time)."""
     lines = []
     for r in report["results"]:
         detail = r.get("detail", {})
@@ -242,9 +244,11 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
                     line += f", busy {detail['native_busy_in_runs']:.0%} within their runs"
         created = detail.get("gpu_decoder_creation")
         if created:  # once per Loader, before its first batch: not in the timed window
-            line += (f"; its decoder took {created['wall']:.1f} s to make ({created['instances']} nvImageCodec "
-                     f"instances: {created['instance_create']:.1f} s creating them, {created['decoder_create']:.1f} s "
-                     "their decoders)")
+            instances = created["instances"]
+            line += (f"; its decoder took {created['wall']:.1f} s to make ({created['decoders']} nvImageCodec "
+                     f"decoders on {instances} instance{'s' if instances != 1 else ''}: "
+                     f"{created['instance_create']:.1f} s making instances, {created['decoder_create']:.1f} s "
+                     "the decoders)")
         lines.append(line)
     return lines
 

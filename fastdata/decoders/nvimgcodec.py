@@ -3,10 +3,11 @@
 Per batch, on this decoder's own worker threads (so the native threads decode their share of
 the same batch meanwhile): stage 1 decodes the rows into one device buffer, laid out from the
 native plan's sizes (stored orientation, HWC uint8 RGB, each image at a 256-byte aligned
-offset), through several nvImageCodec decoder instances, each on its own thread and CUDA
-stream with a share of the batch; on the engines each chroma subsampling has instances of its own, so
-each instance makes one call per batch and always of one subsampling (``engine_calls``). With
-several lanes (``DECODE_LANES``) batches go to them in turn, each lane with instances of its own,
+offset), through several nvImageCodec decoder objects (all on the process's one nvImageCodec
+instance, ``SHARED_INSTANCE``), each on its own thread and CUDA stream with a share of the batch;
+on the engines each chroma subsampling has decoder objects of its own, so each makes one call per
+batch and always of one subsampling (``engine_calls``). With
+several lanes (``DECODE_LANES``) batches go to them in turn, each lane with decoder objects of its own,
 so several batches are on the engines at once; stage 2 keeps the rows decoded and runs
 ``resample_batch`` (the Triton kernels: crop + antialiased resize + flip, EXIF orientation
 folded into the gather) over that buffer. The stages overlap across batches. Crops come
@@ -40,6 +41,7 @@ import importlib.util
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -123,30 +125,26 @@ DEPTH = 3
 # of the time against 77-82%. Our reading: a GPU batch, slow beside the model's kernels, no
 # longer holds the next batches' native rows back. The costs: alone in fastdata-bench (no
 # training) 31,693 and 30,208 img/s against 32,929 and 31,786 with two lanes (alternating, the
-# same call), the engines busy 74% against 81%; and eight more nvImageCodec instances to create,
-# 1.03 s each: making hybrid's decoder took 16.5 s on four lanes (16 instances; H100, 2026-12-06,
-# twenty-seventh session). Those runs' processes took ~54 s against ~38 s because examples/train.py
+# same call), the engines busy 74% against 81%; and, before SHARED_INSTANCE, eight more
+# nvImageCodec instances to create, 1.03 s each: making hybrid's decoder took 16.5 s on four lanes
+# (16 instances; H100, 2026-12-06, twenty-seventh session; on one shared instance 1.0 s). Those runs' processes took ~54 s against ~38 s because examples/train.py
 # also made an unused validation Loader under --no-eval (since fixed): two decoders each.
 # backend="gpu" keeps two: beside the same training it ran 9,769 img/s on four lanes (5.4 cores)
 # against 10,129 and 10,142 on two (3.4), each lane's batch taking twice as long.
 HYBRID_DECODE_LANES = 4
 HYBRID_DEPTH = 5
-# An A/B switch, not yet measured on a GPU: the hybrid split's GPU rate from what the lanes could
+# An A/B switch, off: the hybrid split's GPU rate from what the lanes could
 # decode if every lane were busy (each batch's decode stage charged its wall time over the number
 # of lanes) instead of what they did (SharedWallClock: its wall time over the lanes busy beside
-# it). SharedWallClock's seconds add up to the time at least one lane was busy, so while the
-# lanes idle part of the time the rate read is the rows the GPU was given per second divided by
-# the fraction of time some lane was busy (near 1 with four lanes each busy ~59%), not what it
-# could take: with the native threads busy throughout, the balanced share g / (g + c) then
-# stays near the share the GPU already has. Beside
-# ResNet-18 training on four lanes (twenty-sixth session, H100) the native threads were busy
-# 96-100% of the time, while the lanes, each batch's decode stage taking 33-47 ms at ~59 batches/s,
-# were busy about 59% (40 ms x 59.3 / 4) and the GPU kept 17-22% of the rows. Charged per
-# lane, a batch's 49 rows in 40 ms read 4,900 rows/s against the 2,900 the GPU did (its resample
-# stage, the rate's other bound, took ~11 ms a batch: 4,500). That is an upper bound: a batch's
-# decode takes longer the more lanes run at once (gpu-only's took twice as long on four lanes
-# as on two), and a share the lanes cannot keep up with keeps all of them busy, where both ways
-# of charging agree.
+# it). SharedWallClock's seconds add up to the time any lane was busy, so while the lanes idle
+# part of the time the rate read is about the rows the GPU was given per second (over that
+# busy fraction), not what it could take: with the native threads busy throughout, the balanced
+# share g / (g + c) then stays near the share the GPU already has. Measured (H100, 2026-12-06,
+# twenty-eighth session, alternating; benchmarks/gpu_suite.sh split): alone in the bench it gave
+# the GPU 72% of the rows against 63% and ran 5-8% faster (28,240 / 28,465 img/s against 26,830 /
+# 26,331, the engines busy 94% against 75-76%); beside ResNet-18 training as CUDA graphs, the
+# issue's target, it ran 2.5-2.9 points slower (78.8% / 80.4% of synthetic against 81.7% / 82.9%),
+# the GPU given 48-51% of the rows against 38-44%. So it stays off.
 SPLIT_RATE_PER_LANE = False
 
 
@@ -175,6 +173,45 @@ def nvimgcodec_library(module: Any) -> str:
     if not os.path.exists(path):
         raise ImportError(f"nvImageCodec's library is not where its wheel puts it: {path}")
     return path
+
+
+# Make every gpu decoder of the process on one nvImageCodec instance (per library) while any of
+# them lives, rather than one instance per decoder object. An instance loads nvImageCodec's codec
+# extensions, 1.03 s each on an H100, one at a time even from threads: hybrid's 16 decoder objects
+# (4 lanes x 4 subsamplings) took 16.6 s to make on 16 instances and 1.0 s on one (2026-12-06,
+# twenty-eighth session; nvImageCodec's Python API also makes all its decoders on one instance).
+# Their decodes, called from 16 threads at once, ran as fast (alone in the bench, alternating:
+# gpu 24,514 / 23,446 img/s shared against 24,443 / 23,525 apart, hybrid 24,835 / 23,224 against
+# 24,674 / 23,705; beside ResNet-18 training as CUDA graphs 83.4% / 84.9% of synthetic against
+# 83.3% / 82.3%) and the mixed set and tests/gpu gave the same results. False: the A/B's other side
+# (benchmarks/gpu_suite.sh shared).
+SHARED_INSTANCE = True
+_instances: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+_instances_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _instances, _instances_lock
+    # A parent thread may have held the lock at fork time, and the parent's instance is not the
+    # child's to share (its worker threads did not come along).
+    _instances, _instances_lock = weakref.WeakValueDictionary(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def nvimgcodec_instance(library: str) -> Tuple[Any, bool]:
+    """An ``_C.NvImageCodecInstance`` of ``library`` to make decoders on, and whether it was made
+    now: the one the process's live decoders share (SHARED_INSTANCE), else a new one."""
+    if not SHARED_INSTANCE:
+        return _C.NvImageCodecInstance(library), True
+    with _instances_lock:  # two Loaders made at once must not make two instances
+        instance = _instances.get(library)
+        if instance is not None:
+            return instance, False
+        instance = _C.NvImageCodecInstance(library)
+        _instances[library] = instance
+        return instance, True
 
 
 # nvimgcodecBackendKind_t values, by the names nvImageCodec's Python API gives them.
@@ -216,14 +253,14 @@ class NvImageCodecDecoder:
     worker waited for its kernels), plus the rows handed back, and ``seconds``: its slowest
     stage's wall time for the batch (the hybrid split's GPU rate).
 
-    cpu_threads: nvImageCodec's host threads (parsing, engine submission), per decoder instance.
-    decode_threads: nvImageCodec decoder instances per chroma subsampling the engines take
+    cpu_threads: nvImageCodec's host threads (parsing, engine submission), per decoder object.
+    decode_threads: nvImageCodec decoder objects per chroma subsampling the engines take
     (instances_by_code), each called from a thread of its own on its own CUDA stream
     with a share of that subsampling's rows: the call is host-bound (its calling thread is
     busy 83-99% of the call), so one caller caps the engines at one thread's rate. Default:
     DECODE_THREADS.
     depth: batches in flight (default: DEPTH).
-    lanes: batches decoded at once, each on ``decode_threads`` instances per subsampling of its
+    lanes: batches decoded at once, each on ``decode_threads`` decoder objects per subsampling of its
     own and a decode thread of its own, taken in turn (so at most ``depth`` are busy). Default:
     DECODE_LANES (make_decoder gives backend="hybrid" HYBRID_DECODE_LANES and HYBRID_DEPTH).
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
@@ -284,22 +321,32 @@ class NvImageCodecDecoder:
         self._lane_clock = SharedWallClock()
         instances = lanes * per_lane
         started = time.perf_counter()
-        try:
+        # The nvImageCodec instances its decoder objects are made on, held here so that the
+        # process's shared one stays findable (nvimgcodec_instance) while this decoder lives.
+        self._instances: List[Any] = []
+        made = []  # those made for this decoder (one already there cost it nothing)
+
+        def on_an_instance() -> _C.NvImageCodecBatch:
+            instance, new = nvimgcodec_instance(library)
+            if new:
+                made.append(instance)
+            if not any(instance is known for known in self._instances):
+                self._instances.append(instance)
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
             # libjpeg): the same pixels as its Python API's decode gave.
-            self._decoders = [_C.NvImageCodecBatch(library, device_id, int(cpu_threads),
-                                                   [BACKEND_KINDS[k] for k in backend_kinds], "")
-                              for _ in range(instances)]
+            return _C.NvImageCodecBatch(instance, device_id, int(cpu_threads),
+                                        [BACKEND_KINDS[k] for k in backend_kinds], "")
+        try:
+            self._decoders = [on_an_instance() for _ in range(instances)]
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
-        # What making them cost (seconds): hybrid's 16 took 16.5 s on an H100, 1.03 s each, the
-        # same when made in 16 threads at once (2026-12-06, twenty-seventh session);
-        # ``instance_create`` (nvimgcodecInstanceCreate, which loads the codec extensions) and
-        # ``decoder_create``, summed over the instances, say which part to share.
+        # What making them cost (seconds): ``instance_create`` (nvimgcodecInstanceCreate, which
+        # loads the codec extensions; 1.03 s each on an H100, 2026-12-06) for the instances made
+        # now, and ``decoder_create``, summed over the decoder objects.
         self.creation_seconds = {"wall": time.perf_counter() - started,
-                                 "instance_create": sum(d.instance_create_seconds for d in self._decoders),
-                                 "decoder_create": sum(d.decoder_create_seconds for d in self._decoders)}
+                                 "instance_create": sum(i.create_seconds for i in made),
+                                 "decoder_create": sum(d.create_seconds for d in self._decoders)}
         self._decode_workers = [ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode") for _ in range(lanes)]
         # The other instances' callers: each lane's decode stage calls its lead instance itself.
         self._decode_helpers = (ThreadPoolExecutor(instances - lanes, thread_name_prefix="fastdata-gpu-decode")
@@ -327,9 +374,14 @@ class NvImageCodecDecoder:
         self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
 
     @property
-    def instance_total(self) -> int:
-        """The nvImageCodec instances it made (lanes x instances per lane)."""
+    def decoder_total(self) -> int:
+        """Its nvImageCodec decoder objects (lanes x decoders per lane), each called by one thread."""
         return len(self._decoders)
+
+    @property
+    def instance_total(self) -> int:
+        """The nvImageCodec instances its decoder objects are made on (1 with SHARED_INSTANCE)."""
+        return len(self._instances)
 
     @property
     def lanes(self) -> int:
@@ -378,6 +430,7 @@ class NvImageCodecDecoder:
             if worker is not None:
                 worker.shutdown(wait=True)  # in stage order: each later stage's queue is complete
         self._decoders = []
+        self._instances = []
         self._images.clear()  # their memory goes back to torch now, not when this object does
         self._bitstreams.clear()
 

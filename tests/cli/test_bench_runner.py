@@ -298,12 +298,16 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
         "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
         "the stage busy 60% (each of 2 lanes); planning threads 0.8 cores"]
-    # making the decoder's instances, once per Loader (nvimgcodec.NvImageCodecDecoder.creation_seconds)
+    # making the decoder's nvImageCodec decoders, once per Loader (NvImageCodecDecoder.creation_seconds)
     hybrid["detail"]["gpu_decoder_creation"] = {"wall": 16.48, "instance_create": 16.3, "decoder_create": 0.12,
-                                                "instances": 16}
+                                                "decoders": 16, "instances": 16}
     assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
-        "planning threads 0.8 cores; its decoder took 16.5 s to make (16 nvImageCodec instances: "
-        "16.3 s creating them, 0.1 s their decoders)")
+        "planning threads 0.8 cores; its decoder took 16.5 s to make (16 nvImageCodec decoders on 16 instances: "
+        "16.3 s making instances, 0.1 s the decoders)")
+    hybrid["detail"]["gpu_decoder_creation"].update(wall=1.2, instance_create=1.03, instances=1)  # one shared
+    assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
+        "its decoder took 1.2 s to make (16 nvImageCodec decoders on 1 instance: 1.0 s making instances, "
+        "0.1 s the decoders)")
 
 
 def test_jpeg_engines_line_lists_the_contenders_measured_with_the_counter():

@@ -90,7 +90,7 @@ class CpuEngines(NvImageCodecDecoder):
                         # and its pixels are not there: resampled by mistake, the row would be black
                         ctypes.memset(ptr + int(offsets[i]), 0, int(heights[i]) * int(widths[i]) * 3)
                 return status
-            return type("Counting", (), {"decode": staticmethod(call)})()
+            return type("Counting", (), {"decode": staticmethod(call), "instance": decoder.instance})()
 
         self._decoders = [counting(k, d) for k, d in enumerate(self._decoders)]
 
@@ -368,11 +368,11 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
     per_lane = 2 * len(ENGINE_SUBSAMPLINGS)  # 2 per subsampling the engines take (this set has the first 3)
     for lanes in (1, 2, 4):  # 4 with 5 batches in flight: hybrid's layout; batches 5 and 6 back on lanes 1 and 2
         decoder = CpuEngines(transform, lanes=lanes, decode_threads=2, depth=lanes + 1)
-        assert len(decoder._decoders) == per_lane * lanes
-        # what making them cost: the instances' and their decoders' creation, inside its wall time
+        assert decoder.decoder_total == per_lane * lanes
+        # what making them cost: their decoders' creation (and an instance's, when one was made), inside its wall time
         created = decoder.creation_seconds
-        assert decoder.instance_total == per_lane * lanes
-        assert created["instance_create"] > 0 and created["decoder_create"] > 0, created
+        assert decoder.instance_total == 1
+        assert created["decoder_create"] > 0, created
         assert created["instance_create"] + created["decoder_create"] <= created["wall"], created
         with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
             batches = list(loader)
@@ -398,6 +398,45 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
     assert set(one.instances) == set(range(6)), one.instances
     with pytest.raises(ValueError, match="lanes"):
         CpuEngines(transform, lanes=0)
+
+
+def test_the_process_gpu_decoders_share_one_nvimgcodec_instance_while_any_lives(monkeypatch, tmp_path):
+    # One instance loads nvImageCodec's codec extensions (1.03 s on an H100): a decoder's objects,
+    # and two Loaders' decoders alive at once, are all made on one; it goes with the last of them.
+    import gc
+    import weakref
+    from fastdata.decoders import nvimgcodec
+    transform = fastdata.RandomResizedCrop(32)
+    # a cache of its own: an earlier test's decoder still alive (a kept traceback) must not count
+    monkeypatch.setattr(nvimgcodec, "_instances", weakref.WeakValueDictionary())
+    first = CpuEngines(transform, lanes=2, decode_threads=2)
+    second = CpuEngines(transform)
+    assert first.instance_total == 1 and second.instance_total == 1
+    assert first._instances[0] is second._instances[0]
+    assert all(d.instance is first._instances[0] for d in first._decoders + second._decoders)
+    assert first.creation_seconds["instance_create"] > 0  # it made the instance
+    assert second.creation_seconds["instance_create"] == 0  # it found it made
+    shared = first._instances[0]
+    first.close()
+    del shared
+    gc.collect()
+    assert list(nvimgcodec._instances.values()) == second._instances  # the other still holds it
+    paths = hard_case_folder(tmp_path)[:PLAIN]  # decoded on the instance the first decoder made
+    with fastdata.Loader(fastdata.FileList(paths, [0] * len(paths)), batch_size=3, transform=transform,
+                         device="cpu", dtype=torch.uint8, threads=2, shuffle=False, backend=second) as loader:
+        assert sum(x.shape[0] for x, _ in loader) == len(paths) and loader.stats().gpu_rows > 0
+    second.close()
+    del first, second
+    gc.collect()
+    assert not nvimgcodec._instances  # none left: the next decoder makes its own
+    third = CpuEngines(transform)
+    assert third.creation_seconds["instance_create"] > 0
+    third.close()
+    # The A/B switch's other side: an instance per decoder object, as before the sharing.
+    monkeypatch.setattr(nvimgcodec, "SHARED_INSTANCE", False)
+    apart = CpuEngines(transform, lanes=2)
+    assert apart.instance_total == apart.decoder_total == len({id(d.instance) for d in apart._decoders}) > 1
+    apart.close()
 
 
 def test_hybrid_gets_its_own_lanes_and_depth_unless_the_backend_options_say(monkeypatch):

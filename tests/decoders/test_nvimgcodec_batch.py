@@ -1,6 +1,7 @@
-"""fastdata's own nvImageCodec call (``_C.NvImageCodecBatch``, csrc/gpu/): its C ABI against the
-installed wheel's header, and its decodes against Pillow, on nvImageCodec's CPU backend (the
-same code path as the hardware engines but for the buffer kind; tests/gpu runs the engines)."""
+"""fastdata's own nvImageCodec call (``_C.NvImageCodecBatch`` on an ``_C.NvImageCodecInstance``,
+csrc/gpu/): its C ABI against the installed wheel's header, and its decodes against Pillow, on
+nvImageCodec's CPU backend (the same code path as the hardware engines but for the buffer kind;
+tests/gpu runs the engines)."""
 from __future__ import annotations
 
 import io
@@ -126,7 +127,7 @@ def test_abi_check_catches_a_drifted_field(tmp_path):
 
 
 def cpu_batch() -> "_C.NvImageCodecBatch":
-    return _C.NvImageCodecBatch(nvimgcodec_library(nvimgcodec), None, 1,
+    return _C.NvImageCodecBatch(_C.NvImageCodecInstance(nvimgcodec_library(nvimgcodec)), None, 1,
                                 [BACKEND_KINDS["CPU_ONLY"]], "")
 
 
@@ -202,13 +203,49 @@ def test_bad_arguments_raise_before_anything_is_written():
 
 
 def test_construction_errors_name_the_problem():
-    lib = nvimgcodec_library(nvimgcodec)
     with pytest.raises(RuntimeError, match="cannot load"):
-        _C.NvImageCodecBatch("/nonexistent/libnvimgcodec.so.0", None, 1, [1], "")
+        _C.NvImageCodecInstance("/nonexistent/libnvimgcodec.so.0")
+    instance = _C.NvImageCodecInstance(nvimgcodec_library(nvimgcodec))
     with pytest.raises(ValueError, match="unknown nvImageCodec backend kind"):
-        _C.NvImageCodecBatch(lib, None, 1, [9], "")
+        _C.NvImageCodecBatch(instance, None, 1, [9], "")
     with pytest.raises(ValueError, match="CPU-only backend"):
-        _C.NvImageCodecBatch(lib, 0, 1, [BACKEND_KINDS["CPU_ONLY"]], "")
+        _C.NvImageCodecBatch(instance, 0, 1, [BACKEND_KINDS["CPU_ONLY"]], "")
     with pytest.raises(ValueError, match="at least 1"):
-        _C.NvImageCodecBatch(lib, None, 0, [1], "")
-    assert cpu_batch().library_version // 100 == 9 and cpu_batch().host_buffers
+        _C.NvImageCodecBatch(instance, None, 0, [1], "")
+    with pytest.raises(ValueError, match="needs an nvImageCodec instance"):
+        _C.NvImageCodecBatch(None, None, 1, [1], "")
+    assert instance.library_version // 100 == 9 and cpu_batch().host_buffers
+
+
+def test_decoders_share_an_instance_that_lives_as_long_as_they_do():
+    # Several decoders on one instance, called from threads at once, decode what each alone does;
+    # the instance lives on in its decoders after the caller drops it.
+    instance = _C.NvImageCodecInstance(nvimgcodec_library(nvimgcodec))
+    batches = [_C.NvImageCodecBatch(instance, None, 1, [BACKEND_KINDS["CPU_ONLY"]], "") for _ in range(4)]
+    assert all(b.instance is instance for b in batches) and instance.create_seconds > 0
+    del instance
+    datas = [jpeg(48 + 8 * k, 64 - 4 * k, seed=k, subsampling=k % 3) for k in range(8)]
+    expected = [np.asarray(Image.open(io.BytesIO(d)).convert("RGB")) for d in datas]
+
+    def decode_all(batch):
+        outs = []
+        for _ in range(5):
+            out = np.zeros(sum(e.nbytes for e in expected), np.uint8)
+            offsets = np.cumsum([0] + [e.nbytes for e in expected[:-1]]).astype(np.int64)
+            heights = np.array([e.shape[0] for e in expected], np.int64)
+            widths = np.array([e.shape[1] for e in expected], np.int64)
+            statuses = batch.decode(datas, out.ctypes.data, out.nbytes, offsets, heights, widths, 0)
+            outs.append((statuses.tolist(), [out[o:o + e.nbytes].reshape(e.shape) for o, e in zip(offsets, expected)]))
+        return outs
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(batches)) as pool:
+        results = list(pool.map(decode_all, batches))
+    alone = decode_all(batches[0])[0]
+    assert alone[0] == [0] * len(datas)
+    for got, want in zip(alone[1], expected):
+        assert np.array_equal(got, want)  # nvImageCodec's CPU backend decodes as Pillow does
+    for outs in results:
+        for statuses, images in outs:
+            assert statuses == alone[0]
+            assert all(np.array_equal(a, b) for a, b in zip(images, alone[1]))
