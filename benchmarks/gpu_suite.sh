@@ -38,6 +38,25 @@ with_setting() {
 if sys.argv[1] == 'bench': sys.argv = ['fastdata-bench'] + sys.argv[2:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')
 else: sys.argv = ['train.py'] + sys.argv[2:]; runpy.run_path('examples/train.py', run_name='__main__')" "$target" "$@"
 }
+# What this machine's CPU side does now: native decode alone on the CPU (16 threads, the 8,192
+# set unless SET), one line, its JSON in $OUT/NAME_host.json. Hosts lent as one kind differ, and
+# one machine drifted ~20% between calls (twenty-eighth session), so a training table's share of
+# synthetic is read beside this line of the same call.   host_probe NAME [SET]
+host_probe() {
+  local name=$1 set=${2:-/tmp/set8192}
+  fastdata-bench "$set" --device cpu --compare fastdata --threads 16 --batch-size 256 --seconds 8 --rounds 1 \
+    --quiet --json "$OUT/${name}_host.json" >/dev/null 2>&1
+  python3 - "$OUT/${name}_host.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))["results"][0]
+    rate, cores = r["images_per_s"], r.get("cpu_cores_busy") or 0.0
+    print(f"host probe: native decode alone {rate:,.0f} img/s at {cores:.1f} cores"
+          + (f" ({rate / cores:,.0f} per core)" if cores else ""))
+except (OSError, ValueError, KeyError, IndexError) as e:
+    print(f"host probe: no result ({type(e).__name__}: {e})")
+PY
+}
 # ResNet-18 training as CUDA graphs on the 8,192 set, an A/B of the module switch SETTING (its
 # value written as VALUE): one synthetic run, then each RUN ("value|backend") in turn, each its own
 # process; one table per value, each against the same synthetic run, in $OUT/NAME_value.md.
@@ -48,6 +67,7 @@ graphs_ab() {
   local values
   values=$(printf '%s\n' "$@" | cut -d'|' -f1 | sort -u)
   set8192
+  host_probe "${name}_before"
   rm -f "$OUT/${name}_synthetic.jsonl"
   python3 examples/train.py --synthetic $args --results "$OUT/${name}_synthetic.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
   for value in $values; do cp "$OUT/${name}_synthetic.jsonl" "$OUT/${name}_$value.jsonl"; done
@@ -57,6 +77,7 @@ graphs_ab() {
     with_setting "${setting//VALUE/$value}" train /tmp/set8192 --no-eval --backend "$backend" $args \
       --results "$OUT/${name}_$value.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
   done
+  host_probe "${name}_after"
   for value in $values; do
     echo "== $name $value"
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
