@@ -49,7 +49,7 @@ import fastdata
 from fastdata import _C
 from fastdata.decoders.gpu_resize import ImageLayout
 from fastdata.decoders.nvimgcodec import (BACKEND_KINDS, IMAGE_ALIGN, decode_slices, engine_calls,
-                                          instances_by_code, nvimgcodec_instance, nvimgcodec_library,
+                                          instances_by_code, nvimgcodec_instances, nvimgcodec_library,
                                           nvimgcodec_module)
 
 
@@ -80,13 +80,13 @@ def subsets(rows: Sequence[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
 
 class Engines:
     """``instances`` nvImageCodec decoder objects, each called from a thread of its own, made on an
-    nvImageCodec instance as the gpu decoder makes them (``nvimgcodec_instance``)."""
+    nvImageCodec instance as the gpu decoder makes them (``nvimgcodec_instances``)."""
 
     def __init__(self, instances: int, cpu: bool) -> None:
         library = nvimgcodec_library(nvimgcodec_module())
         kinds = [BACKEND_KINDS["CPU_ONLY" if cpu else "HW_GPU_ONLY"]]
         self.device = "cpu" if cpu else "cuda"
-        self.instances = [nvimgcodec_instance(library)[0] for _ in range(instances)]  # one, shared, or one each
+        self.instances, _ = nvimgcodec_instances(library, instances)  # as the gpu decoder gets them
         self.decoders = [_C.NvImageCodecBatch(instance, None if cpu else 0, 4, kinds, "")
                          for instance in self.instances]
         self.streams = [None if cpu else torch.cuda.Stream() for _ in range(instances)]

@@ -419,8 +419,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         num_classes = len(train_src.classes)
         if args.loader == "fastdata":
             # fastdata.Loader shards by itself (rank and world size from torch.distributed).
-            # No validation loader under --no-eval: a hybrid Loader makes its nvImageCodec
-            # instances up front, 16.5 s for four lanes on an H100 (2026-12-06).
+            # No validation loader under --no-eval: nothing would read it, and a GPU Loader makes
+            # its decoder (and, with its native engine, its threads) up front.
             train_pipe = FastdataPipeline(train_src, args, True, device, in_dtype)
             val_pipe = None if args.no_eval else FastdataPipeline(val_src, args, False, device, in_dtype)
         else:

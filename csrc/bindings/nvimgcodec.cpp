@@ -96,10 +96,7 @@ void register_nvimgcodec(py::module_& m) {
            "1 refused by nvImageCodec, 2 header unreadable, 3 header size differs from heights/widths.")
       .def_property_readonly("host_buffers", &NvImageCodecBatch::host_buffers,
                              "Whether it decodes into host memory (the CPU-only backend).")
-      .def_property_readonly(
-          "instance",
-          [](const NvImageCodecBatch& self) { return std::const_pointer_cast<NvImageCodecInstance>(self.instance()); },
-          "The NvImageCodecInstance it was made on.")
+      .def_property_readonly("instance", &NvImageCodecBatch::instance, "The NvImageCodecInstance it was made on.")
       .def_property_readonly("create_seconds", &NvImageCodecBatch::create_seconds,
                              "Seconds nvimgcodecDecoderCreate took.");
 }

@@ -2,7 +2,7 @@
 // the types, constants and function signatures, written out here so that fastdata builds
 // without nvImageCodec or CUDA headers and loads the library at run time (dlopen) only when
 // backend="gpu"/"hybrid" asks for it. The layouts follow the header field by field;
-// tests/decoders/test_nvimgcodec_abi.py compiles a check of every size, offset and constant
+// tests/decoders/test_nvimgcodec_batch.py compiles a check of every size, offset and constant
 // against the real header of the installed wheel, so a drift fails a test rather than a decode.
 #pragma once
 #include <cstddef>

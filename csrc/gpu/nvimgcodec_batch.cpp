@@ -27,7 +27,7 @@ struct CallResources {
 
 }  // namespace
 
-NvImageCodecBatch::NvImageCodecBatch(std::shared_ptr<const NvImageCodecInstance> instance, int device_id,
+NvImageCodecBatch::NvImageCodecBatch(std::shared_ptr<NvImageCodecInstance> instance, int device_id,
                                      int max_cpu_threads, const std::vector<int32_t>& backend_kinds,
                                      const std::string& options)
     : instance_(std::move(instance)) {
@@ -51,27 +51,28 @@ NvImageCodecBatch::NvImageCodecBatch(std::shared_ptr<const NvImageCodecInstance>
   if (host_buffers_ != (device_id == abi::kDeviceCpuOnly)) {
     throw std::invalid_argument("the CPU-only backend goes with device_id=CPU_ONLY, and only with it");
   }
-  api_ = &instance_->api();
   auto exec = abi::with_header<abi::ExecutionParams>(abi::kExecutionParams);
   exec.device_id = device_id;
   exec.max_num_cpu_threads = max_cpu_threads;
   exec.num_backends = static_cast<int>(backends.size());
   exec.backends = backends.data();
   const auto started = std::chrono::steady_clock::now();
-  check_nvimgcodec("nvimgcodecDecoderCreate", api_->decoder_create(instance_->handle(), &decoder_, &exec,
-                                                                     options.c_str()));
+  const NvImageCodecApi& api = instance_->api();
+  check_nvimgcodec("nvimgcodecDecoderCreate",
+                   api.decoder_create(instance_->handle(), &decoder_, &exec, options.c_str()));
   create_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 NvImageCodecBatch::~NvImageCodecBatch() {
   // A destructor cannot raise: a failed destroy leaves nothing to retry.
-  if (decoder_ != nullptr) (void)api_->decoder_destroy(decoder_);
+  if (decoder_ != nullptr) (void)instance_->api().decoder_destroy(decoder_);
 }
 
 std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<EncodedRow>& rows, uint8_t* out,
                                                        void* cuda_stream) {
+  const NvImageCodecApi& api = instance_->api();
   std::vector<GpuDecodeStatus> result(rows.size(), GpuDecodeStatus::kRefused);
-  CallResources call{api_, {}, {}, nullptr};
+  CallResources call{&api, {}, {}, nullptr};
   std::vector<abi::CodeStream*> queued_streams;  // parallel to call.images
   std::vector<size_t> queued_rows;
   call.streams.reserve(rows.size());
@@ -79,7 +80,7 @@ std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<Encoded
   for (size_t i = 0; i < rows.size(); ++i) {
     const EncodedRow& row = rows[i];
     abi::CodeStream* stream = nullptr;
-    if (api_->code_stream_from_host_mem(instance_->handle(), &stream, row.data, row.size, nullptr) !=
+    if (api.code_stream_from_host_mem(instance_->handle(), &stream, row.data, row.size, nullptr) !=
             abi::kStatusSuccess ||
         stream == nullptr) {
       result[i] = GpuDecodeStatus::kUnparsed;  // not an image nvImageCodec can read: a counted hand-back
@@ -87,7 +88,7 @@ std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<Encoded
     }
     call.streams.push_back(stream);
     auto info = abi::with_header<abi::ImageInfo>(abi::kImageInfo);
-    if (api_->code_stream_image_info(stream, &info) != abi::kStatusSuccess) {
+    if (api.code_stream_image_info(stream, &info) != abi::kStatusSuccess) {
       result[i] = GpuDecodeStatus::kUnparsed;
       continue;
     }
@@ -111,7 +112,7 @@ std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<Encoded
     info.buffer_kind = host_buffers_ ? abi::kBufferStridedHost : abi::kBufferStridedDevice;
     info.cuda_stream = cuda_stream;
     abi::Image* image = nullptr;
-    if (api_->image_create(instance_->handle(), &image, &info) != abi::kStatusSuccess || image == nullptr) {
+    if (api.image_create(instance_->handle(), &image, &info) != abi::kStatusSuccess || image == nullptr) {
       result[i] = GpuDecodeStatus::kRefused;  // this row goes back to the native decoder, counted
       continue;
     }
@@ -122,13 +123,13 @@ std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<Encoded
   if (queued_rows.empty()) return result;
   auto params = abi::with_header<abi::DecodeParams>(abi::kDecodeParams);
   params.apply_exif_orientation = 0;  // stored orientation: the resampler folds EXIF into its addressing
-  check_nvimgcodec("nvimgcodecDecoderDecode", api_->decoder_decode(decoder_, queued_streams.data(), call.images.data(),
+  check_nvimgcodec("nvimgcodecDecoderDecode", api.decoder_decode(decoder_, queued_streams.data(), call.images.data(),
                                                         static_cast<int>(queued_rows.size()), &params,
                                                         &call.future));
-  check_nvimgcodec("nvimgcodecFutureWaitForAll", api_->future_wait(call.future));
+  check_nvimgcodec("nvimgcodecFutureWaitForAll", api.future_wait(call.future));
   std::vector<uint32_t> statuses(queued_rows.size(), 0);
   size_t count = 0;
-  check_nvimgcodec("nvimgcodecFutureGetProcessingStatus", api_->future_status(call.future, statuses.data(), &count));
+  check_nvimgcodec("nvimgcodecFutureGetProcessingStatus", api.future_status(call.future, statuses.data(), &count));
   if (count != queued_rows.size()) {
     throw std::runtime_error("nvImageCodec: " + std::to_string(count) + " statuses for a batch of " +
                              std::to_string(queued_rows.size()));

@@ -44,7 +44,7 @@ class NvImageCodecBatch {
   // option string ("": the library's defaults, which gave the same pixels as nvImageCodec
   // 0.9's Python API on its CPU backend; tests/decoders/test_nvimgcodec_batch.py). Throws std::runtime_error naming
   // the failing call and its status code.
-  NvImageCodecBatch(std::shared_ptr<const NvImageCodecInstance> instance, int device_id, int max_cpu_threads,
+  NvImageCodecBatch(std::shared_ptr<NvImageCodecInstance> instance, int device_id, int max_cpu_threads,
                     const std::vector<int32_t>& backend_kinds, const std::string& options);
   ~NvImageCodecBatch();
   NvImageCodecBatch(const NvImageCodecBatch&) = delete;
@@ -59,13 +59,12 @@ class NvImageCodecBatch {
   std::vector<GpuDecodeStatus> decode(const std::vector<EncodedRow>& rows, uint8_t* out, void* cuda_stream);
 
   bool host_buffers() const { return host_buffers_; }
-  const std::shared_ptr<const NvImageCodecInstance>& instance() const { return instance_; }
+  const std::shared_ptr<NvImageCodecInstance>& instance() const { return instance_; }
   // Seconds nvimgcodecDecoderCreate took.
   double create_seconds() const { return create_seconds_; }
 
  private:
-  std::shared_ptr<const NvImageCodecInstance> instance_;  // outlives decoder_
-  const NvImageCodecApi* api_ = nullptr;
+  std::shared_ptr<NvImageCodecInstance> instance_;  // outlives decoder_
   nvimgcodec_abi::Decoder* decoder_ = nullptr;
   bool host_buffers_ = false;
   double create_seconds_ = 0.0;

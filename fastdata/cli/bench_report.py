@@ -245,7 +245,7 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         created = detail.get("gpu_decoder_creation")
         if created:  # once per Loader, before its first batch: not in the timed window
             instances = created["instances"]
-            line += (f"; its decoder took {created['wall']:.1f} s to make ({created['decoders']} nvImageCodec "
+            line += (f"; making its nvImageCodec decoders took {created['wall']:.1f} s ({created['decoders']} "
                      f"decoders on {instances} instance{'s' if instances != 1 else ''}: "
                      f"{created['instance_create']:.1f} s making instances, {created['decoder_create']:.1f} s "
                      "the decoders)")

@@ -127,8 +127,9 @@ DEPTH = 3
 # training) 31,693 and 30,208 img/s against 32,929 and 31,786 with two lanes (alternating, the
 # same call), the engines busy 74% against 81%; and, before SHARED_INSTANCE, eight more
 # nvImageCodec instances to create, 1.03 s each: making hybrid's decoder took 16.5 s on four lanes
-# (16 instances; H100, 2026-12-06, twenty-seventh session; on one shared instance 1.0 s). Those runs' processes took ~54 s against ~38 s because examples/train.py
-# also made an unused validation Loader under --no-eval (since fixed): two decoders each.
+# (16 instances; H100, 2026-12-06, twenty-seventh session; on one shared instance 1.0 s). Those
+# runs' processes took ~54 s against ~38 s because examples/train.py also made an unused
+# validation Loader under --no-eval (since fixed): two decoders each.
 # backend="gpu" keeps two: beside the same training it ran 9,769 img/s on four lanes (5.4 cores)
 # against 10,129 and 10,142 on two (3.4), each lane's batch taking twice as long.
 HYBRID_DECODE_LANES = 4
@@ -200,18 +201,19 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def nvimgcodec_instance(library: str) -> Tuple[Any, bool]:
-    """An ``_C.NvImageCodecInstance`` of ``library`` to make decoders on, and whether it was made
-    now: the one the process's live decoders share (SHARED_INSTANCE), else a new one."""
+def nvimgcodec_instances(library: str, count: int) -> Tuple[List[Any], List[Any]]:
+    """The ``_C.NvImageCodecInstance`` of ``library`` each of ``count`` decoder objects is made on,
+    and those of them made now: the one the process's live decoders share (SHARED_INSTANCE), else
+    a new one each."""
     if not SHARED_INSTANCE:
-        return _C.NvImageCodecInstance(library), True
+        made = [_C.NvImageCodecInstance(library) for _ in range(count)]
+        return made, made
     with _instances_lock:  # two Loaders made at once must not make two instances
-        instance = _instances.get(library)
-        if instance is not None:
-            return instance, False
-        instance = _C.NvImageCodecInstance(library)
-        _instances[library] = instance
-        return instance, True
+        instance, made = _instances.get(library), []
+        if instance is None:
+            instance = _instances[library] = _C.NvImageCodecInstance(library)
+            made = [instance]
+    return [instance] * count, made
 
 
 # nvimgcodecBackendKind_t values, by the names nvImageCodec's Python API gives them.
@@ -321,29 +323,22 @@ class NvImageCodecDecoder:
         self._lane_clock = SharedWallClock()
         instances = lanes * per_lane
         started = time.perf_counter()
-        # The nvImageCodec instances its decoder objects are made on, held here so that the
-        # process's shared one stays findable (nvimgcodec_instance) while this decoder lives.
-        self._instances: List[Any] = []
-        made = []  # those made for this decoder (one already there cost it nothing)
-
-        def on_an_instance() -> _C.NvImageCodecBatch:
-            instance, new = nvimgcodec_instance(library)
-            if new:
-                made.append(instance)
-            if not any(instance is known for known in self._instances):
-                self._instances.append(instance)
+        try:
+            # Held here, one per decoder object, so that the process's shared instance stays
+            # findable (nvimgcodec_instances) while this decoder lives.
+            self._instances, made = nvimgcodec_instances(library, instances)
             # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
             # libjpeg): the same pixels as its Python API's decode gave.
-            return _C.NvImageCodecBatch(instance, device_id, int(cpu_threads),
-                                        [BACKEND_KINDS[k] for k in backend_kinds], "")
-        try:
-            self._decoders = [on_an_instance() for _ in range(instances)]
+            self._decoders = [_C.NvImageCodecBatch(instance, device_id, int(cpu_threads),
+                                                   [BACKEND_KINDS[k] for k in backend_kinds], "")
+                              for instance in self._instances]
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
-        # What making them cost (seconds): ``instance_create`` (nvimgcodecInstanceCreate, which
-        # loads the codec extensions; 1.03 s each on an H100, 2026-12-06) for the instances made
-        # now, and ``decoder_create``, summed over the decoder objects.
+        # What making its nvImageCodec objects cost (seconds; not the rest of this constructor):
+        # ``instance_create`` (nvimgcodecInstanceCreate, which loads the codec extensions; 1.03 s
+        # each on an H100, 2026-12-06) for the instances made now, and ``decoder_create``, summed
+        # over the decoder objects.
         self.creation_seconds = {"wall": time.perf_counter() - started,
                                  "instance_create": sum(i.create_seconds for i in made),
                                  "decoder_create": sum(d.create_seconds for d in self._decoders)}
@@ -381,7 +376,7 @@ class NvImageCodecDecoder:
     @property
     def instance_total(self) -> int:
         """The nvImageCodec instances its decoder objects are made on (1 with SHARED_INSTANCE)."""
-        return len(self._instances)
+        return len({id(instance) for instance in self._instances})
 
     @property
     def lanes(self) -> int:

@@ -302,11 +302,11 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     hybrid["detail"]["gpu_decoder_creation"] = {"wall": 16.48, "instance_create": 16.3, "decoder_create": 0.12,
                                                 "decoders": 16, "instances": 16}
     assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
-        "planning threads 0.8 cores; its decoder took 16.5 s to make (16 nvImageCodec decoders on 16 instances: "
+        "planning threads 0.8 cores; making its nvImageCodec decoders took 16.5 s (16 decoders on 16 instances: "
         "16.3 s making instances, 0.1 s the decoders)")
     hybrid["detail"]["gpu_decoder_creation"].update(wall=1.2, instance_create=1.03, instances=1)  # one shared
     assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
-        "its decoder took 1.2 s to make (16 nvImageCodec decoders on 1 instance: 1.0 s making instances, "
+        "making its nvImageCodec decoders took 1.2 s (16 decoders on 1 instance: 1.0 s making instances, "
         "0.1 s the decoders)")
 
 

@@ -86,8 +86,9 @@ def test_backend_reaches_the_loader(data, tmp_path, capsys):
 
 
 def test_no_eval_makes_no_validation_loader(data, monkeypatch):
-    # A hybrid Loader makes its nvImageCodec instances when it is made (16.5 s for four lanes on
-    # an H100): under --no-eval the unused validation Loader doubled that in every run.
+    # A Loader makes its decoder and threads when it is made (a hybrid one's nvImageCodec
+    # instances took 16.5 s on an H100 before they were shared): under --no-eval nothing reads
+    # a validation Loader.
     made = []
 
     class Counting(train.FastdataPipeline):
