@@ -5,7 +5,7 @@
 #   fuzz/sanitized_tests.sh [PYTEST ARGS...]     default: tests/io (the native engine's tests)
 #
 # Copies the working tree (tracked and new files) to SANITIZE_WORK (default
-# /tmp/fastdata-sanitized/src), builds the extension there in place with FASTDATA_SANITIZE=1
+# /tmp/fastdata-sanitized/src; files the tree no longer has are removed from it), builds the extension there in place with FASTDATA_SANITIZE=1
 # (setup.py), and runs pytest in that copy with the compiler's ASan runtime preloaded
 # (CPython itself is not instrumented). A copy, so that the tests' child processes (which
 # run from the repository root) import the sanitized build too, and the source tree's own
@@ -19,7 +19,27 @@ case "$py" in /*) ;; */*) py="$PWD/$py" ;; esac
 work=${SANITIZE_WORK:-/tmp/fastdata-sanitized}/src
 mkdir -p "$work"
 # tar keeps modification times, so unchanged sources are not rebuilt on the next run.
-git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$work"
+files=$(mktemp)
+trap 'rm -f "$files"' EXIT
+git ls-files -z -co --exclude-standard >"$files"
+tar --null -T "$files" -cf - | tar -xf - -C "$work"
+# The copy is reused, so a file deleted or renamed in the tree since the last run would stay
+# in it: setup.py globs csrc/*/*.cpp and pytest collects tests/, so a stale source or test
+# breaks or changes the run. Anything there that the tree lacks goes, except build outputs.
+"$py" - "$work" "$files" <<'PRUNE'
+import os, sys
+work, listing = sys.argv[1], sys.argv[2]
+with open(listing, "rb") as f:
+    keep = {os.fsdecode(p) for p in f.read().split(b"\0") if p}
+for root, dirs, names in os.walk(work):
+    rel_root = os.path.relpath(root, work)
+    dirs[:] = [d for d in dirs if not (rel_root == "." and d == "build") and d != "__pycache__"]
+    for name in names:
+        rel = os.path.normpath(os.path.join(rel_root, name))
+        if rel not in keep and not name.endswith(".so") and rel != "build.log":
+            os.remove(os.path.join(root, name))
+PRUNE
+rm -f "$files"  # the exec below skips the EXIT trap
 cd "$work"
 FASTDATA_SANITIZE=1 "$py" setup.py -q build_ext --inplace -j "$(nproc)" >build.log 2>&1 || {
   tail -30 build.log; echo "sanitized build failed" >&2; exit 1; }
