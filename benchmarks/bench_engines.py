@@ -49,8 +49,7 @@ import fastdata
 from fastdata import _C
 from fastdata.decoders.gpu_resize import ImageLayout
 from fastdata.decoders.nvimgcodec import (BACKEND_KINDS, IMAGE_ALIGN, decode_slices, engine_calls,
-                                          instances_by_code, nvimgcodec_instances, nvimgcodec_library,
-                                          nvimgcodec_module)
+                                          instances_by_code, nvimgcodec_instances, nvimgcodec_library)
 
 
 def catalog(folder: Path) -> List[Dict[str, Any]]:
@@ -83,7 +82,7 @@ class Engines:
     nvImageCodec instance as the gpu decoder makes them (``nvimgcodec_instances``)."""
 
     def __init__(self, instances: int, cpu: bool) -> None:
-        library = nvimgcodec_library(nvimgcodec_module())
+        library = nvimgcodec_library()
         kinds = [BACKEND_KINDS["CPU_ONLY" if cpu else "HW_GPU_ONLY"]]
         self.device = "cpu" if cpu else "cuda"
         self.instances, _ = nvimgcodec_instances(library, instances)  # as the gpu decoder gets them

@@ -152,14 +152,23 @@ SPLIT_RATE_PER_LANE = False
 def gpu_extra_installed() -> bool:
     """Whether nvImageCodec is installed, without importing it (its import loads the CUDA
     codec libraries and prints errors for those missing, e.g. on a machine without a GPU)."""
+    return bool(_nvimgcodec_folders())
+
+
+def _nvimgcodec_folders() -> List[str]:
+    """The folders of the ``nvidia.nvimgcodec`` package, found without importing it."""
     try:
-        return importlib.util.find_spec("nvidia.nvimgcodec") is not None
+        spec = importlib.util.find_spec("nvidia.nvimgcodec")
     except ImportError:  # no "nvidia" package at all
-        return False
+        return []
+    return list(spec.submodule_search_locations or []) if spec is not None else []
 
 
 def nvimgcodec_module() -> Any:
-    """``nvidia.nvimgcodec``, or None when the ``gpu`` extra is not installed."""
+    """``nvidia.nvimgcodec``, or None when the ``gpu`` extra is not installed. Its import makes an
+    nvImageCodec instance of its own with every codec extension loaded (its PYBIND11_MODULE
+    holds a static one), so only ``fastdata-doctor``'s check, which decodes through that Python
+    API, imports it; the gpu decoder finds the library with ``nvimgcodec_library``."""
     try:
         from nvidia import nvimgcodec
     except ImportError:
@@ -167,13 +176,19 @@ def nvimgcodec_module() -> Any:
     return nvimgcodec
 
 
-def nvimgcodec_library(module: Any) -> str:
-    """Path of the libnvimgcodec that ``module`` (``nvidia.nvimgcodec``) loaded: the wheel's copy,
-    beside its Python module, with its codec extensions in ``extensions/`` below it."""
-    path = os.path.join(os.path.dirname(os.path.abspath(module.__file__)), "libnvimgcodec.so.0")
-    if not os.path.exists(path):
-        raise ImportError(f"nvImageCodec's library is not where its wheel puts it: {path}")
-    return path
+def nvimgcodec_library() -> Optional[str]:
+    """Path of the wheel's libnvimgcodec (its codec extensions in ``extensions/`` beside it), or
+    None when the ``gpu`` extra is not installed; found without importing ``nvidia.nvimgcodec``
+    (see nvimgcodec_module). The extensions find the CUDA and nvJPEG libraries of the other
+    wheels through their own RUNPATH, not through anything that import does."""
+    folders = _nvimgcodec_folders()
+    if not folders:
+        return None
+    paths = [os.path.abspath(os.path.join(folder, "libnvimgcodec.so.0")) for folder in folders]
+    for path in paths:
+        if os.path.exists(path):
+            return path
+    raise ImportError(f"nvImageCodec's library is not where its wheel puts it: {paths[0]}")
 
 
 # Make every gpu decoder of the process on one nvImageCodec instance (per library) while any of
@@ -277,8 +292,8 @@ class NvImageCodecDecoder:
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
                  decode_threads: Optional[int] = None, depth: Optional[int] = None,
                  lanes: Optional[int] = None, backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
-        nvimgcodec = nvimgcodec_module()
-        if nvimgcodec is None:
+        library = nvimgcodec_library()
+        if library is None:
             raise ImportError(GPU_MISSING)
         device = torch.device(device)
         if not self._allow_cpu:
@@ -304,7 +319,6 @@ class NvImageCodecDecoder:
         self.device = device
         self.hardware_only = tuple(backend_kinds) == ENGINE_KINDS
         device_id = device.index if device.type == "cuda" else None  # None: host buffers
-        library = nvimgcodec_library(nvimgcodec)
         # decode_threads instances per subsampling the engines take (engine_calls); the CPU
         # stand-in takes every subsampling, the ones the engines do not on the first instances.
         # What accepts() routes to the engines is fixed here with the instances that decode it.

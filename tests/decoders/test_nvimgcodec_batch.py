@@ -8,6 +8,8 @@ import io
 import os
 import shutil
 import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -127,7 +129,7 @@ def test_abi_check_catches_a_drifted_field(tmp_path):
 
 
 def cpu_batch() -> "_C.NvImageCodecBatch":
-    return _C.NvImageCodecBatch(_C.NvImageCodecInstance(nvimgcodec_library(nvimgcodec)), None, 1,
+    return _C.NvImageCodecBatch(_C.NvImageCodecInstance(nvimgcodec_library()), None, 1,
                                 [BACKEND_KINDS["CPU_ONLY"]], "")
 
 
@@ -205,7 +207,7 @@ def test_bad_arguments_raise_before_anything_is_written():
 def test_construction_errors_name_the_problem():
     with pytest.raises(RuntimeError, match="cannot load"):
         _C.NvImageCodecInstance("/nonexistent/libnvimgcodec.so.0")
-    instance = _C.NvImageCodecInstance(nvimgcodec_library(nvimgcodec))
+    instance = _C.NvImageCodecInstance(nvimgcodec_library())
     with pytest.raises(ValueError, match="unknown nvImageCodec backend kind"):
         _C.NvImageCodecBatch(instance, None, 1, [9], "")
     with pytest.raises(ValueError, match="CPU-only backend"):
@@ -220,7 +222,7 @@ def test_construction_errors_name_the_problem():
 def test_decoders_share_an_instance_that_lives_as_long_as_they_do():
     # Several decoders on one instance, called from threads at once, decode what each alone does;
     # the instance lives on in its decoders after the caller drops it.
-    instance = _C.NvImageCodecInstance(nvimgcodec_library(nvimgcodec))
+    instance = _C.NvImageCodecInstance(nvimgcodec_library())
     batches = [_C.NvImageCodecBatch(instance, None, 1, [BACKEND_KINDS["CPU_ONLY"]], "") for _ in range(4)]
     assert all(b.instance is instance for b in batches) and instance.create_seconds > 0
     del instance
@@ -249,3 +251,37 @@ def test_decoders_share_an_instance_that_lives_as_long_as_they_do():
         for statuses, images in outs:
             assert statuses == alone[0]
             assert all(np.array_equal(a, b) for a, b in zip(images, alone[1]))
+
+
+def test_the_decoder_loads_the_library_without_importing_the_python_api():
+    # Importing nvidia.nvimgcodec makes an nvImageCodec instance of its own with every codec
+    # extension loaded (~1 s on an H100). The gpu decoder needs only the library's path: made in a
+    # fresh process, it decodes as Pillow does with the Python API never imported.
+    script = textwrap.dedent("""
+        import io, sys
+        import numpy as np, torch
+        from PIL import Image
+        from fastdata import RandomResizedCrop
+        from fastdata.decoders.nvimgcodec import NvImageCodecDecoder, nvimgcodec_library
+
+        class Cpu(NvImageCodecDecoder):
+            _allow_cpu = True
+
+        decoder = Cpu(RandomResizedCrop(32), device=torch.device("cpu"), backend_kinds=("CPU_ONLY",))
+        rng = np.random.default_rng(3)
+        img = rng.integers(0, 256, (24, 40, 3), dtype=np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, "JPEG", quality=90)
+        data = np.frombuffer(buf.getvalue(), np.uint8)
+        out = np.zeros(24 * 40 * 3, np.uint8)
+        one = np.array([0], np.int64)
+        status = decoder._decoders[0].decode([data], out.ctypes.data, out.nbytes, one,
+                                             np.array([24]), np.array([40]), 0)
+        want = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+        print(status.tolist(), np.array_equal(out.reshape(24, 40, 3), want), decoder.instance_total,
+              nvimgcodec_library().endswith("nvidia/nvimgcodec/libnvimgcodec.so.0"),
+              sorted(m for m in sys.modules if m.startswith("nvidia.nvimgcodec")))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "[0] True 1 True []"
