@@ -1113,3 +1113,41 @@ def test_the_resample_kernels_are_queued_after_a_stream_wait_for_every_engine_de
     assert result.pixels is not None and len(result.pixels) == 3 and not result.rejected
     assert log == ["stream waits for engines, instance 0", "stream waits for engines, instance 1",
                    "resample kernels queued", "record done", "host waits for done"]
+
+
+@needs_interpreter
+def test_gpu_decoder_on_restart_indexed_cache_records_matches_native(tmp_path):
+    # fastdata-convert's LMDB stores JPEGs rewritten with a restart marker every MCU and an
+    # APP15 restart index (docs/cache-format.md): the records the gpu decoder gets from a cache.
+    # They go to it (not to the native threads) and decode as the native engine's crops, which
+    # use the index to skip intervals, do.
+    from fastdata.cache.build.writer import convert
+    from imagegen import exif_bytes
+
+    src = tmp_path / "src" / "class0"
+    src.mkdir(parents=True)
+    sizes = [(140, 180, "4:2:0"), (97, 203, "4:2:0"), (120, 160, "4:4:4"), (133, 150, "4:2:2"), (64, 333, "4:2:0")]
+    for i, (h, w, sub) in enumerate(sizes):
+        (src / f"{i:02d}.jpg").write_bytes(encode_jpeg(photo_like(h, w, index=i, seed=5), subsampling=sub))
+    base = photo_like(120, 160, index=7, seed=6)
+    base.convert("L").save(src / "gray.jpg", "JPEG", quality=92)
+    base.save(src / "exif6.jpg", "JPEG", quality=92, exif=exif_bytes(6))
+    base.save(src / "progressive.jpg", "JPEG", quality=92, progressive=True)  # stored as a baseline rewrite
+    convert(str(tmp_path / "src"), str(tmp_path / "db"), workers=1)
+    source = fastdata.LMDBSource(str(tmp_path / "db"))
+    count = len(source)
+    transform = fastdata.RandomResizedCrop(48)
+    cfg = dict(transform=transform, device="cpu", dtype=torch.uint8, batch_size=4, threads=2, seed=3, shuffle=False)
+    decoder = CpuEngines(transform)
+    with fastdata.Loader(source, backend=decoder, **cfg) as loader:
+        a = torch.cat([x for x, _ in loader])
+        stats = loader.stats()
+    with fastdata.Loader(fastdata.LMDBSource(str(tmp_path / "db")), backend="native", **cfg) as loader:
+        b = torch.cat([x for x, _ in loader])
+    assert len(a) == len(b) == count == 8
+    assert stats.gpu_rows == count and stats.failures == 0  # every record went to the decoder
+    # what it was given carried the rewrite's restart markers (DRI) and index (APP15)
+    assert len(decoder.given_bytes) >= count  # (the loader may have started on the next epoch)
+    assert all(b"\xff\xdd" in d and b"fastdata-rst" in d for d in decoder.given_bytes)
+    for row in range(count):
+        assert psnr(a[row], b[row]) >= 35, (row, psnr(a[row], b[row]))
