@@ -385,11 +385,17 @@ class FastdataContender:
                 return _float_only(job)
             if not job.device.startswith("cuda"):
                 return f"backend={self.backend} decodes on the GPU (needs --device cuda)"
-            needs = {"dali": "nvidia.dali", "gpu": "nvidia.nvimgcodec", "hybrid": "nvidia.nvimgcodec"}
-            if self.backend in needs:
-                reason = _missing(needs[self.backend])
+            if self.backend == "dali":
+                reason = _missing("nvidia.dali")
                 if reason:
                     return reason
+            if self.backend in ("gpu", "hybrid"):
+                # Not imported: that import makes nvImageCodec's Python API instance, with every
+                # codec extension loaded, which these backends do not use (nvimgcodec_library).
+                from ..decoders.nvimgcodec import GPU_MISSING, gpu_extra_installed
+
+                if not gpu_extra_installed():
+                    return GPU_MISSING
         if job.device.startswith("cuda"):
             return _cuda_reason(job)
         return None

@@ -226,3 +226,32 @@ def test_rounds_run_in_the_orders_of_round_orders(monkeypatch, tiny_folder: Path
 def test_cpu_lists_as_the_kernel_writes_them() -> None:
     assert [bench_report.cpu_list_count(t) for t in ("0\n", "0,8", "0-1", "0-1,4-5", "", "x", "3-1")] == \
         [1, 2, 2, 4, None, None, None]
+
+
+def test_gpu_contenders_are_checked_without_importing_nvimgcodecs_python_api(monkeypatch):
+    # That import makes nvImageCodec's own instance with every codec extension loaded (~1 s on a
+    # GPU), and the plan is made in the process the contenders then run in: the gpu and hybrid
+    # rows are checked with find_spec, the import left to the contenders that decode through it.
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        from fastdata.cli.bench_contenders import FastdataContender, Job
+        job = Job(paths=["x.jpg"], labels=[0], classes=["a"], device="cuda", dtype="float16")
+        reasons = [FastdataContender("files", backend=b).unavailable(job) for b in ("gpu", "hybrid")]
+        print(reasons, sorted(m for m in sys.modules if m.startswith("nvidia.nvimgcodec")))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import torch
+
+    cuda = None if torch.cuda.is_available() else "'CUDA is not available'"
+    assert done.stdout.strip() == f"[{cuda}, {cuda}] []"
+    # without the extra, the reason says how to install it
+    from fastdata.decoders import nvimgcodec
+
+    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
+    job = bench_contenders.Job(paths=["x.jpg"], labels=[0], classes=["a"], device="cuda", dtype="float16")
+    assert bench_contenders.FastdataContender("files", backend="hybrid").unavailable(job) == nvimgcodec.GPU_MISSING

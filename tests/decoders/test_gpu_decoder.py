@@ -1142,8 +1142,12 @@ def test_gpu_decoder_on_restart_indexed_cache_records_matches_native(tmp_path):
     with fastdata.Loader(source, backend=decoder, **cfg) as loader:
         a = torch.cat([x for x, _ in loader])
         stats = loader.stats()
+    from fastdata import _C
+
+    jumps = _C._restart_index_jumps()
     with fastdata.Loader(fastdata.LMDBSource(str(tmp_path / "db")), backend="native", **cfg) as loader:
         b = torch.cat([x for x, _ in loader])
+    assert _C._restart_index_jumps() > jumps  # the native crops skipped intervals by the index
     assert len(a) == len(b) == count == 8
     assert stats.gpu_rows == count and stats.failures == 0  # every record went to the decoder
     # what it was given carried the rewrite's restart markers (DRI) and index (APP15)
