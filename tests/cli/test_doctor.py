@@ -94,7 +94,9 @@ def test_storage_and_cpu_findings_match_the_filesystem(data, capsys):
     rt = f["read_throughput"]["value"]
     assert rt["sequential_MBps"] > 0 and rt["random_reads_per_s"] > 0
     assert f["fits_in_ram"]["status"] == "ok" and "RAMCache" in f["fits_in_ram"]["advice"]
-    assert f["lmdb_cache"]["status"] == "info" and "fastdata-convert" in f["lmdb_cache"]["advice"]
+    advice = f["lmdb_cache"]["advice"]
+    assert f["lmdb_cache"]["status"] == "info" and "fastdata-convert" in advice and "restart index" in advice
+    assert "small files" in advice  # 8 files of a few KB
     assert f["cpu_cores"]["value"]["usable"] == len(os.sched_getaffinity(0))
     # which progressive decoder copy runs (tests/io/test_simd_parity.py checks each is chosen as named)
     assert f["libjpeg_turbo"]["value"]["progressive_decoder"] in ("pdep", "software-deposit", "portable")
