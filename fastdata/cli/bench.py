@@ -320,7 +320,7 @@ def _prepare_lmdb(plan: Plan, job: bc.Job, progress: Progress) -> None:
     """Build the LMDB cache before timing, so conversion never eats a contender's share."""
     if job.lmdb is not None:
         return
-    keys = [k for k, c in plan.runnable() if getattr(c, "source", None) == "lmdb"]
+    keys = [k for k, c in plan.runnable() if isinstance(c, bc.FastdataContender) and c.reads_lmdb(job)]
     if not keys:
         return
     try:

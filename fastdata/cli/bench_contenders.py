@@ -320,7 +320,9 @@ def _repeat_for(source: Any, batch_size: int) -> Any:
 class FastdataContender:
     """``fastdata.Loader`` from files, an LMDB cache or RAM.
 
-    ``source``: "files" | "lmdb" | "ram". ``roi=False`` asks the engine for a plain full
+    ``source``: "files" | "lmdb" | "ram" (``fastdata.RAMCache`` of the LMDB cache's records: the
+    ablation adds it on top of the LMDB step, and its restart-indexed records are what makes the
+    LMDB row faster than files in the page cache). ``roi=False`` asks the engine for a plain full
     decode followed by crop+resize (the ablation's "native decode" step); it needs the
     lead's ``roi`` switch on ``fastdata.Loader``. ``host_normalize=True`` with a CUDA job
     takes uint8 NHWC batches on the host and copies/normalizes them synchronously on the
@@ -341,10 +343,14 @@ class FastdataContender:
         if backend != "native":
             self.name = f"fastdata-{backend}"
         self.label = label or {"files": "fastdata (files)", "lmdb": "fastdata (LMDB)",
-                               "ram": "fastdata (RAM)", "shards": "fastdata (tar shards)"}[source]
+                               "ram": "fastdata (RAM, LMDB records)", "shards": "fastdata (tar shards)"}[source]
         if backend != "native" and label is None:
             self.label = f"fastdata (files, backend={backend})"
         self.detail: Dict[str, Any] = {}
+
+    def reads_lmdb(self, job: Job) -> bool:
+        """Whether this contender reads an LMDB cache (given as DATA, or built by ensure_lmdb)."""
+        return self.source in ("lmdb", "ram") or (self.source == "files" and job.lmdb is not None)
 
     def unavailable(self, job: Job) -> Optional[str]:
         try:
@@ -354,7 +360,7 @@ class FastdataContender:
             needed = ["Loader", "RandomResizedCrop"]
             if self.source == "shards":
                 needed.append("TarShards")
-            elif self.source == "lmdb" or job.lmdb is not None:
+            elif self.reads_lmdb(job):
                 needed.append("LMDBSource")
             elif job.folder is not None:
                 needed.append("ImageFolder")
@@ -368,11 +374,11 @@ class FastdataContender:
             return f"{type(e).__name__}: {e}"
         if self.source == "shards" and job.shards is None:
             return "no tar shards (DATA or --shards: an index.json or a shard pattern)"
-        if self.source in ("files", "ram") and job.lmdb is None and job.folder is None and not job.paths:
+        if self.source == "files" and job.lmdb is None and job.folder is None and not job.paths:
             return "DATA is tar shards: there are no files to read"
         if self.source == "files" and job.lmdb is not None:
             return "DATA is an LMDB cache: there are no files to read"
-        if self.source == "lmdb" and job.lmdb is None and job.folder is None and job.list_file is None:
+        if self.reads_lmdb(job) and job.lmdb is None and job.folder is None and job.list_file is None:
             return "no ImageFolder or list file to convert to LMDB"
         if not self.roi:
             import inspect
@@ -411,7 +417,7 @@ class FastdataContender:
                 self._cache_dir = tempfile.TemporaryDirectory(prefix="fastdata-bench-shards-")
                 options.update(cache_dir=self._cache_dir.name, cache_size="100GB")
             return repeat_shards(open_shards(job.shards), job.batch_size, **options)
-        if self.source == "lmdb" or job.lmdb is not None:
+        if self.reads_lmdb(job):
             path = job.lmdb if job.lmdb is not None else ensure_lmdb(job)
             src: Any = fastdata.LMDBSource(str(path))
         elif job.folder is not None:

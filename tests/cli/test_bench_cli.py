@@ -255,3 +255,23 @@ def test_gpu_contenders_are_checked_without_importing_nvimgcodecs_python_api(mon
     monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
     job = bench_contenders.Job(paths=["x.jpg"], labels=[0], classes=["a"], device="cuda", dtype="float16")
     assert bench_contenders.FastdataContender("files", backend="hybrid").unavailable(job) == nvimgcodec.GPU_MISSING
+
+
+def test_the_ram_contender_caches_the_lmdb_records(tiny_folder: Path, tmp_path: Path) -> None:
+    # The ablation adds the RAM cache on top of the LMDB step: the RAM contender serves the LMDB
+    # cache's records (restart-indexed rewrites, which crops decode faster), not the plain files.
+    import fastdata
+
+    args = bench._parser().parse_args([str(tiny_folder), "--device", "cpu", "--batch-size", "8"])
+    args.threads = 1
+    job, _ = bench.make_job(args.data, args, bench.Progress(quiet=True))
+    job.cache_dir = tmp_path
+    ram = bench_contenders.FastdataContender("ram")
+    assert ram.unavailable(job) is None and ram.reads_lmdb(job)
+    plan = bench.compare_plan(job, ["ram"])
+    bench._prepare_lmdb(plan, job, bench.Progress(quiet=True))  # builds it before timing, as for "lmdb"
+    assert list((tmp_path / "lmdb").iterdir())
+    source = ram._open_source(job)
+    assert isinstance(source, fastdata.RAMCache) and isinstance(source.source, fastdata.LMDBSource)
+    assert len(source) == len(job.paths)
+    assert all(b"fastdata-rst" in bytes(source.fetch(i)[0]) for i in range(len(source)))
