@@ -356,7 +356,8 @@ def _check_fits_ram(scan: _Scan) -> Finding:
     value = {"dataset": _mb(scan.total_bytes), "available_ram": _mb(avail)}
     if scan.complete and scan.total_bytes < 0.5 * avail:
         return Finding("fits_in_ram", "ok", value,
-                       "the encoded dataset fits in RAM: fastdata.RAMCache(source) removes disk reads after the first epoch")
+                       "the encoded dataset fits in RAM: fastdata.RAMCache(source) removes disk reads after the first epoch "
+                       "(of a fastdata-convert LMDB, RAMCache(LMDBSource(path)), it keeps the faster restart-indexed records)")
     return Finding("fits_in_ram", "info", value,
                    "does not fit comfortably in RAM: keep it on local SSD, ideally as an LMDB (fastdata-convert)")
 
