@@ -270,8 +270,7 @@ def run_plan(plan: Plan, job: bc.Job, seconds: float, progress: Progress, ablati
     starts once the machine has settled from the one before (``bench_runner.settle``, at most
     ``settle_max`` seconds, 0: not at all; the wait is not part of the share)."""
     baseline = busy_cores(0.5) if settle_max > 0 else 0.0  # before anything of ours runs
-    if ablation or any(k == "lmdb" for k, _ in plan.runnable()):
-        _prepare_lmdb(plan, job, progress)
+    _prepare_lmdb(plan, job, progress)  # for the contenders that read it (lmdb, ram), if any
     todo = plan.runnable()
     share = seconds / max(1, len(todo) * rounds)
     runs: Dict[str, List[Dict[str, Any]]] = {key: [] for key, _ in todo}

@@ -295,14 +295,20 @@ def _check_lmdb(data: str, scan: _Scan) -> Finding:
             return Finding("lmdb_cache", "fail", candidates[0], f"not a readable fastdata cache: {exc}")
         return Finding("lmdb_cache", "ok", candidates[0], "use it with fastdata.LMDBSource(path)")
     small = scan.files and scan.total_bytes / len(scan.files) < 1 << 20
-    # Per core on 500x375 photo-like JPEGs, benchmarks/bench_decode.py's restart-indexed row against
-    # the fused crop's: 1,906 / 1,347 img/s (2-core box, 2026-12-06; docs/results.md has earlier runs).
-    indexed = ("stores the JPEGs rewritten losslessly with a restart index, so that a crop decodes only "
-               "the parts it needs (1.4x the decode rate per core on 500x375 photos)")
+    jpegs = any(path.lower().endswith((".jpg", ".jpeg")) for path, _ in scan.files)
+    advice = []
+    if jpegs:
+        # Per core on 500x375 photo-like JPEGs, benchmarks/bench_decode.py's restart-indexed row
+        # against the fused crop's: 1,906 / 1,347 img/s (2-core box, 2026-12-06, docs/results.md).
+        advice.append("stores the JPEGs rewritten losslessly with a restart index, so that a crop decodes only "
+                      "the parts it needs (1.4x the decode rate per core on 500x375 photos)")
+    if small:
+        advice.append("packs many small files into one (faster cold reads; --max-side also shrinks decode work)")
+    if not advice:
+        return Finding("lmdb_cache", "info", None, "no LMDB cache found")
     return Finding("lmdb_cache", "info", None,
-                   f"no LMDB cache: `fastdata-convert DATA OUT.lmdb` {indexed}"
-                   + ("; it also packs many small files into one (faster cold reads), and --max-side shrinks "
-                      "decode work" if small else ""))
+                   "no LMDB cache: `fastdata-convert DATA OUT.lmdb` (an ImageFolder or a 'path,label' list) "
+                   + "; it also ".join(advice))
 
 
 # ---------------------------------------------------------------------------------------

@@ -257,9 +257,10 @@ def test_gpu_contenders_are_checked_without_importing_nvimgcodecs_python_api(mon
     assert bench_contenders.FastdataContender("files", backend="hybrid").unavailable(job) == nvimgcodec.GPU_MISSING
 
 
-def test_the_ram_contender_caches_the_lmdb_records(tiny_folder: Path, tmp_path: Path) -> None:
+def test_the_ram_contender_caches_the_lmdb_records(monkeypatch, tiny_folder: Path, tmp_path: Path) -> None:
     # The ablation adds the RAM cache on top of the LMDB step: the RAM contender serves the LMDB
-    # cache's records (restart-indexed rewrites, which crops decode faster), not the plain files.
+    # cache's records (restart-indexed rewrites, which crops decode faster), not the plain files,
+    # and that cache is built before timing even when "ram" runs without "lmdb".
     import fastdata
 
     args = bench._parser().parse_args([str(tiny_folder), "--device", "cpu", "--batch-size", "8"])
@@ -268,9 +269,17 @@ def test_the_ram_contender_caches_the_lmdb_records(tiny_folder: Path, tmp_path: 
     job.cache_dir = tmp_path
     ram = bench_contenders.FastdataContender("ram")
     assert ram.unavailable(job) is None and ram.reads_lmdb(job)
-    plan = bench.compare_plan(job, ["ram"])
-    bench._prepare_lmdb(plan, job, bench.Progress(quiet=True))  # builds it before timing, as for "lmdb"
-    assert list((tmp_path / "lmdb").iterdir())
+    built_before = []
+
+    def fake_measure(contender, job, share, **kw):
+        built_before.append((tmp_path / "lmdb").is_dir() and any((tmp_path / "lmdb").iterdir()))
+        return {"name": contender.name, "label": contender.label, "status": "ok", "images_per_s": 1.0,
+                "timed_images": 8, "timed_seconds": 8.0}
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(bench, "pool", lambda runs: runs[0])
+    bench.run_plan(bench.compare_plan(job, ["ram"]), job, 1.0, bench.Progress(quiet=True), False, settle_max=0)
+    assert built_before == [True]
     source = ram._open_source(job)
     assert isinstance(source, fastdata.RAMCache) and isinstance(source.source, fastdata.LMDBSource)
     assert len(source) == len(job.paths)

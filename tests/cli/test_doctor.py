@@ -258,3 +258,13 @@ def test_a_test_switch_left_set_is_a_warning(monkeypatch):
         monkeypatch.setenv("FASTDATA_SOFTWARE_BIT_DEPOSIT", off)
         (g,) = doctor_checks.check_libjpeg()
         assert "FASTDATA_SOFTWARE_BIT_DEPOSIT" not in g.advice and g.value["test_switches"] == []
+
+
+def test_cache_advice_names_the_restart_index_only_for_jpegs(tmp_path, capsys):
+    # fastdata-convert's restart index speeds up JPEG crops; a folder of PNGs gets the packing advice only.
+    root = tmp_path / "pngs" / "class0"
+    root.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(np.full((32, 40, 3), 40 * i, np.uint8)).save(root / f"{i}.png")
+    advice = _by_name(_run_json([str(tmp_path / "pngs")], capsys))["lmdb_cache"]["advice"]
+    assert "small files" in advice and "restart index" not in advice
