@@ -18,6 +18,7 @@
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
 #   bash benchmarks/gpu_suite.sh split   # the hybrid split's GPU rate per lane or as delivered, beside that training and alone (alternating)
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
+#   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -324,6 +325,20 @@ PY
     # alternating: whether decoders sharing an instance decode slower beside training.
     graphs_ab shared "import fastdata.decoders.nvimgcodec as n; n.SHARED_INSTANCE = VALUE" \
       "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
+    ;;
+  cache)
+    # native, gpu and hybrid on the 8,192 set as files and as fastdata-convert's LMDB (records with a
+    # restart marker every MCU and the restart index: 1.41x the native crop rate per core on the
+    # 2-core box), alternating: whether the engines take those records as they take the files.
+    set8192
+    [ -e /tmp/set8192.lmdb ] || python3 -m fastdata.cli.convert /tmp/set8192 /tmp/set8192.lmdb --quiet
+    k=0
+    for data in /tmp/set8192 /tmp/set8192.lmdb /tmp/set8192.lmdb /tmp/set8192; do
+      k=$((k + 1)); echo "== $k $data"
+      native=fastdata; [ "${data%.lmdb}" != "$data" ] && native=lmdb  # on an LMDB the native row is "lmdb"
+      fastdata-bench "$data" --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 60 --rounds 1 \
+        --compare $native,fastdata-gpu,fastdata-hybrid --json "$OUT/cache_$k.json" 2>&1 | grep -v '^\[' | tail -8
+    done
     ;;
   ddp)
     python3 -m pytest tests/loader/test_loader_ddp.py -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/ddp.log" | tail -5

@@ -377,7 +377,12 @@ class FastdataContender:
         if self.source == "files" and job.lmdb is None and job.folder is None and not job.paths:
             return "DATA is tar shards: there are no files to read"
         if self.source == "files" and job.lmdb is not None:
-            return "DATA is an LMDB cache: there are no files to read"
+            if self.backend == "native":
+                return "DATA is an LMDB cache: there are no files to read (the lmdb row reads it)"
+            # A GPU backend reads the cache's records instead (the decoders take bytes from any
+            # source): its default label says so, known only now that the job is.
+            if self.label == f"fastdata (files, backend={self.backend})":
+                self.label = f"fastdata (LMDB, backend={self.backend})"
         if self.reads_lmdb(job) and job.lmdb is None and job.folder is None and job.list_file is None:
             return "no ImageFolder or list file to convert to LMDB"
         if not self.roi:

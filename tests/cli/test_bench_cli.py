@@ -284,3 +284,23 @@ def test_the_ram_contender_caches_the_lmdb_records(monkeypatch, tiny_folder: Pat
     assert isinstance(source, fastdata.RAMCache) and isinstance(source.source, fastdata.LMDBSource)
     assert len(source) == len(job.paths)
     assert all(b"fastdata-rst" in bytes(source.fetch(i)[0]) for i in range(len(source)))
+
+
+def test_gpu_backend_rows_read_an_lmdb_given_as_data() -> None:
+    # DATA an LMDB: the native files row is skipped (the lmdb row reads it), while a GPU backend's
+    # row reads the cache's records and its label says so.
+    job = bench_contenders.Job(paths=[], labels=[0], classes=["a"], lmdb=Path("/nonexistent.lmdb"), device="cuda",
+                               dtype="float16")
+    native = bench_contenders.FastdataContender("files")
+    assert "DATA is an LMDB cache" in native.unavailable(job)
+    import torch
+
+    for backend in ("gpu", "hybrid", "nvjpeg"):
+        row = bench_contenders.FastdataContender("files", backend=backend)
+        reason = row.unavailable(job)
+        if not torch.cuda.is_available():
+            assert reason == "CUDA is not available"  # the machine, not the LMDB, stops it here
+        assert row.label == f"fastdata (LMDB, backend={backend})" and row.reads_lmdb(job)
+    named = bench_contenders.FastdataContender("files", backend="gpu", label="mine")
+    named.unavailable(job)
+    assert named.label == "mine"
