@@ -344,8 +344,8 @@ class FastdataContender:
             self.name = f"fastdata-{backend}"
         self.label = label or {"files": "fastdata (files)", "lmdb": "fastdata (LMDB)",
                                "ram": "fastdata (RAM, LMDB records)", "shards": "fastdata (tar shards)"}[source]
-        if backend != "native" and label is None:
-            self.label = f"fastdata (files, backend={backend})"
+        if backend != "native" and label is None:  # they read DATA as given: files, or an LMDB's records
+            self.label = f"fastdata (backend={backend})"
         self.detail: Dict[str, Any] = {}
 
     def reads_lmdb(self, job: Job) -> bool:
@@ -379,10 +379,6 @@ class FastdataContender:
         if self.source == "files" and job.lmdb is not None:
             if self.backend == "native":
                 return "DATA is an LMDB cache: there are no files to read (the lmdb row reads it)"
-            # A GPU backend reads the cache's records instead (the decoders take bytes from any
-            # source): its default label says so, known only now that the job is.
-            if self.label == f"fastdata (files, backend={self.backend})":
-                self.label = f"fastdata (LMDB, backend={self.backend})"
         if self.reads_lmdb(job) and job.lmdb is None and job.folder is None and job.list_file is None:
             return "no ImageFolder or list file to convert to LMDB"
         if not self.roi:

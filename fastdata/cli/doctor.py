@@ -295,9 +295,8 @@ def _check_lmdb(data: str, scan: _Scan) -> Finding:
             return Finding("lmdb_cache", "fail", candidates[0], f"not a readable fastdata cache: {exc}")
         return Finding("lmdb_cache", "ok", candidates[0], "use it with fastdata.LMDBSource(path)")
     small = scan.files and scan.total_bytes / len(scan.files) < 1 << 20
-    jpegs = any(path.lower().endswith((".jpg", ".jpeg")) for path, _ in scan.files)
     advice = []
-    if jpegs:
+    if _jpeg_paths(scan):
         # Per core on 500x375 photo-like JPEGs, benchmarks/bench_decode.py's restart-indexed row
         # against the fused crop's: 1,906 / 1,347 img/s (2-core box, 2026-12-06, docs/results.md).
         advice.append("stores the JPEGs rewritten losslessly with a restart index, so that a crop decodes only "

@@ -152,23 +152,24 @@ SPLIT_RATE_PER_LANE = False
 def gpu_extra_installed() -> bool:
     """Whether nvImageCodec is installed, without importing it (its import loads the CUDA
     codec libraries and prints errors for those missing, e.g. on a machine without a GPU)."""
-    return bool(_nvimgcodec_folders())
+    return _nvimgcodec_folder() is not None
 
 
-def _nvimgcodec_folders() -> List[str]:
-    """The folders of the ``nvidia.nvimgcodec`` package, found without importing it."""
+def _nvimgcodec_folder() -> Optional[str]:
+    """The ``nvidia.nvimgcodec`` package's folder, found without importing it."""
     try:
         spec = importlib.util.find_spec("nvidia.nvimgcodec")
     except ImportError:  # no "nvidia" package at all
-        return []
-    return list(spec.submodule_search_locations or []) if spec is not None else []
+        return None
+    return spec.submodule_search_locations[0] if spec is not None and spec.submodule_search_locations else None
 
 
 def nvimgcodec_module() -> Any:
     """``nvidia.nvimgcodec``, or None when the ``gpu`` extra is not installed. Its import makes an
     nvImageCodec instance of its own with every codec extension loaded (its PYBIND11_MODULE
-    holds a static one), so only ``fastdata-doctor``'s check, which decodes through that Python
-    API, imports it; the gpu decoder finds the library with ``nvimgcodec_library``."""
+    holds a static one), so only what decodes through that Python API imports it
+    (``fastdata-doctor``'s engine check, the bench's ``engines`` row); the gpu decoder finds the
+    library with ``nvimgcodec_library``."""
     try:
         from nvidia import nvimgcodec
     except ImportError:
@@ -181,14 +182,13 @@ def nvimgcodec_library() -> Optional[str]:
     None when the ``gpu`` extra is not installed; found without importing ``nvidia.nvimgcodec``
     (see nvimgcodec_module). The extensions find the CUDA and nvJPEG libraries of the other
     wheels through their own RUNPATH, not through anything that import does."""
-    folders = _nvimgcodec_folders()
-    if not folders:
+    folder = _nvimgcodec_folder()
+    if folder is None:
         return None
-    paths = [os.path.abspath(os.path.join(folder, "libnvimgcodec.so.0")) for folder in folders]
-    for path in paths:
-        if os.path.exists(path):
-            return path
-    raise ImportError(f"nvImageCodec's library is not where its wheel puts it: {paths[0]}")
+    path = os.path.abspath(os.path.join(folder, "libnvimgcodec.so.0"))
+    if not os.path.exists(path):
+        raise ImportError(f"nvImageCodec's library is not where its wheel puts it: {path}")
+    return path
 
 
 # Make every gpu decoder of the process on one nvImageCodec instance (per library) while any of

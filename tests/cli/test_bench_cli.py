@@ -229,8 +229,8 @@ def test_cpu_lists_as_the_kernel_writes_them() -> None:
 
 
 def test_gpu_contenders_are_checked_without_importing_nvimgcodecs_python_api(monkeypatch):
-    # That import makes nvImageCodec's own instance with every codec extension loaded (~1 s on a
-    # GPU), and the plan is made in the process the contenders then run in: the gpu and hybrid
+    # That import makes nvImageCodec's own instance with every codec extension loaded (making one
+    # took 1.03 s on an H100), and the plan is made in the process the contenders then run in: the gpu and hybrid
     # rows are checked with find_spec, the import left to the contenders that decode through it.
     import subprocess
     import sys
@@ -288,7 +288,7 @@ def test_the_ram_contender_caches_the_lmdb_records(monkeypatch, tiny_folder: Pat
 
 def test_gpu_backend_rows_read_an_lmdb_given_as_data() -> None:
     # DATA an LMDB: the native files row is skipped (the lmdb row reads it), while a GPU backend's
-    # row reads the cache's records and its label says so.
+    # row reads the cache's records.
     job = bench_contenders.Job(paths=[], labels=[0], classes=["a"], lmdb=Path("/nonexistent.lmdb"), device="cuda",
                                dtype="float16")
     native = bench_contenders.FastdataContender("files")
@@ -300,7 +300,4 @@ def test_gpu_backend_rows_read_an_lmdb_given_as_data() -> None:
         reason = row.unavailable(job)
         if not torch.cuda.is_available():
             assert reason == "CUDA is not available"  # the machine, not the LMDB, stops it here
-        assert row.label == f"fastdata (LMDB, backend={backend})" and row.reads_lmdb(job)
-    named = bench_contenders.FastdataContender("files", backend="gpu", label="mine")
-    named.unavailable(job)
-    assert named.label == "mine"
+        assert row.reads_lmdb(job)
