@@ -16,7 +16,9 @@
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
-#   bash benchmarks/gpu_suite.sh split   # the hybrid split's GPU rate per lane or as delivered, beside that training and alone (alternating)
+#   bash benchmarks/gpu_suite.sh waits   # the hybrid split from the producer's waits (balance.WAIT_SPLIT) or from the rates, alone (alternating)
+#   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
+#   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/16 of a batch (the default) or 1/64, alone (alternating)
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
@@ -84,7 +86,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|split|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_step|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -302,21 +304,35 @@ PY
     graphs_ab lanes "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = n.HYBRID_DECODE_LANES = VALUE; n.DEPTH = n.HYBRID_DEPTH = VALUE + 1" \
       "2|gpu" "4|gpu" "4|hybrid" "2|hybrid" "2|gpu" "4|gpu"
     ;;
-  split)
-    # nvimgcodec.SPLIT_RATE_PER_LANE: the hybrid split's GPU rate from what its lanes could decode
-    # (each batch's decode charged its wall over the lanes) against what they did (the default),
-    # beside ResNet-18 training as CUDA graphs, alternating; then alone in the bench, alternating.
-    # Twenty-sixth session's reading: on four lanes beside training the lanes idled ~40% of the
-    # time while the native threads were busy throughout, and the split did not move rows to the GPU.
-    # About 8 minutes on the H100 (a four-lane training run's process ~55 s, a bench run ~50 s).
-    graphs_ab split "import fastdata.decoders.nvimgcodec as n; n.SPLIT_RATE_PER_LANE = VALUE" \
-      "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
+  waits)
+    # balance.WAIT_SPLIT: the hybrid's balanced share moved by which side the producer waited for
+    # (the native threads or the GPU decoder) instead of set from the two measured rates, alone
+    # in the bench, alternating; the native and gpu rows once before, for the ceiling.
+    set8192
+    fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 40 --rounds 1 \
+      --compare fastdata,fastdata-gpu --json "$OUT/waits_ceiling.json" 2>&1 | grep -v '^\[' | tail -5
     k=0
-    for value in False True False True; do
-      k=$((k + 1)); echo "== bench SPLIT_RATE_PER_LANE = $value"
-      with_setting "import fastdata.decoders.nvimgcodec as n; n.SPLIT_RATE_PER_LANE = $value" bench \
-        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 12 --rounds 1 \
-        --compare fastdata-hybrid --json "$OUT/split_bench_${k}_$value.json" 2>&1 | grep -E "backend=|GPU side" | grep -v '^\['
+    for value in False True True False; do
+      k=$((k + 1)); echo "== bench WAIT_SPLIT = $value"
+      with_setting "import fastdata.loader.balance as b; b.WAIT_SPLIT = $value" bench \
+        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 --rounds 1 \
+        --compare fastdata-hybrid --json "$OUT/waits_bench_${k}_$value.json" 2>&1 | grep -E "backend=|GPU side" | grep -v '^\['
+    done
+    ;;
+  waits_train)
+    graphs_ab waits "import fastdata.loader.balance as b; b.WAIT_SPLIT = VALUE" \
+      "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
+    ;;
+  waits_step)
+    # balance.WAIT_STEP_MAX: a model of the two queues (tests: _queued_hybrid) swings 160-212 rows
+    # of 256 around the balance point at 1/16 and runs 96% of its ceiling at 1/64 against 88-89%.
+    set8192
+    k=0
+    for value in 16 64 64 16; do
+      k=$((k + 1)); echo "== bench WAIT_STEP_MAX = 1/$value"
+      with_setting "import fastdata.loader.balance as b; b.WAIT_STEP_MAX = 1 / $value" bench \
+        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 --rounds 1 \
+        --compare fastdata-hybrid --json "$OUT/waits_step_${k}_$value.json" 2>&1 | grep -E "backend=|GPU side" | grep -v '^\['
     done
     ;;
   shared)

@@ -134,19 +134,6 @@ DEPTH = 3
 # against 10,129 and 10,142 on two (3.4), each lane's batch taking twice as long.
 HYBRID_DECODE_LANES = 4
 HYBRID_DEPTH = 5
-# An A/B switch, off: the hybrid split's GPU rate from what the lanes could
-# decode if every lane were busy (each batch's decode stage charged its wall time over the number
-# of lanes) instead of what they did (SharedWallClock: its wall time over the lanes busy beside
-# it). SharedWallClock's seconds add up to the time any lane was busy, so while the lanes idle
-# part of the time the rate read is about the rows the GPU was given per second (over that
-# busy fraction), not what it could take: with the native threads busy throughout, the balanced
-# share g / (g + c) then stays near the share the GPU already has. Measured (H100, 2026-12-06,
-# twenty-eighth session, alternating; benchmarks/gpu_suite.sh split): alone in the bench it gave
-# the GPU 72% of the rows against 63% and ran 5-8% faster (28,240 / 28,465 img/s against 26,830 /
-# 26,331, the engines busy 94% against 75-76%); beside ResNet-18 training as CUDA graphs, the
-# issue's target, it ran 2.5-2.9 points slower (78.8% / 80.4% of synthetic against 81.7% / 82.9%),
-# the GPU given 48-51% of the rows against 38-44%. So it stays off.
-SPLIT_RATE_PER_LANE = False
 
 
 def gpu_extra_installed() -> bool:
@@ -486,8 +473,6 @@ class NvImageCodecDecoder:
         finally:  # also when the stage failed: a job left on the clock would be charged forever
             seconds = time.perf_counter() - t0
             charged = self._lane_clock.stop(token, t0 + seconds)
-        if SPLIT_RATE_PER_LANE:  # what the lanes could decode, all busy (see the switch)
-            charged = seconds / self.lanes
         decoded.seconds, decoded.charged = seconds, charged
         if error is not None:
             # Slices that did queue work may still be writing the buffer: wait for every decode
@@ -594,8 +579,7 @@ class NvImageCodecDecoder:
         self._bitstreams.give(decoded.staging)
         decoded.buffer = decoded.staging = decoded.bitstreams = None
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch,
-        # the decode stage's counted as its share of the time it overlapped other lanes' batches
-        # (under SPLIT_RATE_PER_LANE its wall over the lanes).
+        # the decode stage's counted as its share of the time it overlapped other lanes' batches.
         result.seconds = max(decoded.charged, time.perf_counter() - t0)
         return result
 
@@ -771,7 +755,7 @@ class _Decoded:
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
     seconds: float = 0.0  # stage 1's wall time
-    charged: float = 0.0  # its share of that time, the time it overlapped other lanes split evenly (SharedWallClock; SPLIT_RATE_PER_LANE: over the lanes)
+    charged: float = 0.0  # its share of that time, the time it overlapped other lanes split evenly (SharedWallClock)
 
     @property
     def nbytes(self) -> int:

@@ -5,7 +5,8 @@ batches slower than that, so that the GPU does as little of it as keeps the load
 Both sides work on the same batch at once (the GPU decoder on its worker threads, the native
 threads on the native engine's queue), so each side's rate is measured while the other runs: the
 rows it did over the seconds it took. With rates g and c (rows/s) the batch of n rows ends
-soonest when the GPU takes n * g / (g + c) of them. The rates are smoothed over batches
+soonest when the GPU takes n * g / (g + c) of them: the first balanced share (since
+2026-12-06 the producer's waits move it from there: below). The rates are smoothed over batches
 (an exponential average), so one slow batch (a page fault, a cold cache) does not swing the
 split, and re-measured every batch, so the split follows the data and the machine: no
 ``hw_decoder_load`` to tune (DALI's fixed share, which its users struggle with: DALI issues
@@ -37,12 +38,47 @@ is waiting or about to: the balanced share, the most rows per second, for every 
 submitted from then on. A native rate measured too high can therefore make the loader fall
 behind for a batch or two, never stay behind. (The rates the balanced share comes from were
 measured on the batches before: after a stretch ahead in which the GPU took only a few rows
-per batch, its rate, fixed costs per call included, reads low, and the balanced share takes
-a few batches to come back; with GPU lanes that idle it may stay low: see
-``nvimgcodec.SPLIT_RATE_PER_LANE``.) The pace is forgotten when a feed starts and at each epoch's
+per batch, its rate, fixed costs per call included, reads low. The balanced share the waits
+set, below, is kept through a stretch ahead.) The pace is forgotten when a feed starts and at each epoch's
 end (``pace_reset``), and the producer does not count the hand-overs until its queue has
 turned over once more: their waits include the consumer's first step or the pause between
 epochs, not its pace.
+
+**The balanced share from the producer's waits** (``WAIT_SPLIT``, the default since
+2026-12-06). The GPU's rate as measured is what it did, not what it could do: with several
+lanes decoding batches at once, a lane that idles part of the time is not charged for the
+idle time, so the rate reads about the rows it was given per second of work, and the share
+g / (g + c) stays near the share the GPU already has (H200, 2026-12-06: lanes busy 37%,
+native threads busy 100%, the GPU given 67%). Which side the producer waited for when it collected a batch says it directly: it waits for
+the native threads first, then for the GPU decoder, so a wait for the GPU means the GPU
+finished last, and a wait for the native threads alone means they did. Under the switch the
+balanced share is moved by that: up while the native threads finish last, down while the
+GPU does. A move reaches the collected batches only after the ``window`` batches in flight,
+so the waits are summed over a window after a window left to settle, and each move is a
+step that grows while the direction holds and halves when it turns (Rprop's rule: the share
+oscillates ever less around the point where the two finish together). The rates still give
+the first share and the native rate the pace's share (above), and a window with neither side
+waited for (the producer is the slower, or the loader is ahead) moves nothing, and nor does a
+native side waited for while the GPU already takes every row it accepts.
+
+The share swings around the balance point rather than settling on it: a side that was the
+slower keeps a backlog of queued batches after the share has crossed the point, so it stays the
+one waited for, and the steps grow. In a model with both sides as queues and five batches in
+flight (the test's ``_queued_hybrid``, 2,000 batches) the share swung 160-212 rows of 256
+around 192 and the model ran at 89% of its ceiling with ``WAIT_STEP_MAX`` 1/16 (the measured
+setting below); with 1/64 it swung 179-200 and ran at 96%, reaching 185 rows after 144
+batches instead of 54. The smaller step is not measured on
+a GPU: ``gpu_suite.sh waits_step`` is the A/B for it.
+
+Measured (H100, 2026-12-06, thirtieth session, `benchmarks/gpu_suite.sh waits` and
+`waits_train`, alternating runs in one call each): alone in fastdata-bench on the 8,192 set
+24,410 and 23,681 img/s against 22,031 and 21,559 from the rates (+10%; the engines busy
+87-90% against 81-82%, the GPU given ~70% of the rows against 65%); beside ResNet-18
+training as CUDA graphs 79.0% and 77.2% of synthetic against 78.0% and 78.0% (no
+difference beyond the spread). On the demo mix (12-s runs, one alternating pair of pairs)
+16,416 and 17,295 against 17,886 and 17,726 (3-8% slower, within its runs' wide spread:
+10,616-20,023 img/s per second of the runs). The rates' share, the earlier default, is kept
+behind the switch for that A/B.
 """
 from __future__ import annotations
 
@@ -59,15 +95,30 @@ HEADROOM = 1.25
 # batches. A side that really got faster is followed, this factor per batch at most.
 RATE_SPIKE = 4.0
 
+# The balanced share from which side the producer waited for (see the module's text; measured
+# there), instead of from the two rates (False: the A/B's other side).
+WAIT_SPLIT = True
+# A wait shorter than this is a ready side: taking a finished result costs microseconds, but
+# waking the producer thread can cost ~0.1 ms.
+WAIT_FLOOR_S = 0.2e-3
+# The steps of the share, of a batch: the first, the least and the most.
+WAIT_STEP_START = 1 / 32
+WAIT_STEP_MIN = 1 / 256
+WAIT_STEP_MAX = 1 / 16
+
 
 class SplitBalancer:
-    """Per batch: ``gpu_rows(n, acceptable)``, then ``observe`` what each side did."""
+    """Per batch: ``gpu_rows(n, acceptable)``; at its collection ``observe`` what each side did
+    and ``observe_waits`` which side the producer waited for; per hand-over ``observe_handover``."""
 
-    def __init__(self, smoothing: float = 0.25, probe: float = 1 / 32, initial_share: float = 0.5):
+    def __init__(self, smoothing: float = 0.25, probe: float = 1 / 32, initial_share: float = 0.5,
+                 window: int = 1):
         if not 0 < smoothing <= 1:
             raise ValueError("smoothing must be in (0, 1]")
         if not 0 <= probe < 0.5:
             raise ValueError("probe must be in [0, 0.5)")
+        if window < 1:
+            raise ValueError("window must be at least 1 batch")
         self.smoothing = smoothing
         self.probe = probe
         self.initial_share = initial_share
@@ -75,16 +126,29 @@ class SplitBalancer:
         self.native_rate: Optional[float] = None  # rows/s, smoothed
         self.handover_rate: Optional[float] = None  # rows/s taken by the consumer in this stretch ahead
         self.ahead = False  # the last hand-over waited for room in the queue
+        # WAIT_SPLIT: the balanced share the waits set (None until the first window moved it)
+        self.window = window  # batches in flight: a share set now is first collected this many batches later
+        self.share_from_waits: Optional[float] = None
+        self._step = WAIT_STEP_START
+        self._last_move = 0  # +1 up, -1 down, 0 none yet
+        self._seen = 0  # batches observed since the last move (the first ``window`` settle)
+        self._waited = [0.0, 0.0]  # this window's waits for the native threads (finished last), for the GPU
+        self.capped = False  # the last batch's GPU rows were fewer than the share: it accepted no more
 
     def balanced_share(self) -> float:
         """The GPU's share with which both sides finish a batch together."""
+        if WAIT_SPLIT and self.share_from_waits is not None:
+            return self.share_from_waits
+        return self.rate_share()
+
+    def rate_share(self) -> float:
+        """The balanced share the two measured rates give."""
         if self.gpu_rate is None or self.native_rate is None:
             return self.initial_share
         return self.gpu_rate / (self.gpu_rate + self.native_rate)
 
     def share(self) -> float:
-        """The GPU's share of a batch that the rates ask for (before the probe and the cap): the
-        balanced share, or while the loader is ahead the least the GPU can take and still deliver
+        """The GPU's share of a batch (before the probe and the cap): the balanced share, or while the loader is ahead the least the GPU can take and still deliver
         ``HEADROOM`` times the consumer's rate, if that is less."""
         balanced = self.balanced_share()
         if not self.ahead or self.gpu_rate is None or self.native_rate is None or self.handover_rate is None:
@@ -94,14 +158,48 @@ class SplitBalancer:
     def gpu_rows(self, n: int, acceptable: int) -> int:
         """How many of a batch's ``n`` rows the GPU takes, of the ``acceptable`` ones it can."""
         if n <= 0 or acceptable <= 0:
+            self.capped = n > 0  # the GPU accepts none of it: a native side waited for moves nothing
             return 0
         share = min(max(self.share(), self.probe), 1 - self.probe)
-        return max(1, min(acceptable, int(round(n * share))))
+        want = int(round(n * share))
+        self.capped = acceptable < want
+        return max(1, min(acceptable, want))
 
     def observe(self, gpu_rows: int, gpu_seconds: float, native_rows: int, native_seconds: float) -> None:
         """What one batch took on each side (a side with no rows or no time teaches nothing)."""
         self.gpu_rate = self._smooth(self.gpu_rate, gpu_rows, gpu_seconds)
         self.native_rate = self._smooth(self.native_rate, native_rows, native_seconds)
+
+    def observe_waits(self, native_wait: float, gpu_wait: float) -> None:
+        """How long the producer waited, collecting a batch, for its native rows and then for its
+        GPU rows (WAIT_SPLIT: moves the balanced share; see the module's text)."""
+        if not WAIT_SPLIT:
+            return
+        if self.ahead:  # the batch had the pace's share, not the balanced one: nothing to learn
+            self._seen, self._waited = 0, [0.0, 0.0]
+            return
+        self._seen += 1
+        if self._seen <= self.window:  # batches submitted before the last move
+            return
+        if gpu_wait > WAIT_FLOOR_S:
+            self._waited[1] += gpu_wait
+        elif native_wait > WAIT_FLOOR_S:
+            self._waited[0] += native_wait
+        if self._seen < 2 * self.window:
+            return
+        native_last, gpu_last = self._waited
+        self._seen, self._waited = 0, [0.0, 0.0]
+        if max(native_last, gpu_last) <= WAIT_FLOOR_S * self.window:
+            return  # neither side held the producer up
+        move = 1 if native_last > gpu_last else -1
+        if move > 0 and self.capped:
+            return  # the GPU accepted no more of the batch than it has
+        if self._last_move:
+            grown = self._step * 1.5 if move == self._last_move else self._step / 2
+            self._step = min(WAIT_STEP_MAX, max(WAIT_STEP_MIN, grown))
+        self._last_move = move
+        start = self.rate_share() if self.share_from_waits is None else self.share_from_waits
+        self.share_from_waits = min(1 - self.probe, max(self.probe, start + move * self._step))
 
     def observe_handover(self, rows: int, seconds: Optional[float], waited: bool) -> None:
         """A batch of ``rows`` was handed to the consumer ``seconds`` after the one before it
@@ -125,6 +223,7 @@ class SplitBalancer:
         the loader is measured ahead again."""
         self.ahead = False
         self.handover_rate = None
+        self._seen, self._waited = 0, [0.0, 0.0]  # a window spanning the pause would read its waits
 
     def _smooth(self, rate: Optional[float], rows: int, seconds: float) -> Optional[float]:
         if rows <= 0 or seconds <= 0:

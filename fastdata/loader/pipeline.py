@@ -199,6 +199,7 @@ class BatchPipeline:
         threads = cores_per_local_rank() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         self.balancer: Optional[SplitBalancer] = None
+        hybrid = False
         # Under "auto" (the default) a GPU decoder that fails, at start or on a batch, hands its
         # rows to the native threads (said once) instead of ending the training run.
         self._gpu_falls_back = backend == "auto"
@@ -220,7 +221,7 @@ class BatchPipeline:
                                    f"here ({type(e).__name__}: {e}). backend='native' silences this.")
                 backend, gpu = "native", None
             if backend == "hybrid" and gpu is not None:
-                self.balancer = SplitBalancer()
+                hybrid = True
                 if default_threads:  # the cores the GPU decoder's own threads and the producer keep busy
                     threads = max(1, threads - HYBRID_HOST_CORES)
         else:
@@ -252,6 +253,8 @@ class BatchPipeline:
         self.inline = NativeDecoder(self.inline_engine, transform, on_report=self._count_report, **native)
         self.decoders: List[Decoder] = ([gpu] if gpu is not None else []) + [self.native]
         self.depth = max(d.depth for d in self.decoders)
+        if hybrid:  # a share it sets reaches the collected batches ``depth`` batches later
+            self.balancer = SplitBalancer(window=self.depth)
         # A slot is taken when its batch is submitted: ``depth`` batches hold one at once.
         self.ring = PinnedRing(ring_slots + self.depth - 1, batch_size, self.out_hw,
                                image_dtype=torch.uint8 if cpu_norm is None else dtype, pin=pin,
@@ -364,11 +367,13 @@ class BatchPipeline:
         native_rows = list(pending.native_rows)
         failures: List[Tuple[int, DecodeError]] = []
         native_seconds = 0.0
+        t0 = time.perf_counter()
         if pending.native is not None:
             native, pending.native = pending.native, None
             done = self.native.finish(native)
             failures.extend(done.failures)
             native_seconds = done.seconds or 0.0
+        native_wait = time.perf_counter() - t0  # the producer's wait for the native threads
         parts: List[Tuple[List[int], torch.Tensor]] = []
         written: List[int] = []
         handed_back: List[int] = []
@@ -400,8 +405,9 @@ class BatchPipeline:
                 gpu_rows += len(kept)
                 gpu_seconds += done.seconds or 0.0  # a decoder that does not time itself teaches the split nothing
                 handed_back.extend(done.rejected)
+        gpu_wait = time.perf_counter() - t0  # then for the GPU decoder (finish only waits for its worker)
         if len(self.decoders) > 1:
-            self._count(decode_seconds=time.perf_counter() - t0)
+            self._count(decode_seconds=gpu_wait)
         handed_back.sort()
         if handed_back:
             at = len(native_rows)
@@ -412,8 +418,9 @@ class BatchPipeline:
             # decodes its replacement into the slot (replace), and deliver places it like any other.
             at = len(native_rows) + len(handed_back)
             slot.images[at:at + len(failed_off_host)].zero_()
-        if self.balancer is not None:  # each side's rows over its own time on them
+        if self.balancer is not None:  # each side's rows over its own time on them, and which side was waited for
             self.balancer.observe(gpu_rows, gpu_seconds, len(native_rows), native_seconds)
+            self.balancer.observe_waits(native_wait, gpu_wait)
         host_rows = native_rows + handed_back + failed_off_host
         rows = {"gpu_rows": gpu_rows, "native_rows": len(native_rows) + len(handed_back),
                 "gpu_rejected": len(handed_back)}
