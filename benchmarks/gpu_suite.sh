@@ -60,6 +60,19 @@ except (OSError, ValueError, KeyError, IndexError) as e:
     print(f"host probe: no result ({type(e).__name__}: {e})")
 PY
 }
+# hybrid alone in fastdata-bench on the 8,192 set (20 s each), an A/B of the module switch SETTING,
+# one run per VALUE in the order given, each its own process; JSON in $OUT/NAME_K_VALUE.json.
+#   bench_ab NAME SETTING VALUE...
+bench_ab() {
+  local name=$1 setting=$2 value k=0; shift 2
+  set8192
+  for value in "$@"; do
+    k=$((k + 1)); echo "== $name: ${setting//VALUE/$value}"
+    with_setting "${setting//VALUE/$value}" bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 \
+      --threads 16 --seconds 20 --rounds 1 --compare fastdata-hybrid --json "$OUT/${name}_${k}_$value.json" 2>&1 \
+      | grep -E "backend=|GPU side" | grep -v '^\['
+  done
+}
 # ResNet-18 training as CUDA graphs on the 8,192 set, an A/B of the module switch SETTING (its
 # value written as VALUE): one synthetic run, then each RUN ("value|backend") in turn, each its own
 # process; one table per value, each against the same synthetic run, in $OUT/NAME_value.md.
@@ -311,13 +324,7 @@ PY
     set8192
     fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 40 --rounds 1 \
       --compare fastdata,fastdata-gpu --json "$OUT/waits_ceiling.json" 2>&1 | grep -v '^\[' | tail -5
-    k=0
-    for value in False True True False; do
-      k=$((k + 1)); echo "== bench WAIT_SPLIT = $value"
-      with_setting "import fastdata.loader.balance as b; b.WAIT_SPLIT = $value" bench \
-        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 --rounds 1 \
-        --compare fastdata-hybrid --json "$OUT/waits_bench_${k}_$value.json" 2>&1 | grep -E "backend=|GPU side" | grep -v '^\['
-    done
+    bench_ab waits "import fastdata.loader.balance as b; b.WAIT_SPLIT = VALUE" False True True False
     ;;
   waits_train)
     graphs_ab waits "import fastdata.loader.balance as b; b.WAIT_SPLIT = VALUE" \
@@ -325,15 +332,8 @@ PY
     ;;
   waits_step)
     # balance.WAIT_STEP_MAX: a model of the two queues (tests: _queued_hybrid) swings 160-212 rows
-    # of 256 around the balance point at 1/16 and runs 96% of its ceiling at 1/64 against 88-89%.
-    set8192
-    k=0
-    for value in 16 64 64 16; do
-      k=$((k + 1)); echo "== bench WAIT_STEP_MAX = 1/$value"
-      with_setting "import fastdata.loader.balance as b; b.WAIT_STEP_MAX = 1 / $value" bench \
-        /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 20 --rounds 1 \
-        --compare fastdata-hybrid --json "$OUT/waits_step_${k}_$value.json" 2>&1 | grep -E "backend=|GPU side" | grep -v '^\['
-    done
+    # of 256 around the balance point at 1/16 and runs 96% of its ceiling at 1/64 against 89%.
+    bench_ab waits_step "import fastdata.loader.balance as b; b.WAIT_STEP_MAX = 1 / VALUE" 16 64 64 16
     ;;
   shared)
     # nvimgcodec.SHARED_INSTANCE: the decoder objects on one nvImageCodec instance (the default;
