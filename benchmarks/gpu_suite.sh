@@ -18,6 +18,7 @@
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
 #   bash benchmarks/gpu_suite.sh waits   # the hybrid split from the producer's waits (balance.WAIT_SPLIT) or from the rates, alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
+#   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/16 of a batch (the default) or 1/64, alone (alternating)
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -31,6 +32,11 @@ export PYTHONUNBUFFERED=1
 set8192() {
   [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
+}
+# The demo mix built larger (4,096 images of 16 classes; fastdata.cli.demo: gray, CMYK, progressive,
+# EXIF-rotated, 4:4:4 and 4:2:2 among baseline 4:2:0) in /tmp/mixed, built once per machine.
+mixedset() {
+  [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
 }
 # fastdata-bench (TARGET bench) or examples/train.py (TARGET train) with ARGS, in one process
 # after the Python statements SETTING: a module switch set before anything is made, for an A/B
@@ -60,15 +66,15 @@ except (OSError, ValueError, KeyError, IndexError) as e:
     print(f"host probe: no result ({type(e).__name__}: {e})")
 PY
 }
-# hybrid alone in fastdata-bench on the 8,192 set (20 s each), an A/B of the module switch SETTING,
-# one run per VALUE in the order given, each its own process; JSON in $OUT/NAME_K_VALUE.json.
-#   bench_ab NAME SETTING VALUE...
+# hybrid alone in fastdata-bench on the 8,192 set (or the folder BENCH_SET; 20 s each), an A/B of
+# the module switch SETTING, one run per VALUE in the order given, each its own process; JSON in
+# $OUT/NAME_K_VALUE.json.   [BENCH_SET=DIR] bench_ab NAME SETTING VALUE...
 bench_ab() {
-  local name=$1 setting=$2 value k=0; shift 2
-  set8192
+  local name=$1 setting=$2 value k=0 set=${BENCH_SET:-/tmp/set8192}; shift 2
+  [ "$set" = /tmp/set8192 ] && set8192
   for value in "$@"; do
     k=$((k + 1)); echo "== $name: ${setting//VALUE/$value}"
-    with_setting "${setting//VALUE/$value}" bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 \
+    with_setting "${setting//VALUE/$value}" bench "$set" --device cuda --dtype float16 --batch-size 256 \
       --threads 16 --seconds 20 --rounds 1 --compare fastdata-hybrid --json "$OUT/${name}_${k}_$value.json" 2>&1 \
       | grep -E "backend=|GPU side" | grep -v '^\['
   done
@@ -99,7 +105,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_step|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -136,7 +142,7 @@ case "$stage" in
     done
     ;;
   engines)
-    [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
+    mixedset
     python3 benchmarks/bench_engines.py /tmp/mixed --seconds 6 --json "$OUT/bench_engines.json" 2>&1 \
       | tee "$OUT/bench_engines.log" | grep -v '^{'
     # Hybrid and gpu-only on the mix, alternating: 4:2:0 alone on the engines against the default
@@ -217,7 +223,7 @@ PY
     # 13 threads, and a model from measured row costs put the run 1.26x shorter than in batch
     # order (docs/results.md, "Rows claimed largest first"). Alternating runs, each its own process;
     # the bench's GPU-side line gives the native threads' cores.
-    [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
+    mixedset
     for setting in "_C._set_claim_largest_first(False)" "pass" "_C._set_claim_largest_first(False)" "pass"; do
       echo "== $setting"
       with_setting "from fastdata import _C; $setting" bench /tmp/mixed --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 30 \
@@ -228,7 +234,7 @@ PY
     # The native engine's runs without a barrier (ThreadPool::enqueue) against with one
     # (_C._set_overlap_runs(False)), alternating in one process; the table says where the native
     # threads idle: no run queued (occupancy) or inside runs (docs/results.md, "fifteenth session").
-    [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
+    mixedset
     set8192
     for set in /tmp/mixed /tmp/set8192; do
       python3 benchmarks/bench_native_occupancy.py $set --device cuda --backend hybrid --seconds 15 --runs 4 \
@@ -240,7 +246,7 @@ PY
     # alternating in one process: hybrid on the demo mix, whose native side is bound by the
     # progressive rows the engines refuse (docs/results.md, "sixteenth session"); then the
     # per-core decode A/B on progressive files.
-    [ -d /tmp/mixed ] || python3 -m fastdata.cli.demo --count 4096 --classes 16 --out /tmp/mixed >/dev/null
+    mixedset
     python3 benchmarks/bench_native_occupancy.py /tmp/mixed --device cuda --backend hybrid --seconds 15 --runs 4 \
       --switch progressive 2>&1 | tail -7 | tee "$OUT/progressive.log"
     python3 benchmarks/bench_decode.py --progressive --images 64 --threads 1,16 --process-seconds 0 \
@@ -329,6 +335,13 @@ PY
   waits_train)
     graphs_ab waits "import fastdata.loader.balance as b; b.WAIT_SPLIT = VALUE" \
       "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
+    ;;
+  waits_mix)
+    # The same A/B on the demo mix: one set of four 12-s runs by hand (thirtieth session) had the
+    # waits 3-8% slower there, inside a wide spread.
+    mixedset
+    BENCH_SET=/tmp/mixed bench_ab waits_mix "import fastdata.loader.balance as b; b.WAIT_SPLIT = VALUE" \
+      False True True False False True
     ;;
   waits_step)
     # balance.WAIT_STEP_MAX: a model of the two queues (tests: _queued_hybrid) swings 160-212 rows
