@@ -482,6 +482,10 @@ class FastdataContender:
                                    gpu_share=round(st.gpu_share, 3), native_busy_in_runs=round(st.native_busy_in_runs, 3))
                 # rows read for routing on the producer's call (hybrid: up to the GPU's share)
                 self.detail["rows_read_to_route"] = loader._pipeline.stats["read_rows"]
+                balancer = loader._pipeline.balancer
+                if balancer is not None and balancer.share_from_waits is not None:  # where the waits left the split
+                    self.detail["split_from_waits"] = dict(share=round(balancer.share_from_waits, 3),
+                                                           up=balancer.moves[0], down=balancer.moves[1])
                 stages = loader.gpu_stage_seconds()
                 decoder = loader._pipeline.decoders[0]  # the GPU decoder, or native alone
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)

@@ -210,7 +210,8 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     as 100%); the share of their CPU time the GPU decoder's threads spent runnable
     but waiting for a core (``thread_runqueue_seconds``); the cores of the native decode threads
     and of the planning (inline engine) threads, with how busy the native threads were within
-    their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life). The stage
+    their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life); hybrid's share
+    from the producer's waits where it ended, and how often it moved up and down. The stage
     seconds and rows are the decoder's totals since it was made, so per-row figures include
     the warm-up batches; the thread figures are the timed window's. Last, what making the
     decoder's nvImageCodec decoders and the instances they are made on cost, once, before the
@@ -242,6 +243,10 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
                 if kind == "fastdata-native" and detail.get("native_busy_in_runs"):
                     # the rest of their time in runs they waited for a run's last rows (LoaderStats)
                     line += f", busy {detail['native_busy_in_runs']:.0%} within their runs"
+        split = detail.get("split_from_waits")
+        if split:  # many moves both ways: the share swings around the balance (balance.py says why)
+            line += (f"; the split from the waits ended at {split['share']:.0%} after {split['up']} moves up "
+                     f"and {split['down']} down")
         created = detail.get("gpu_decoder_creation")
         if created:  # once per Loader, before its first batch: not in the timed window
             instances = created["instances"]

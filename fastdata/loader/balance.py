@@ -134,6 +134,7 @@ class SplitBalancer:
         self._seen = 0  # batches observed since the last move (the first ``window`` settle)
         self._waited = [0.0, 0.0]  # this window's waits for the native threads (finished last), for the GPU
         self.capped = False  # the last batch's GPU rows were fewer than the share: it accepted no more
+        self.moves = [0, 0]  # the waits' moves of the share so far, up and down (a swing shows as many of both)
 
     def balanced_share(self) -> float:
         """The GPU's share with which both sides finish a batch together."""
@@ -198,6 +199,7 @@ class SplitBalancer:
             grown = self._step * 1.5 if move == self._last_move else self._step / 2
             self._step = min(WAIT_STEP_MAX, max(WAIT_STEP_MIN, grown))
         self._last_move = move
+        self.moves[move < 0] += 1
         start = self.rate_share() if self.share_from_waits is None else self.share_from_waits
         self.share_from_waits = min(1 - self.probe, max(self.probe, start + move * self._step))
 

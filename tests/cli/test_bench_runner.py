@@ -298,6 +298,10 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     assert bench_report.gpu_side_lines({"results": [hybrid]}) == [
         "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row, "
         "the stage busy 60% (each of 2 lanes); planning threads 0.8 cores"]
+    hybrid["detail"]["split_from_waits"] = {"share": 0.683, "up": 40, "down": 38}  # SplitBalancer.moves
+    assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
+        "planning threads 0.8 cores; the split from the waits ended at 68% after 40 moves up and 38 down")
+    del hybrid["detail"]["split_from_waits"]
     # making the decoder's nvImageCodec decoders, once per Loader (NvImageCodecDecoder.creation_seconds)
     hybrid["detail"]["gpu_decoder_creation"] = {"wall": 16.48, "instance_create": 16.3, "decoder_create": 0.12,
                                                 "decoders": 16, "instances": 16}

@@ -747,6 +747,7 @@ def test_wait_split_finds_the_share_at_which_both_sides_finish_together(monkeypa
     assert on.index(next(g for g in on if g >= 185)) < 100  # near 3/4 in a few moves (one per 2 windows)
     assert 180 <= np.mean(on[-200:]) <= 204  # around 3/4 = 192; it swings (the module's text says why)
     assert on_rate >= 0.85 * 4000  # against the rates' 50%
+    assert min(bal.moves) >= 10  # up to the balance, then around it both ways
     # The GPU slows to half its capacity: followed down around 3/5 of the batch (1500 against 1000 rows/s).
     slower, _ = _queued_hybrid(bal, 600, gpu_capacity=1500.0)
     assert 142 <= np.mean(slower[-200:]) <= 166
