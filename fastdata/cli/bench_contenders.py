@@ -376,9 +376,8 @@ class FastdataContender:
             return "no tar shards (DATA or --shards: an index.json or a shard pattern)"
         if self.source == "files" and job.lmdb is None and job.folder is None and not job.paths:
             return "DATA is tar shards: there are no files to read"
-        if self.source == "files" and job.lmdb is not None:
-            if self.backend == "native":
-                return "DATA is an LMDB cache: there are no files to read (the lmdb row reads it)"
+        if self.source == "files" and job.lmdb is not None and self.backend == "native":  # a GPU backend's row reads it
+            return "DATA is an LMDB cache: there are no files to read (the lmdb row reads it)"
         if self.reads_lmdb(job) and job.lmdb is None and job.folder is None and job.list_file is None:
             return "no ImageFolder or list file to convert to LMDB"
         if not self.roi:

@@ -55,8 +55,9 @@ finished last, and a wait for the native threads alone means they did. Under the
 balanced share is moved by that: up while the native threads finish last, down while the
 GPU does. A move reaches the collected batches only after the ``window`` batches in flight,
 so the waits are summed over a window after a window left to settle, and each move is a
-step that grows while the direction holds and halves when it turns (Rprop's rule: the share
-oscillates ever less around the point where the two finish together). The rates still give
+step that grows while the direction holds and halves when it turns (Rprop's rule; meant to
+close in on the point where the two finish together, which with queued batches it does not
+quite do: next paragraph). The rates still give
 the first share and the native rate the pace's share (above), and a window with neither side
 waited for (the producer is the slower, or the loader is ahead) moves nothing, and nor does a
 native side waited for while the GPU already takes every row it accepts.
@@ -73,11 +74,11 @@ a GPU: ``gpu_suite.sh waits_step`` is the A/B for it.
 Measured (H100, 2026-12-06, thirtieth session, `benchmarks/gpu_suite.sh waits` and
 `waits_train`, alternating runs in one call each): alone in fastdata-bench on the 8,192 set
 24,410 and 23,681 img/s against 22,031 and 21,559 from the rates (+10%; the engines busy
-87-90% against 81-82%, the GPU given ~70% of the rows against 65%); beside ResNet-18
+87-90% against 81-82%, the GPU given 72% of the rows against 65%); beside ResNet-18
 training as CUDA graphs 79.0% and 77.2% of synthetic against 78.0% and 78.0% (no
 difference beyond the spread). On the demo mix (12-s runs, one alternating pair of pairs)
-16,416 and 17,295 against 17,886 and 17,726 (3-8% slower, within its runs' wide spread:
-10,616-20,023 img/s per second of the runs). The rates' share, the earlier default, is kept
+16,416 and 17,295 against 17,886 and 17,726 (3-8% slower, within the wide spread of the
+runs' timed windows: 10,616-20,023 img/s). The rates' share, the earlier default, is kept
 behind the switch for that A/B.
 """
 from __future__ import annotations
@@ -149,8 +150,9 @@ class SplitBalancer:
         return self.gpu_rate / (self.gpu_rate + self.native_rate)
 
     def share(self) -> float:
-        """The GPU's share of a batch (before the probe and the cap): the balanced share, or while the loader is ahead the least the GPU can take and still deliver
-        ``HEADROOM`` times the consumer's rate, if that is less."""
+        """The GPU's share of a batch (before the probe and the cap): the balanced share, or while
+        the loader is ahead the least the GPU can take and still deliver ``HEADROOM`` times the
+        consumer's rate, if that is less."""
         balanced = self.balanced_share()
         if not self.ahead or self.gpu_rate is None or self.native_rate is None or self.handover_rate is None:
             return balanced

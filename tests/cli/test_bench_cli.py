@@ -300,4 +300,5 @@ def test_gpu_backend_rows_read_an_lmdb_given_as_data() -> None:
         reason = row.unavailable(job)
         if not torch.cuda.is_available():
             assert reason == "CUDA is not available"  # the machine, not the LMDB, stops it here
+        assert reason is None or "LMDB" not in reason  # never the LMDB
         assert row.reads_lmdb(job)
