@@ -19,7 +19,7 @@
 #   bash benchmarks/gpu_suite.sh waits   # the hybrid split from the producer's waits (balance.WAIT_SPLIT) or from the rates, alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
-#   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/16 of a batch (the default) or 1/64, alone (alternating)
+#   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/64 of a batch (the default) or 1/16, alone (alternating)
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
@@ -345,7 +345,8 @@ PY
     ;;
   waits_step)
     # balance.WAIT_STEP_MAX: a model of the two queues (tests: _queued_hybrid) swings 160-212 rows
-    # of 256 around the balance point at 1/16 and runs 96% of its ceiling at 1/64 against 89%.
+    # of 256 around the balance point at 1/16 and runs 96% of its ceiling at 1/64 against 89%; on
+    # an H100 (thirty-first session) 1/64 ran +6% (two alternating pairs) and is the default since.
     bench_ab waits_step "import fastdata.loader.balance as b; b.WAIT_STEP_MAX = 1 / VALUE" 16 64 64 16
     ;;
   shared)

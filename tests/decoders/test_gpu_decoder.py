@@ -698,14 +698,15 @@ def test_balancer_gives_the_gpu_the_least_that_keeps_the_loader_ahead():
 
 
 def _queued_hybrid(bal, batches, n=256, gpu_capacity=3000.0, native_rate=1000.0, producer_s=0.002, window=5,
-                   lanes=4):
+                   lanes=4, gpu_reported=None, slow_start=0):
     """A hybrid producer driving ``bal`` with ``window`` batches in flight, both sides as queues:
     the native engine takes its runs one after another at ``native_rate`` rows/s, and each of the
     GPU's ``lanes`` takes its batches one after another at ``gpu_capacity / lanes``. Submitting a
     batch splits it; collecting the oldest waits for its native rows, then for its GPU rows, then
     spends ``producer_s``. The GPU reports its rate as it does with lanes that idle: about the
-    rows it was given per second, here the native rate (so the rates alone keep the split at
-    half). Returns the GPU rows of each batch collected and the rows/s of the second half."""
+    rows it was given per second, here ``gpu_reported`` (default the native rate, so the rates
+    alone keep the split at half), and 50 times lower for the first ``slow_start`` batches (a
+    start's warm-up). Returns the GPU rows of each batch collected and the rows/s of the second half."""
     clock, native_free, lane_free, queued, taken = 0.0, 0.0, [0.0] * lanes, [], []
 
     def submit():
@@ -724,7 +725,8 @@ def _queued_hybrid(bal, batches, n=256, gpu_capacity=3000.0, native_rate=1000.0,
         native_wait = max(0.0, native_done - clock)
         gpu_wait = max(0.0, gpu_done - clock - native_wait)
         clock += native_wait + gpu_wait + producer_s
-        bal.observe(g, g / native_rate, n - g, (n - g) / native_rate)
+        reported = (gpu_reported or native_rate) / (50.0 if k < slow_start else 1.0)
+        bal.observe(g, g / reported, n - g, (n - g) / native_rate)
         bal.observe_waits(native_wait, gpu_wait)
         taken.append(g)
         if k == batches // 2:
@@ -744,17 +746,34 @@ def test_wait_split_finds_the_share_at_which_both_sides_finish_together(monkeypa
     bal = SplitBalancer(smoothing=0.5, window=5)
     on, on_rate = _queued_hybrid(bal, 600)
     assert set(on[:5]) == {128}  # the first batches: the rates' share
-    assert on.index(next(g for g in on if g >= 185)) < 100  # near 3/4 in a few moves (one per 2 windows)
-    assert 180 <= np.mean(on[-200:]) <= 204  # around 3/4 = 192; it swings (the module's text says why)
-    assert on_rate >= 0.85 * 4000  # against the rates' 50%
+    assert on.index(next(g for g in on if g >= 185)) < 200  # near 3/4 in a few moves (one per 2 windows)
+    assert 184 <= np.mean(on[-200:]) <= 200  # around 3/4 = 192; it swings (the module's text says why)
+    assert on_rate >= 0.92 * 4000  # against the rates' 50%
     assert min(bal.moves) >= 10  # up to the balance, then around it both ways
     # The GPU slows to half its capacity: followed down around 3/5 of the batch (1500 against 1000 rows/s).
     slower, _ = _queued_hybrid(bal, 600, gpu_capacity=1500.0)
     assert 142 <= np.mean(slower[-200:]) <= 166
-    # A smaller largest step swings less (in this model; not measured on a GPU: gpu_suite.sh waits_step).
-    monkeypatch.setattr(balance, "WAIT_STEP_MAX", 1 / 64)
-    fine, fine_rate = _queued_hybrid(SplitBalancer(smoothing=0.5, window=5), 600)
-    assert np.ptp(fine[-200:]) < np.ptp(on[-200:]) and fine_rate > on_rate
+    # A larger largest step (1/16, the setting until the thirty-first session) swings more and
+    # runs slower (in this model, and on an H100: the module's text).
+    monkeypatch.setattr(balance, "WAIT_STEP_MAX", 1 / 16)
+    coarse, coarse_rate = _queued_hybrid(SplitBalancer(smoothing=0.5, window=5), 600)
+    assert np.ptp(coarse[-200:]) > np.ptp(on[-200:]) and coarse_rate < on_rate
+
+
+def test_wait_split_follows_the_rates_through_a_slow_start(monkeypatch):
+    # The waits move an offset on the rates' share, not a share of their own: a start's first
+    # batches read the GPU's rate low (its warm-up), and a share seeded there climbed back in
+    # steps of 1/64 only, ten batches apart: on an H100's demo mix (thirty-first session) the
+    # first seconds ran at 8,400-12,000 img/s (steps of 1/64) against ~21,000 and the runs 15-29% slower than the
+    # rates' split. The offset leaves that to the rates, which recover in a few batches.
+    from fastdata.loader import balance
+
+    monkeypatch.setattr(balance, "WAIT_SPLIT", True)
+    bal = SplitBalancer(window=5)  # the pipeline's smoothing
+    taken, _ = _queued_hybrid(bal, 200, gpu_reported=2400.0, slow_start=10)
+    assert min(taken[:12]) <= 40  # the warm-up's rates: near the probe
+    assert np.mean(taken[40:80]) >= 165  # back near the balance (192) within a few windows
+    assert bal.moves[0] >= 1  # the waits moved it too
 
 
 def test_wait_split_moves_nothing_while_neither_side_is_waited_for_or_the_gpu_accepts_no_more(monkeypatch):
@@ -790,7 +809,7 @@ def test_wait_split_moves_nothing_while_neither_side_is_waited_for_or_the_gpu_ac
     bal.gpu_rate, bal.native_rate = 3000.0, 1000.0  # the rates' share 3/4, not the initial 1/2
     bal.observe_waits(0.0, 0.05)  # a GPU waited for lowers the share, capped or not, from the rates' share
     assert bal.share_from_waits == pytest.approx(0.75 - balance.WAIT_STEP_START)
-    for _ in range(400):  # and never past the probe
+    for _ in range(1000):  # and never past the probe
         bal.observe_waits(0.0, 0.05)
     assert bal.share_from_waits == pytest.approx(bal.probe) and bal.gpu_rows(256, 256) == 8
     monkeypatch.setattr(balance, "WAIT_SPLIT", False)  # off: the rates' share, and the waits not read
