@@ -325,7 +325,8 @@ PY
     ;;
   waits)
     # balance.WAIT_SPLIT: the hybrid's balanced share moved by which side the producer waited for
-    # (the native threads or the GPU decoder) instead of set from the two measured rates, alone
+    # (the native threads or the GPU decoder; a move up from the rates' share at least) instead of
+    # set from the two measured rates, alone
     # in the bench, alternating; the native and gpu rows once before, for the ceiling.
     set8192
     fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 40 --rounds 1 \
@@ -338,7 +339,8 @@ PY
     ;;
   waits_mix)
     # The same A/B on the demo mix: one set of four 12-s runs by hand (thirtieth session) had the
-    # waits 3-8% slower there, inside a wide spread.
+    # waits 3-8% slower there, inside a wide spread; the thirty-first session's runs 7% (steps of
+    # 1/16) and 20% (1/64) slower, all but the start as fast: a climb starts at the rates' share since.
     mixedset
     BENCH_SET=/tmp/mixed bench_ab waits_mix "import fastdata.loader.balance as b; b.WAIT_SPLIT = VALUE" \
       False True True False False True

@@ -46,28 +46,31 @@ epochs, not its pace.
 
 **The balanced share from the producer's waits** (``WAIT_SPLIT``, the default since
 2026-12-06). The GPU's rate as measured is what it did, not what it could do: with several
-lanes decoding batches at once, a lane that idles part of the time is not charged for the
-idle time, so the rate reads about the rows it was given per second of work, and the share
-g / (g + c) stays near the share the GPU already has (H200, 2026-12-06: lanes busy 37%,
-native threads busy 100%, the GPU given 67%). Which side the producer waited for when it collected a batch says it directly: it waits for
-the native threads first, then for the GPU decoder, so a wait for the GPU means the GPU
-finished last, and a wait for the native threads alone means they did. Under the switch the
-balanced share is moved by that: up while the native threads finish last, down while the
-GPU does. What moves is an offset on the rates' share (``wait_offset``, since the thirty-first
-session), not a share of the waits' own: the rates follow the data batch by batch, the waits
-correct what the rates miss. (A share of their own was seeded from the rates' share at the
-first move, ten batches into a start, when the GPU's warm-up still read its rate low; from
-there it climbed back a step per ten batches: on an H100's demo mix the first seconds of a
-run ran at 8,400-16,100 img/s against ~21,000, and whole 20-s runs 7% (steps of 1/16) and
-20% (1/64; 15-29% per pair) slower than the rates' split, though their last windows ran as
-fast: 21,584-22,100 against 21,830-22,092.) A move reaches the collected batches only after the ``window`` batches in flight,
-so the waits are summed over a window after a window left to settle, and each move is a
-step that grows while the direction holds and halves when it turns (Rprop's rule; meant to
-close in on the point where the two finish together, which with queued batches it does not
-quite do: next paragraph). The rates still give
-the first share and the native rate the pace's share (above), and a window with neither side
-waited for (the producer is the slower, or the loader is ahead) moves nothing, and nor does a
-native side waited for while the GPU already takes every row it accepts.
+lanes decoding batches at once, a lane that idles part of the time is not charged for the idle
+time, so the rate reads about the rows it was given per second of work, and the share
+g / (g + c) stays near the share the GPU already has (H200, 2026-12-06: lanes busy 37%, native threads
+busy 100%, the GPU given 67%). Which side the producer waited for when it collected a batch
+says it directly: it waits for the native threads first, then for the GPU decoder, so a wait
+for the GPU means the GPU finished last, and a wait for the native threads alone means they
+did. Under the switch the balanced share is moved by that: up while the native threads finish
+last, down while the GPU does. A move up starts from the rates' share at least (since the
+thirty-first session): the GPU's rate reads what it was given, at most what it could take, so
+(with the native rate read as it is) the balance is not below the rates' share. (Until then the
+waits' share, seeded from the rates' share at the first move, ten batches into a start while
+the GPU's warm-up still read its rate low, climbed back a step per two windows: on an H100's
+demo mix the first seconds of a run ran at 8,400-16,100 img/s against ~21,000, and whole 20-s
+runs 7% (steps of 1/16) and 20% (1/64; 15-29% per pair) slower than the rates' split, though
+their later windows ran as fast: the last ones 21,119-22,100 against 21,170-22,112. An offset
+on the rates' share, tried first, would feed on itself where the rates read the share given: in
+the model below, with the GPU reporting the share it was given, the offset ran at 51% of the
+ceiling.) A move reaches the collected batches only after the ``window`` batches in flight, so
+the waits are summed over a window after a window left to settle, and each move is a step that
+grows while the direction holds and halves when it turns (Rprop's rule; meant to close in on
+the point where the two finish together, which with queued batches it does not quite do: next
+paragraph). The rates still give the first share and the floor of a climb, and the native rate
+the pace's share (above), and a window with neither side waited for (the producer is the
+slower, or the loader is ahead) moves nothing, and nor does a native side waited for while the
+GPU already takes every row it accepts.
 
 The share swings around the balance point rather than settling on it: a side that was the
 slower keeps a backlog of queued batches after the share has crossed the point, so it stays the
@@ -77,10 +80,10 @@ around 192 and the model ran at 89% of its ceiling with ``WAIT_STEP_MAX`` 1/16 (
 measured below); with 1/64 it swung 179-200 and ran at 96%, reaching 185 rows after 144
 batches instead of 54 (about 1.3 s of a loader at 28,000 img/s; the share is kept across
 epochs). On an H100 (2026-12-06, thirty-first session, ``gpu_suite.sh waits_step``, alternating)
-1/64 ran 31,085 and 30,274 img/s against 27,853 and 29,769 at 1/16 (+6%; the share then
-still the waits' own), so 1/64 is the largest step since. The offset with 1/64 is not yet
-measured on a GPU (no device time was left): ``gpu_suite.sh waits`` and ``waits_mix`` are its
-A/Bs against the rates alone.
+1/64 ran 31,085 and 30,274 img/s against 27,853 and 29,769 at 1/16 (+6%; before the rates'
+floor on a climb), so 1/64 is the largest step since. The floor is not yet measured on a GPU
+(no device time was left): ``gpu_suite.sh waits`` and ``waits_mix`` are its A/Bs against the
+rates alone.
 
 Measured (H100, 2026-12-06, thirtieth session, `benchmarks/gpu_suite.sh waits` and
 `waits_train`, alternating runs in one call each): alone in fastdata-bench on the 8,192 set
@@ -139,9 +142,9 @@ class SplitBalancer:
         self.native_rate: Optional[float] = None  # rows/s, smoothed
         self.handover_rate: Optional[float] = None  # rows/s taken by the consumer in this stretch ahead
         self.ahead = False  # the last hand-over waited for room in the queue
-        # WAIT_SPLIT: what the waits add to the rates' share (None until the first window moved it)
+        # WAIT_SPLIT: the balanced share the waits set (None until the first window moved it)
         self.window = window  # batches in flight: a share set now is first collected this many batches later
-        self.wait_offset: Optional[float] = None
+        self.share_from_waits: Optional[float] = None
         self._step = WAIT_STEP_START
         self._last_move = 0  # +1 up, -1 down, 0 none yet
         self._seen = 0  # batches observed since the last move (the first ``window`` settle)
@@ -151,17 +154,9 @@ class SplitBalancer:
 
     def balanced_share(self) -> float:
         """The GPU's share with which both sides finish a batch together."""
-        if WAIT_SPLIT and self.wait_offset is not None:
+        if WAIT_SPLIT and self.share_from_waits is not None:
             return self.share_from_waits
         return self.rate_share()
-
-    @property
-    def share_from_waits(self) -> Optional[float]:
-        """The balanced share the waits set: the rates' share moved by ``wait_offset``, within the
-        probes (None until the first window moved it)."""
-        if self.wait_offset is None:
-            return None
-        return min(1 - self.probe, max(self.probe, self.rate_share() + self.wait_offset))
 
     def rate_share(self) -> float:
         """The balanced share the two measured rates give."""
@@ -222,12 +217,16 @@ class SplitBalancer:
             self._step = min(WAIT_STEP_MAX, max(WAIT_STEP_MIN, grown))
         self._last_move = move
         self.moves[move < 0] += 1
-        # The offset moves, not the share: the rates follow the data batch by batch (a start's
-        # first batches, slow with the GPU's warm-up, read its rate low for a few batches only),
-        # the waits correct what the rates miss. Kept where the share stays within the probes.
         rates = self.rate_share()
-        share = min(1 - self.probe, max(self.probe, rates + (self.wait_offset or 0.0) + move * self._step))
-        self.wait_offset = share - rates
+        start = rates if self.share_from_waits is None else self.share_from_waits
+        if move > 0:
+            # A climb starts at the rates' share at least: the GPU's rate reads what it was given
+            # (at most what it could take), so with the native rate read as it is the balance is
+            # not below their share. A share
+            # seeded while the GPU's warm-up read its rate low, or left low since, then catches
+            # up with the rates at once instead of a step per two windows.
+            start = max(start, rates)
+        self.share_from_waits = min(1 - self.probe, max(self.probe, start + move * self._step))
 
     def observe_handover(self, rows: int, seconds: Optional[float], waited: bool) -> None:
         """A batch of ``rows`` was handed to the consumer ``seconds`` after the one before it
