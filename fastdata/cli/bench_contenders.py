@@ -484,7 +484,9 @@ class FastdataContender:
                 balancer = loader._pipeline.balancer
                 if balancer is not None and balancer.share_from_waits is not None:  # where the waits left the split
                     self.detail["split_from_waits"] = dict(share=round(balancer.share_from_waits, 3),
-                                                           up=balancer.moves[0], down=balancer.moves[1])
+                                                           rates=round(balancer.rate_share(), 3),
+                                                           up=balancer.moves[0], down=balancer.moves[1],
+                                                           lifts=balancer.lifts)
                 stages = loader.gpu_stage_seconds()
                 decoder = loader._pipeline.decoders[0]  # the GPU decoder, or native alone
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)

@@ -245,8 +245,12 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
                     line += f", busy {detail['native_busy_in_runs']:.0%} within their runs"
         split = detail.get("split_from_waits")
         if split:  # many moves both ways: the share swings around the balance (balance.py says why)
-            line += (f"; the split from the waits ended at {split['share']:.0%} after {split['up']} moves up "
-                     f"and {split['down']} down")
+            rates = f" (the rates' {split['rates']:.0%})" if "rates" in split else ""
+            # moves up that started from the rates' share (its floor): many of them in a steady
+            # run would mean the rates read above where the waits settle
+            lifts = f" ({split['lifts']} from the rates' share)" if split.get("lifts") else ""
+            line += (f"; the split from the waits ended at {split['share']:.0%}{rates} after {split['up']} moves "
+                     f"up{lifts} and {split['down']} down")
         created = detail.get("gpu_decoder_creation")
         if created:  # once per Loader, before its first batch: not in the timed window
             instances = created["instances"]

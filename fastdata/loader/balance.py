@@ -151,6 +151,7 @@ class SplitBalancer:
         self._waited = [0.0, 0.0]  # this window's waits for the native threads (finished last), for the GPU
         self.capped = False  # the last batch's GPU rows were fewer than the share: it accepted no more
         self.moves = [0, 0]  # the waits' moves of the share so far, up and down (a swing shows as many of both)
+        self.lifts = 0  # moves up that started from the rates' share, above the waits' (the floor at work)
 
     def balanced_share(self) -> float:
         """The GPU's share with which both sides finish a batch together."""
@@ -225,7 +226,9 @@ class SplitBalancer:
             # not below their share. A share
             # seeded while the GPU's warm-up read its rate low, or left low since, then catches
             # up with the rates at once instead of a step per two windows.
-            start = max(start, rates)
+            if rates > start:
+                self.lifts += 1
+                start = rates
         self.share_from_waits = min(1 - self.probe, max(self.probe, start + move * self._step))
 
     def observe_handover(self, rows: int, seconds: Optional[float], waited: bool) -> None:

@@ -301,6 +301,11 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     hybrid["detail"]["split_from_waits"] = {"share": 0.683, "up": 40, "down": 38}  # SplitBalancer.moves
     assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
         "planning threads 0.8 cores; the split from the waits ended at 68% after 40 moves up and 38 down")
+    # with the rates' share beside it, and the moves up that started from it (SplitBalancer.lifts)
+    hybrid["detail"]["split_from_waits"].update(rates=0.652, lifts=3)
+    assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
+        "planning threads 0.8 cores; the split from the waits ended at 68% (the rates' 65%) after 40 moves up "
+        "(3 from the rates' share) and 38 down")
     del hybrid["detail"]["split_from_waits"]
     # making the decoder's nvImageCodec decoders, once per Loader (NvImageCodecDecoder.creation_seconds)
     hybrid["detail"]["gpu_decoder_creation"] = {"wall": 16.48, "instance_create": 16.3, "decoder_create": 0.12,

@@ -776,6 +776,12 @@ def test_wait_split_climbs_from_the_rates_share_after_a_slow_start(monkeypatch):
     assert min(taken[:12]) <= 40  # the warm-up's rates: near the probe
     assert np.mean(taken[40:80]) >= 165  # back near the balance (192) within a few windows
     assert bal.moves[0] >= 1 and bal.share_from_waits is not None  # the waits' share, moved
+    assert bal.lifts >= 1  # moves up from the rates' share, while they recovered
+    lifts, ups = bal.lifts, bal.moves[0]
+    steady, _ = _queued_hybrid(bal, 400, gpu_reported=2400.0)
+    # then mostly the waits' own steps: the rates' share (0.71) reads below the balance (0.75), so
+    # only a swing's low end climbs from it
+    assert bal.lifts - lifts <= (bal.moves[0] - ups) / 4 and 184 <= np.mean(steady[-200:]) <= 200
 
 
 def test_wait_split_holds_where_the_gpus_rate_reads_the_share_it_was_given(monkeypatch):
