@@ -220,12 +220,12 @@ class SplitBalancer:
         self.moves[move < 0] += 1
         rates = self.rate_share()
         start = rates if self.share_from_waits is None else self.share_from_waits
-        if move > 0:
-            # A climb starts at the rates' share at least: the GPU's rate reads what it was given
-            # (at most what it could take), so with the native rate read as it is the balance is
-            # not below their share. A share
-            # seeded while the GPU's warm-up read its rate low, or left low since, then catches
-            # up with the rates at once instead of a step per two windows.
+        if move > 0 and self.gpu_rate is not None and self.native_rate is not None:
+            # A climb starts at the rates' share at least (once both are measured; before, their
+            # share is only the initial guess): the GPU's rate reads what it was given (at most
+            # what it could take), so with the native rate read as it is the balance is not below
+            # their share. A share seeded while the GPU's warm-up read its rate low, or left low
+            # since, then catches up with the rates at once instead of a step per two windows.
             if rates > start:
                 self.lifts += 1
                 start = rates

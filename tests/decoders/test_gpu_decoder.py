@@ -784,6 +784,27 @@ def test_wait_split_climbs_from_the_rates_share_after_a_slow_start(monkeypatch):
     assert bal.lifts - lifts <= (bal.moves[0] - ups) / 4 and 184 <= np.mean(steady[-200:]) <= 200
 
 
+def test_wait_split_climbs_from_its_own_share_while_the_rates_are_unmeasured(monkeypatch):
+    # A decoder that does not time itself leaves the GPU's rate unmeasured: the rates' share is
+    # then only the initial guess (1/2), no floor for a climb.
+    from fastdata.loader import balance
+
+    monkeypatch.setattr(balance, "WAIT_SPLIT", True)
+    bal = SplitBalancer(window=1)
+    bal.observe(0, 0.0, 200, 0.1)  # the native rate only
+    for _ in range(2):  # settle, then a window with the GPU waited for: down from the initial 1/2
+        bal.observe_waits(0.0, 0.05)
+    assert bal.share_from_waits == pytest.approx(0.5 - balance.WAIT_STEP_START)
+    for _ in range(2):  # then the native threads waited for: up from there, not from 1/2
+        bal.observe_waits(0.05, 0.0)
+    assert bal.lifts == 0 and bal.share_from_waits < 0.5
+    bal.gpu_rate = 1000.0  # measured now (with native 2,000 rows/s: the rates' share 1/3)
+    bal.share_from_waits = 0.2
+    for _ in range(2):
+        bal.observe_waits(0.05, 0.0)
+    assert bal.lifts == 1 and bal.share_from_waits > 1 / 3  # from the rates' share, a step above it
+
+
 def test_wait_split_holds_where_the_gpus_rate_reads_the_share_it_was_given(monkeypatch):
     # The rates' bias at its worst: the GPU's rate reads what it was given, so the rates' share is
     # the share itself. A share built on the rates' (an offset on it, tried in the thirty-first
