@@ -483,10 +483,11 @@ class FastdataContender:
                 self.detail["rows_read_to_route"] = loader._pipeline.stats["read_rows"]
                 balancer = loader._pipeline.balancer
                 if balancer is not None and balancer.share_from_waits is not None:  # where the waits left the split
-                    self.detail["split_from_waits"] = dict(share=round(balancer.share_from_waits, 3),
-                                                           rates=round(balancer.rate_share(), 3),
-                                                           up=balancer.moves[0], down=balancer.moves[1],
-                                                           lifts=balancer.lifts)
+                    split = dict(share=round(balancer.share_from_waits, 3), up=balancer.moves[0],
+                                 down=balancer.moves[1], lifts=balancer.lifts)
+                    if balancer.gpu_rate is not None and balancer.native_rate is not None:
+                        split["rates"] = round(balancer.rate_share(), 3)  # not the initial guess
+                    self.detail["split_from_waits"] = split
                 stages = loader.gpu_stage_seconds()
                 decoder = loader._pipeline.decoders[0]  # the GPU decoder, or native alone
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)

@@ -48,8 +48,8 @@ epochs, not its pace.
 2026-12-06). The GPU's rate as measured is what it did, not what it could do: with several
 lanes decoding batches at once, a lane that idles part of the time is not charged for the idle
 time, so the rate reads about the rows it was given per second of work, and the share
-g / (g + c) stays near the share the GPU already has (H200, 2026-12-06: lanes busy 37%, native threads
-busy 100%, the GPU given 67%). Which side the producer waited for when it collected a batch
+g / (g + c) stays near the share the GPU already has (H200, 2026-12-06: lanes busy 37%, native
+threads busy 100%, the GPU given 67%). Which side the producer waited for when it collected a batch
 says it directly: it waits for the native threads first, then for the GPU decoder, so a wait
 for the GPU means the GPU finished last, and a wait for the native threads alone means they
 did. Under the switch the balanced share is moved by that: up while the native threads finish
@@ -57,20 +57,20 @@ last, down while the GPU does. A move up starts from the rates' share at least (
 thirty-first session): the GPU's rate reads what it was given, at most what it could take, so
 (with the native rate read as it is) the balance is not below the rates' share. (Until then the
 waits' share, seeded from the rates' share at the first move, ten batches into a start while
-the GPU's warm-up still read its rate low, climbed back a step per two windows: on an H100's
-demo mix the first seconds of a run ran at 8,400-16,100 img/s against ~21,000, and whole 20-s
-runs 7% (steps of 1/16) and 20% (1/64; 15-29% per pair) slower than the rates' split, though
-their later windows ran as fast: the last ones 21,119-22,100 against 21,170-22,112. An offset
-on the rates' share, tried first, would feed on itself where the rates read the share given: in
-the model below, with the GPU reporting the share it was given, the offset ran at 51% of the
-ceiling.) A move reaches the collected batches only after the ``window`` batches in flight, so
-the waits are summed over a window after a window left to settle, and each move is a step that
-grows while the direction holds and halves when it turns (Rprop's rule; meant to close in on
-the point where the two finish together, which with queued batches it does not quite do: next
-paragraph). The rates still give the first share and the floor of a climb, and the native rate
-the pace's share (above), and a window with neither side waited for (the producer is the
-slower, or the loader is ahead) moves nothing, and nor does a native side waited for while the
-GPU already takes every row it accepts.
+the GPU's warm-up still read its rate low, climbed back a step per two windows: most likely
+why, on an H100's demo mix the first seconds of a run ran at 8,400-16,100 img/s against
+~21,000, and whole 20-s runs 7% (steps of 1/16) and 20% (1/64; 15-29% per pair) slower than the
+rates' split, though their later windows ran as fast: the last ones 21,119-22,100 against
+21,170-22,112. An offset on the rates' share, tried first, would feed on itself where the rates
+read the share given: in the model below, with the GPU reporting the share it was given, the
+offset ran at about half the ceiling (a review's run: 51%).) A move reaches the collected batches only after the
+``window`` batches in flight, so the waits are summed over a window after a window left to
+settle, and each move is a step that grows while the direction holds and halves when it turns
+(Rprop's rule; meant to close in on the point where the two finish together, which with queued
+batches it does not quite do: next paragraph). The rates still give the first share and the
+floor of a climb, and the native rate the pace's share (above), and a window with neither side
+waited for (the producer is the slower, or the loader is ahead) moves nothing, and nor does a
+native side waited for while the GPU already takes every row it accepts.
 
 The share swings around the balance point rather than settling on it: a side that was the
 slower keeps a backlog of queued batches after the share has crossed the point, so it stays the

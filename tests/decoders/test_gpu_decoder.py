@@ -764,10 +764,10 @@ def test_wait_split_finds_the_share_at_which_both_sides_finish_together(monkeypa
 
 def test_wait_split_climbs_from_the_rates_share_after_a_slow_start(monkeypatch):
     # A start's first batches read the GPU's rate low (its warm-up), and the waits' share seeded
-    # there climbed back a step of 1/64 per two windows: on an H100's demo mix (thirty-first
-    # session) the first seconds ran at 8,400-12,000 img/s against ~21,000 and the runs 15-29%
-    # slower than the rates' split. A climb now starts at the rates' share at least, and they
-    # recover in a few batches.
+    # there climbed back a step of 1/64 per two windows. Most likely that is why, on an H100's
+    # demo mix (thirty-first session), the first seconds ran at 8,400-12,000 img/s against
+    # ~21,000 and the runs were 15-29% slower than the rates' split. A climb now starts at the
+    # rates' share at least, and they recover in a few batches.
     from fastdata.loader import balance
 
     monkeypatch.setattr(balance, "WAIT_SPLIT", True)
@@ -808,7 +808,7 @@ def test_wait_split_climbs_from_its_own_share_while_the_rates_are_unmeasured(mon
 def test_wait_split_holds_where_the_gpus_rate_reads_the_share_it_was_given(monkeypatch):
     # The rates' bias at its worst: the GPU's rate reads what it was given, so the rates' share is
     # the share itself. A share built on the rates' (an offset on it, tried in the thirty-first
-    # session) feeds on itself there: 51% of the ceiling in this model. The waits' own share,
+    # session) feeds on itself there: about half the ceiling in this model. The waits' own share,
     # with the rates only a floor for a climb, finds the balance (192 of 256) as with honest rates.
     from fastdata.loader import balance
 
