@@ -326,8 +326,8 @@ PY
   waits)
     # balance.WAIT_SPLIT: the hybrid's balanced share moved by which side the producer waited for
     # (the native threads or the GPU decoder; a move up from the rates' share at least) instead of
-    # set from the two measured rates, alone
-    # in the bench, alternating; the native and gpu rows once before, for the ceiling.
+    # set from the two measured rates, alone in the bench, alternating; the native and gpu rows
+    # once before, for the ceiling.
     set8192
     fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 40 --rounds 1 \
       --compare fastdata,fastdata-gpu --json "$OUT/waits_ceiling.json" 2>&1 | grep -v '^\[' | tail -5

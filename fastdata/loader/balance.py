@@ -49,51 +49,38 @@ epochs, not its pace.
 lanes decoding batches at once, a lane that idles part of the time is not charged for the idle
 time, so the rate reads about the rows it was given per second of work, and the share
 g / (g + c) stays near the share the GPU already has (H200, 2026-12-06: lanes busy 37%, native
-threads busy 100%, the GPU given 67%). Which side the producer waited for when it collected a batch
-says it directly: it waits for the native threads first, then for the GPU decoder, so a wait
-for the GPU means the GPU finished last, and a wait for the native threads alone means they
-did. Under the switch the balanced share is moved by that: up while the native threads finish
-last, down while the GPU does. A move up starts from the rates' share at least (since the
-thirty-first session): the GPU's rate reads what it was given, at most what it could take, so
-(with the native rate read as it is) the balance is not below the rates' share. (Until then the
-waits' share, seeded from the rates' share at the first move, ten batches into a start while
-the GPU's warm-up still read its rate low, climbed back a step per two windows: most likely
-why, on an H100's demo mix the first seconds of a run ran at 8,400-16,100 img/s against
-~21,000, and whole 20-s runs 7% (steps of 1/16) and 20% (1/64; 15-29% per pair) slower than the
-rates' split, though their later windows ran as fast: the last ones 21,119-22,100 against
-21,170-22,112. An offset on the rates' share, tried first, would feed on itself where the rates
-read the share given: in the model below, with the GPU reporting the share it was given, the
-offset ran at about half the ceiling (a review's run: 51%).) A move reaches the collected batches only after the
-``window`` batches in flight, so the waits are summed over a window after a window left to
-settle, and each move is a step that grows while the direction holds and halves when it turns
-(Rprop's rule; meant to close in on the point where the two finish together, which with queued
-batches it does not quite do: next paragraph). The rates still give the first share and the
-floor of a climb, and the native rate the pace's share (above), and a window with neither side
-waited for (the producer is the slower, or the loader is ahead) moves nothing, and nor does a
-native side waited for while the GPU already takes every row it accepts.
+threads busy 100%, the GPU given 67%). Which side the producer waited for when it collected a
+batch says it directly: it waits for the native threads first, then for the GPU decoder, so a
+wait for the GPU means the GPU finished last, and a wait for the native threads alone means
+they did. So the waits keep a share of their own, moved up while the native threads finish
+last and down while the GPU does:
+
+- A move reaches the collected batches only after the ``window`` batches in flight, so the
+  waits are summed over a window after a window left to settle.
+- Each move is a step that grows while the direction holds and halves when it turns (Rprop's
+  rule), at most ``WAIT_STEP_MAX``.
+- The rates give the first share, and the floor of every move up: the GPU's rate reads at most
+  what it could take, so (with the native rate read as it is) the balance is not below the
+  rates' share. A share set while the GPU's warm-up read its rate low then catches up with the
+  rates at its next move up, not a step per two windows. (An offset on the rates' share instead
+  of a share of their own would feed on itself where the rates read the share given: the
+  test's model of that ran at about half its ceiling.)
+- Nothing moves while the loader is ahead (the native rate sets the pace's share, above), when
+  neither side held the producer up, or upwards while the GPU already takes every row it
+  accepts.
 
 The share swings around the balance point rather than settling on it: a side that was the
 slower keeps a backlog of queued batches after the share has crossed the point, so it stays the
-one waited for, and the steps grow. In a model with both sides as queues and five batches in
-flight (the test's ``_queued_hybrid``, 2,000 batches) the share swung 160-212 rows of 256
-around 192 and the model ran at 89% of its ceiling with ``WAIT_STEP_MAX`` 1/16 (the setting
-measured below); with 1/64 it swung 179-200 and ran at 96%, reaching 185 rows after 144
-batches instead of 54 (about 1.3 s of a loader at 28,000 img/s; the share is kept across
-epochs). On an H100 (2026-12-06, thirty-first session, ``gpu_suite.sh waits_step``, alternating)
-1/64 ran 31,085 and 30,274 img/s against 27,853 and 29,769 at 1/16 (+6%; before the rates'
-floor on a climb), so 1/64 is the largest step since. The floor is not yet measured on a GPU
-(no device time was left): ``gpu_suite.sh waits`` and ``waits_mix`` are its A/Bs against the
-rates alone.
+one waited for, and the steps grow. In the test's model of the two queues (``_queued_hybrid``,
+five batches in flight) the share swung 160-212 rows of 256 around 192 and ran at 89% of the
+model's ceiling with steps of at most 1/16, and 179-200 rows at 96% with 1/64.
 
-Measured (H100, 2026-12-06, thirtieth session, `benchmarks/gpu_suite.sh waits` and
-`waits_train`, alternating runs in one call each): alone in fastdata-bench on the 8,192 set
-24,410 and 23,681 img/s against 22,031 and 21,559 from the rates (+10%; the engines busy
-87-90% against 81-82%, the GPU given 72% of the rows against 65%); beside ResNet-18
-training as CUDA graphs 79.0% and 77.2% of synthetic against 78.0% and 78.0% (no
-difference beyond the spread). On the demo mix (12-s runs, one alternating pair of pairs)
-16,416 and 17,295 against 17,886 and 17,726 (3-8% slower, within the wide spread of the
-runs' timed windows: 10,616-20,023 img/s). The rates' share, the earlier default, is kept
-behind the switch for that A/B.
+Measured on H100s (docs/results.md, thirtieth and thirty-first sessions; ``gpu_suite.sh waits``,
+``waits_train``, ``waits_mix``, ``waits_step``): the waits' share ran the 8,192 set +10% against
+the rates' (24,410 and 23,681 img/s against 22,031 and 21,559), the same beside ResNet-18
+training; steps of at most 1/64 +6% against 1/16 (31,085 and 30,274 against 27,853 and 29,769).
+On the demo mix the waits' runs were 7-20% slower than the rates', nearly all of it in their
+first seconds: what the rates' floor on a move up is for, not yet measured on a GPU.
 """
 from __future__ import annotations
 
@@ -221,11 +208,8 @@ class SplitBalancer:
         rates = self.rate_share()
         start = rates if self.share_from_waits is None else self.share_from_waits
         if move > 0 and self.gpu_rate is not None and self.native_rate is not None:
-            # A climb starts at the rates' share at least (once both are measured; before, their
-            # share is only the initial guess): the GPU's rate reads what it was given (at most
-            # what it could take), so with the native rate read as it is the balance is not below
-            # their share. A share seeded while the GPU's warm-up read its rate low, or left low
-            # since, then catches up with the rates at once instead of a step per two windows.
+            # the rates' share is the floor of a move up (the module's text), once both are
+            # measured: before, it is only the initial guess
             if rates > start:
                 self.lifts += 1
                 start = rates
