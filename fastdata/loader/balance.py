@@ -80,7 +80,10 @@ Measured on H100s (docs/results.md, thirtieth and thirty-first sessions; ``gpu_s
 the rates' (24,410 and 23,681 img/s against 22,031 and 21,559), the same beside ResNet-18
 training; steps of at most 1/64 +6% against 1/16 (31,085 and 30,274 against 27,853 and 29,769).
 On the demo mix the waits' runs were 7-20% slower than the rates', nearly all of it in their
-first seconds: what the rates' floor on a move up is for, not yet measured on a GPU.
+first seconds: what the rates' floor on a move up is for. With it (thirty-second session, a
+third H100) the waits ran +6% on the 8,192 set (28,786 and 28,862 against 26,834 and 27,668)
+and +5% on the mix (19,469, 19,462, 20,087 against 19,398, 17,600, 19,258), a fifth to a half
+of the moves up starting from the rates' share.
 """
 from __future__ import annotations
 

@@ -365,6 +365,20 @@ def test_ceiling_line_adds_the_cpu_budget_ceiling():
         f"a low estimate): {budget:,.0f} img/s, "
         f"hybrid {34020.0 / budget:.0%} of it")
     assert f"{budget:,.0f}" == "37,503" and f"{34020.0 / budget:.0%}" == "91%"
+    # With the native threads' CPU time (fastdata-bench's per-thread figures): their rows per
+    # second of it, hybrid's against native alone's. The thirty-second session's H100 run
+    # (waits_ceiling.json, waits_3_True.json): 16,642 img/s on 254.03 native CPU-s in 15.998 s;
+    # hybrid 28,862 at a GPU share of 71.8% on 165.58 native CPU-s in 16.001 s.
+    report["results"][0].update(images_per_s=16642.0, timed_seconds=15.998,
+                                thread_cpu_seconds={"fastdata-native": 254.03, "py:fastdata-loader": 0.79})
+    report["results"][2].update(images_per_s=28862.0, timed_seconds=16.001, detail={"gpu_share": 0.718},
+                                thread_cpu_seconds={"fastdata-native": 165.58, "fastdata-inline": 13.56})
+    alone, beside = 16642.0 * 15.998 / 254.03, 28862.0 * (1 - 0.718) * 16.001 / 165.58
+    assert bench_report.ceiling_line(report).endswith(
+        f"; hybrid's native threads {beside:,.0f} rows per core-second, native alone's {alone:,.0f}")
+    assert (f"{beside:,.0f}", f"{alone:,.0f}") == ("787", "1,048")
+    del report["results"][2]["thread_cpu_seconds"]  # no per-thread figures (not Linux): no such clause
+    assert "rows per core-second" not in bench_report.ceiling_line(report)
     # A gpu contender busier than the machine leaves native nothing: the ceiling is the gpu's rate.
     report["results"][1]["cpu_cores_busy"] = 17.0
     assert "on the 0.0 of 16 cores gpu leaves; a low estimate): 23,265 img/s" in \
