@@ -20,6 +20,7 @@
 #   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/64 of a batch (the default) or 1/16, alone (alternating)
+#   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
@@ -105,7 +106,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -351,6 +352,13 @@ PY
     # of 256 around the balance point at 1/16 and runs 96% of its ceiling at 1/64 against 89%; on
     # an H100 (thirty-first session) 1/64 ran +6% (two alternating pairs) and is the default since.
     bench_ab waits_step "import fastdata.loader.balance as b; b.WAIT_STEP_MAX = 1 / VALUE" 16 64 64 16
+    ;;
+  preempt)
+    # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that
+    # wake often (the GPU side's pattern), floating over every core or kept to three reserved
+    # ones (one H100 host: hybrid's native threads 787 rows per CPU-second against 1,048 alone).
+    python3 benchmarks/bench_idle_preemption.py --patterns 200:100,50:20 --wakers 8 --reserve 3 2>&1 \
+      | tee "$OUT/preempt.txt" | tail -24
     ;;
   shared)
     # nvimgcodec.SHARED_INSTANCE: the decoder objects on one nvImageCodec instance (the default;
