@@ -342,7 +342,7 @@ PY
     # The same A/B on the demo mix: one set of four 12-s runs by hand (thirtieth session) had the
     # waits 3-8% slower there, inside a wide spread; the thirty-first session's runs 7% (steps of
     # 1/16) and 20% (1/64) slower, all but the start as fast: a climb starts at the rates' share since
-    # (thirty-second session: the waits +5% here, +6% on the 8,192 set).
+    # (thirty-second session: the waits +5% here by the means, +1% by the medians; +6% on the 8,192 set).
     mixedset
     BENCH_SET=/tmp/mixed bench_ab waits_mix "import fastdata.loader.balance as b; b.WAIT_SPLIT = VALUE" \
       False True True False False True

@@ -177,7 +177,6 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
     native, gpu, hybrid = ok["fastdata"], ok["fastdata-gpu"], ok.get("fastdata-hybrid")
     ceiling = native["images_per_s"] + gpu["images_per_s"]
     line = f"ceiling (native + gpu, same run): {ceiling:,.0f} img/s"
-    share = None
     if hybrid is not None:
         line += f"; hybrid {hybrid['images_per_s'] / ceiling:.0%} of it"
         share = hybrid.get("detail", {}).get("gpu_share")
@@ -191,12 +190,17 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
                  f"cores gpu leaves; a low estimate): {budget:,.0f} img/s")
         if hybrid is not None:
             line += f", hybrid {hybrid['images_per_s'] / budget:.0%} of it"
-    if hybrid is not None and share is not None:
+    detail = (hybrid or {}).get("detail") or {}
+    if all(isinstance(detail.get(k), int) for k in ("gpu_rows", "native_rows", "gpu_rejected")) \
+            and detail["gpu_rows"] + detail["native_rows"] > 0:
         # Hybrid's native side gets fewer cores than native alone, and on some hosts less out of
-        # each (an H100, thirty-second session: 787 against 1,048): the two losses read apart here.
-        alone, beside = _native_rows_per_core(native, 1.0), _native_rows_per_core(hybrid, 1.0 - share)
+        # each (an H100, thirty-second session: about 787 against 1,048): the two losses read
+        # apart here. The native threads' share of the rows leaves out those the GPU handed back
+        # (the inline engine's threads decode them).
+        own = (detail["native_rows"] - detail["gpu_rejected"]) / (detail["gpu_rows"] + detail["native_rows"])
+        alone, beside = _native_rows_per_core(native, 1.0), _native_rows_per_core(hybrid, own)
         if alone is not None and beside is not None:
-            line += f"; hybrid's native threads {beside:,.0f} rows per core-second, native alone's {alone:,.0f}"
+            line += f"; hybrid's native threads about {beside:,.0f} rows per core-second, native alone's {alone:,.0f}"
     if "engines" in ok:  # the gpu backend against what its decoder alone delivers
         line += (f"; gpu {gpu['images_per_s'] / ok['engines']['images_per_s']:.2f}x the engines' decode-only rate"
                  f" at {gpu['cpu_cores_busy']:.1f} cores")
@@ -204,9 +208,11 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
 
 
 def _native_rows_per_core(result: Dict[str, Any], native_share: float) -> Optional[float]:
-    """Rows the native decode threads gave per second of their CPU time in the timed window
-    (``native_share`` of the result's images; the GPU share counts the warm-up too, as on
-    the GPU-side line), or None without their thread figures."""
+    """Rows the native decode threads gave per second of their CPU time in the timed window,
+    or None without their thread figures. ``native_share``: their share of the result's
+    images, from the Loader's counts over its whole life, warm-up included (as on the GPU-side
+    line): where hybrid's share moves during the run the figure is an estimate (its GPU share
+    climbing from the warm-up's, it reads high)."""
     cpu = (result.get("thread_cpu_seconds") or {}).get("fastdata-native", 0.0)
     seconds = result.get("timed_seconds") or 0.0
     if cpu <= 0 or seconds <= 0:

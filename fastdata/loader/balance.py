@@ -82,8 +82,8 @@ training; steps of at most 1/64 +6% against 1/16 (31,085 and 30,274 against 27,8
 On the demo mix the waits' runs were 7-20% slower than the rates', nearly all of it in their
 first seconds: what the rates' floor on a move up is for. With it (thirty-second session, a
 third H100) the waits ran +6% on the 8,192 set (28,786 and 28,862 against 26,834 and 27,668)
-and +5% on the mix (19,469, 19,462, 20,087 against 19,398, 17,600, 19,258), a fifth to a half
-of the moves up starting from the rates' share.
+and on the mix +5% by the means, +1% by the medians (19,469, 19,462, 20,087 against 19,398,
+17,600, 19,258), a quarter to over half of the moves up starting from the rates' share.
 """
 from __future__ import annotations
 

@@ -371,12 +371,23 @@ def test_ceiling_line_adds_the_cpu_budget_ceiling():
     # hybrid 28,862 at a GPU share of 71.8% on 165.58 native CPU-s in 16.001 s.
     report["results"][0].update(images_per_s=16642.0, timed_seconds=15.998,
                                 thread_cpu_seconds={"fastdata-native": 254.03, "py:fastdata-loader": 0.79})
-    report["results"][2].update(images_per_s=28862.0, timed_seconds=16.001, detail={"gpu_share": 0.718},
+    # Its rows: 346,979 on the GPU, 136,349 native, none handed back.
+    report["results"][2].update(images_per_s=28862.0, timed_seconds=16.001,
+                                detail={"gpu_share": 0.718, "gpu_rows": 346979, "native_rows": 136349,
+                                        "gpu_rejected": 0},
                                 thread_cpu_seconds={"fastdata-native": 165.58, "fastdata-inline": 13.56})
-    alone, beside = 16642.0 * 15.998 / 254.03, 28862.0 * (1 - 0.718) * 16.001 / 165.58
+    own = 136349 / (346979 + 136349)
+    alone, beside = 16642.0 * 15.998 / 254.03, 28862.0 * own * 16.001 / 165.58
     assert bench_report.ceiling_line(report).endswith(
-        f"; hybrid's native threads {beside:,.0f} rows per core-second, native alone's {alone:,.0f}")
+        f"; hybrid's native threads about {beside:,.0f} rows per core-second, native alone's {alone:,.0f}")
     assert (f"{beside:,.0f}", f"{alone:,.0f}") == ("787", "1,048")
+    # Rows the GPU handed back are the inline engine's to decode, not the native threads'.
+    report["results"][2]["detail"]["gpu_rejected"] = 36349
+    assert f"native threads about {28862.0 * 100000 / 483328 * 16.001 / 165.58:,.0f} rows per core-second" in \
+        bench_report.ceiling_line(report)
+    del report["results"][2]["detail"]["gpu_rows"]  # no row counts (a decoder without them): no such clause
+    assert "rows per core-second" not in bench_report.ceiling_line(report)
+    report["results"][2]["detail"]["gpu_rows"] = 346979
     del report["results"][2]["thread_cpu_seconds"]  # no per-thread figures (not Linux): no such clause
     assert "rows per core-second" not in bench_report.ceiling_line(report)
     # A gpu contender busier than the machine leaves native nothing: the ceiling is the gpu's rate.
