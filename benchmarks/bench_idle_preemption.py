@@ -126,7 +126,7 @@ def main(argv=None) -> None:
             ratios = {"floating": [], "partitioned": []}
             for k in range(args.rounds):
                 order = list(RUNS)[k % len(RUNS):] + list(RUNS)[:k % len(RUNS)]  # drift spread over the runs
-                per_cpu, results = {}, {}
+                results = {}  # run -> (img/s, rows per native CPU-second, native cores)
                 for name in order:
                     kept, waking, _ = RUNS[name]
                     keep_native_threads_on(rest if kept else set(cpus))
@@ -144,9 +144,8 @@ def main(argv=None) -> None:
                         if proc is not None and proc.poll() is None:
                             proc.kill()
                             proc.wait()
-                    per_cpu[name] = results[name][1]
                 for name in RUNS:
-                    ratio = per_cpu[name] / per_cpu[RUNS[name][2]]
+                    ratio = results[name][1] / results[RUNS[name][2]][1]
                     if name in ratios:
                         ratios[name].append(ratio)
                     rate, rows_per_cpu, cores = results[name]

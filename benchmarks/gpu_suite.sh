@@ -356,9 +356,9 @@ PY
   preempt)
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that
     # wake often (the GPU side's pattern), floating over every core or kept to three reserved
-    # ones (one H100 host: hybrid's native threads 787 rows per CPU-second against 1,048 alone).
+    # ones (one H100 host: hybrid's native threads about 787 rows per CPU-second against 1,048 alone).
     python3 benchmarks/bench_idle_preemption.py --patterns 200:100,50:20 --wakers 8 --reserve 3 2>&1 \
-      | tee "$OUT/preempt.txt" | tail -24
+      | tee "$OUT/preempt.txt" | tail -32
     ;;
   shared)
     # nvimgcodec.SHARED_INSTANCE: the decoder objects on one nvImageCodec instance (the default;

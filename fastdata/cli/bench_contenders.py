@@ -485,8 +485,8 @@ class FastdataContender:
                 if balancer is not None and balancer.share_from_waits is not None:  # where the waits left the split
                     split = dict(share=round(balancer.share_from_waits, 3), up=balancer.moves[0],
                                  down=balancer.moves[1], lifts=balancer.lifts)
-                    if balancer.gpu_rate is not None and balancer.native_rate is not None:
-                        split["rates"] = round(balancer.rate_share(), 3)  # not the initial guess
+                    if balancer.rates_measured:  # else the rates' share is only the initial guess
+                        split["rates"] = round(balancer.rate_share(), 3)
                     self.detail["split_from_waits"] = split
                 stages = loader.gpu_stage_seconds()
                 decoder = loader._pipeline.decoders[0]  # the GPU decoder, or native alone

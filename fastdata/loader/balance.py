@@ -149,9 +149,14 @@ class SplitBalancer:
             return self.share_from_waits
         return self.rate_share()
 
+    @property
+    def rates_measured(self) -> bool:
+        """Both sides' rates are measured (before, the rates' share is the initial guess)."""
+        return self.gpu_rate is not None and self.native_rate is not None
+
     def rate_share(self) -> float:
         """The balanced share the two measured rates give."""
-        if self.gpu_rate is None or self.native_rate is None:
+        if not self.rates_measured:
             return self.initial_share
         return self.gpu_rate / (self.gpu_rate + self.native_rate)
 
@@ -160,7 +165,7 @@ class SplitBalancer:
         the loader is ahead the least the GPU can take and still deliver ``HEADROOM`` times the
         consumer's rate, if that is less."""
         balanced = self.balanced_share()
-        if not self.ahead or self.gpu_rate is None or self.native_rate is None or self.handover_rate is None:
+        if not self.ahead or not self.rates_measured or self.handover_rate is None:
             return balanced
         return min(balanced, max(0.0, 1.0 - self.native_rate / (HEADROOM * self.handover_rate)))
 
@@ -208,14 +213,11 @@ class SplitBalancer:
             self._step = min(WAIT_STEP_MAX, max(WAIT_STEP_MIN, grown))
         self._last_move = move
         self.moves[move < 0] += 1
-        rates = self.rate_share()
-        start = rates if self.share_from_waits is None else self.share_from_waits
-        if move > 0 and self.gpu_rate is not None and self.native_rate is not None:
-            # the rates' share is the floor of a move up (the module's text), once both are
-            # measured: before, it is only the initial guess
-            if rates > start:
-                self.lifts += 1
-                start = rates
+        start = self.rate_share() if self.share_from_waits is None else self.share_from_waits
+        # the rates' share is the floor of a move up (the module's text), once both are measured
+        if move > 0 and self.rates_measured and self.rate_share() > start:
+            self.lifts += 1
+            start = self.rate_share()
         self.share_from_waits = min(1 - self.probe, max(self.probe, start + move * self._step))
 
     def observe_handover(self, rows: int, seconds: Optional[float], waited: bool) -> None:

@@ -765,9 +765,9 @@ def test_wait_split_finds_the_share_at_which_both_sides_finish_together(monkeypa
 def test_wait_split_climbs_from_the_rates_share_after_a_slow_start(monkeypatch):
     # A start's first batches read the GPU's rate low (its warm-up), and the waits' share seeded
     # there climbed back a step of 1/64 per two windows. Most likely that is why, on an H100's
-    # demo mix (thirty-first session), the first seconds ran at 8,400-12,000 img/s against
-    # ~21,000 and the runs were 15-29% slower than the rates' split. A climb now starts at the
-    # rates' share at least, and they recover in a few batches.
+    # demo mix (thirty-first session), the first timed windows ran at 8,400-16,100 img/s against
+    # the rates' 16,900-20,700 and the runs were 7-20% slower than the rates' split. A climb now
+    # starts at the rates' share at least (thirty-second session: first windows 16,600-17,500).
     from fastdata.loader import balance
 
     monkeypatch.setattr(balance, "WAIT_SPLIT", True)
