@@ -20,6 +20,9 @@
 #   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/64 of a batch (the default) or 1/16, alone (alternating)
+#   bash benchmarks/gpu_suite.sh partition # hybrid's CPUs divided between its feeding threads and the native ones, or not, alone (alternating)
+#   bash benchmarks/gpu_suite.sh blocking # the CUDA context's blocking sync on or CUDA's default, hybrid and gpu-only alone (alternating)
+#   bash benchmarks/gpu_suite.sh partition_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -69,16 +72,46 @@ PY
 }
 # hybrid alone in fastdata-bench on the 8,192 set (or the folder BENCH_SET; 20 s each), an A/B of
 # the module switch SETTING, one run per VALUE in the order given, each its own process; JSON in
-# $OUT/NAME_K_VALUE.json.   [BENCH_SET=DIR] bench_ab NAME SETTING VALUE...
+# $OUT/NAME_K_VALUE.json. BENCH_COMPARE: another contender than hybrid.
+#   [BENCH_SET=DIR] [BENCH_COMPARE=C] bench_ab NAME SETTING VALUE...
 bench_ab() {
-  local name=$1 setting=$2 value k=0 set=${BENCH_SET:-/tmp/set8192}; shift 2
+  local name=$1 setting=$2 value k=0 set=${BENCH_SET:-/tmp/set8192} compare=${BENCH_COMPARE:-fastdata-hybrid}; shift 2
   [ "$set" = /tmp/set8192 ] && set8192
   for value in "$@"; do
     k=$((k + 1)); echo "== $name: ${setting//VALUE/$value}"
     with_setting "${setting//VALUE/$value}" bench "$set" --device cuda --dtype float16 --batch-size 256 \
-      --threads 16 --seconds 20 --rounds 1 --compare fastdata-hybrid --json "$OUT/${name}_${k}_$value.json" 2>&1 \
+      --threads 16 --seconds 20 --rounds 1 --compare "$compare" --json "$OUT/${name}_${k}_$value.json" 2>&1 \
       | grep -E "backend=|GPU side" | grep -v '^\['
   done
+}
+# One line per bench_ab run of NAME (its JSON files, in run order): img/s, the rows/s of each
+# side, the native threads' cores and rows per second of their CPU time (whole-run shares, so an
+# estimate), the share of that CPU time they waited for a core, the engines' busy share, the cores
+# of the whole process.   ab_table NAME
+ab_table() {
+  python3 - "$OUT" "$1" <<'PY'
+import glob, json, os, re, sys
+out, name = sys.argv[1:]
+print(f"{'run':>3} {'setting':>8} {'img/s':>8} {'gpu rows/s':>10} {'native rows/s':>13} {'native cores':>12} "
+      f"{'per core-s':>10} {'runq':>5} {'engines':>7} {'cores':>5} {'call CPU us/row':>15}")
+files = sorted(glob.glob(f"{out}/{name}_[0-9]*_*.json"), key=lambda f: int(re.search(rf"{name}_(\d+)_", f).group(1)))
+for f in files:
+    k, value = re.search(rf"{name}_(\d+)_(.*)\.json$", f).groups()
+    try:
+        r = json.load(open(f))["results"][0]
+        d, secs = r.get("detail", {}), r.get("timed_seconds") or 0
+        rate, share = r["images_per_s"], d.get("gpu_share", 0.0)
+        cpu = r.get("thread_cpu_seconds", {}).get("fastdata-native", 0.0)
+        waits = (r.get("thread_runqueue_seconds") or {}).get("fastdata-native", 0.0)
+        cores = cpu / secs if secs else 0.0
+        native = rate * (1 - share)
+        print(f"{k:>3} {value:>8} {rate:>8,.0f} {rate * share:>10,.0f} {native:>13,.0f} {cores:>12.1f} "
+              f"{native / cores if cores else 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
+              f"{r.get('jpeg_engines_busy_percent') or 0:>6.0f}% {r.get('cpu_cores_busy') or 0:>5.1f} "
+              f"{1e6 * d.get('gpu_stage_seconds', {}).get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f}")
+    except (OSError, ValueError, KeyError) as e:
+        print(f"{k:>3} {value:>8} no result ({type(e).__name__}: {e})")
+PY
 }
 # ResNet-18 training as CUDA graphs on the 8,192 set, an A/B of the module switch SETTING (its
 # value written as VALUE): one synthetic run, then each RUN ("value|backend") in turn, each its own
@@ -106,7 +139,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|partition|blocking|partition_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -352,6 +385,32 @@ PY
     # of 256 around the balance point at 1/16 and runs 96% of its ceiling at 1/64 against 89%; on
     # an H100 (thirty-first session) 1/64 ran +6% (two alternating pairs) and is the default since.
     bench_ab waits_step "import fastdata.loader.balance as b; b.WAIT_STEP_MAX = 1 / VALUE" 16 64 64 16
+    ;;
+  partition)
+    # pipeline.HYBRID_PARTITION: hybrid's feeding threads on HYBRID_HOST_CORES CPUs of their own and
+    # the native threads on the rest, or every thread on every CPU, alone in the bench, alternating;
+    # native and gpu once before, for the ceiling and native's rows per core alone.
+    set8192
+    fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 30 --rounds 1 \
+      --compare fastdata,fastdata-gpu --json "$OUT/partition_ceiling.json" 2>&1 | grep -v '^\[' | tail -5
+    bench_ab partition "import fastdata.loader.pipeline as p; p.HYBRID_PARTITION = VALUE" True False False True
+    ab_table partition
+    ;;
+  blocking)
+    # CUDA's host waits asleep: the primary context made with CU_CTX_SCHED_BLOCKING_SYNC (set before
+    # torch makes it) or with CUDA's default (a waiting thread spins while the process has fewer
+    # contexts than cores), gpu-only then hybrid alone, alternating. The GPU side's decode calls
+    # take about as much CPU as wall (thirty-third session: 122-130 us of CPU per row in hybrid,
+    # 56 in gpu-only), so they spin while the engines work; does the context's flag reach them?
+    bench_ab blocking "import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')" \
+      True False False True
+    BENCH_COMPARE=fastdata-gpu bench_ab blocking_gpu "import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')" \
+      True False
+    ab_table blocking; ab_table blocking_gpu
+    ;;
+  partition_train)
+    graphs_ab partition "import fastdata.loader.pipeline as p; p.HYBRID_PARTITION = VALUE" \
+      "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   preempt)
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that

@@ -183,3 +183,48 @@ def test_an_engine_names_its_native_threads(items):
 def test_a_thread_name_is_1_to_15_characters(name):
     with pytest.raises(ValueError, match="thread_name"):
         Engine(1, thread_name=name)
+
+
+def _affinity_by_thread_name():
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                out.setdefault(f.read().strip(), []).append(sorted(os.sched_getaffinity(int(tid))))
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux affinity masks")
+def test_cpus_keep_every_native_thread_there_and_no_other(items):
+    usable = sorted(os.sched_getaffinity(0))
+    kept = usable[-1:]  # one CPU of the mask: on a 1-core box the mask itself, still asked for explicitly
+    with Engine(3, cpus=kept, thread_name="fastdata-kept") as engine, Engine(3, thread_name="fastdata-free") as free:
+        out, ref = np.empty((len(items), 40, 56, 3), np.uint8), np.empty((len(items), 40, 56, 3), np.uint8)
+        engine.run(items, RRC, out)
+        engine.start(items, RRC, out).finish()  # the queue thread, made by this thread, pins itself too
+        free.run(items, RRC, ref)
+        free.start(items, RRC, ref).finish()
+        masks = _affinity_by_thread_name()
+        assert engine.affinity_held and free.affinity_held
+        assert engine.cpus == tuple(kept) and free.cpus is None
+        assert masks["fastdata-kept"] == [kept] * 3  # two workers + the queue thread
+        assert masks["fastdata-free"] == [usable] * 3  # an engine without cpus: its creator's mask
+        assert sorted(os.sched_getaffinity(0)) == usable  # the calling thread keeps its own
+        assert np.array_equal(out, ref)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux affinity masks")
+def test_cpus_the_os_refuses_are_reported_not_held(items):
+    outside = next(c for c in range(1023, -1, -1) if c not in os.sched_getaffinity(0))
+    with Engine(2, cpus=[outside]) as engine:
+        out = np.empty((len(items), 40, 56, 3), np.uint8)
+        engine.start(items, RRC, out).finish()  # the threads run, where they could
+        assert not engine.affinity_held
+
+
+@pytest.mark.parametrize("cpus", [[], [-1], [1024], [0.5], [True], "0"])
+def test_cpus_must_be_cpu_numbers(cpus):
+    with pytest.raises(ValueError, match="cpus"):
+        Engine(1, cpus=cpus)
