@@ -20,9 +20,7 @@
 #   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/64 of a batch (the default) or 1/16, alone (alternating)
-#   bash benchmarks/gpu_suite.sh partition # hybrid's CPUs divided between its feeding threads and the native ones, or not, alone (alternating)
 #   bash benchmarks/gpu_suite.sh blocking # the CUDA context's blocking sync on or CUDA's default, hybrid and gpu-only alone (alternating)
-#   bash benchmarks/gpu_suite.sh partition_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -139,7 +137,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|partition|blocking|partition_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -386,16 +384,6 @@ PY
     # an H100 (thirty-first session) 1/64 ran +6% (two alternating pairs) and is the default since.
     bench_ab waits_step "import fastdata.loader.balance as b; b.WAIT_STEP_MAX = 1 / VALUE" 16 64 64 16
     ;;
-  partition)
-    # pipeline.HYBRID_PARTITION: hybrid's feeding threads on HYBRID_HOST_CORES CPUs of their own and
-    # the native threads on the rest, or every thread on every CPU, alone in the bench, alternating;
-    # native and gpu once before, for the ceiling and native's rows per core alone.
-    set8192
-    fastdata-bench /tmp/set8192 --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 30 --rounds 1 \
-      --compare fastdata,fastdata-gpu --json "$OUT/partition_ceiling.json" 2>&1 | grep -v '^\[' | tail -5
-    bench_ab partition "import fastdata.loader.pipeline as p; p.HYBRID_PARTITION = VALUE" True False False True
-    ab_table partition
-    ;;
   blocking)
     # CUDA's host waits asleep: the primary context made with CU_CTX_SCHED_BLOCKING_SYNC (set before
     # torch makes it) or with CUDA's default (a waiting thread spins while the process has fewer
@@ -407,10 +395,6 @@ PY
     BENCH_COMPARE=fastdata-gpu bench_ab blocking_gpu "import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')" \
       True False
     ab_table blocking; ab_table blocking_gpu
-    ;;
-  partition_train)
-    graphs_ab partition "import fastdata.loader.pipeline as p; p.HYBRID_PARTITION = VALUE" \
-      "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   preempt)
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that

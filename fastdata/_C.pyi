@@ -169,20 +169,14 @@ IDLE_PRIORITY: int  # Engine's nice_increment that asks for SCHED_IDLE
 class Engine:
     """A pool of native threads (the caller counts as one). Destroying it joins the threads
     with the GIL released. nice_increment: nice steps below the creator (0..19), or
-    IDLE_PRIORITY for SCHED_IDLE (nice 19 where that is refused, counted in priority_lowered).
-    cpus: the native threads keep to these CPUs (empty: wherever their creator may run; refusals
-    counted in affinity_held)."""
+    IDLE_PRIORITY for SCHED_IDLE (nice 19 where that is refused, counted in priority_lowered)."""
 
-    def __init__(self, threads: int, nice_increment: int = 0, thread_name: str = "fastdata-native",
-                 cpus: Sequence[int] = ...) -> None: ...
+    def __init__(self, threads: int, nice_increment: int = 0, thread_name: str = "fastdata-native") -> None: ...
     @property
     def threads(self) -> int: ...
     @property
     def priority_lowered(self) -> bool:
         """False when a native thread could not lower its priority as nice_increment asked."""
-    @property
-    def affinity_held(self) -> bool:
-        """False when a native thread could not keep to the cpus asked for."""
     def run(self, items: Sequence[_Item], spec: TransformSpec, out: npt.NDArray[Any], seed: int, epoch: int,
             indices: Optional[npt.ArrayLike], strict: bool, max_pixels: int, max_file_bytes: int,
             scale_bias: Optional[tuple[Sequence[float], Sequence[float]]] = None) -> BatchReport:

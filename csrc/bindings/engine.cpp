@@ -354,13 +354,11 @@ void register_engine(py::module_& m) {
 
   py::class_<Engine, std::unique_ptr<Engine, EngineDeleter>>(m, "Engine",
                                                              "A pool of native threads (the caller counts as one).")
-      .def(py::init<int, int, std::string, std::vector<int>>(), py::arg("threads"), py::arg("nice_increment") = 0,
-           py::arg("thread_name") = "fastdata-native", py::arg("cpus") = std::vector<int>{})
+      .def(py::init<int, int, std::string>(), py::arg("threads"), py::arg("nice_increment") = 0,
+           py::arg("thread_name") = "fastdata-native")
       .def_property_readonly("threads", &Engine::threads)
       .def_property_readonly("priority_lowered", &Engine::priority_lowered,
                              "False when a native thread could not lower its priority as nice_increment asked.")
-      .def_property_readonly("affinity_held", &Engine::affinity_held,
-                             "False when a native thread could not keep to the cpus asked for.")
       .def("run", &engine_run, py::arg("items"), py::arg("spec"), py::arg("out"), py::arg("seed"), py::arg("epoch"),
            py::arg("indices"), py::arg("strict"), py::arg("max_pixels"), py::arg("max_file_bytes"),
            py::arg("scale_bias") = py::none(),

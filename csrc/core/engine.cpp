@@ -109,8 +109,8 @@ bool read_file(const std::string& path, int64_t max_file_bytes, std::vector<uint
   return true;
 }
 
-Engine::Engine(int threads, int nice_increment, std::string thread_name, std::vector<int> cpus)
-    : pool_(new ThreadPool(threads < 1 ? 1 : threads, nice_increment, std::move(thread_name), std::move(cpus))) {
+Engine::Engine(int threads, int nice_increment, std::string thread_name)
+    : pool_(new ThreadPool(threads < 1 ? 1 : threads, nice_increment, std::move(thread_name))) {
   for (int i = 0; i <= pool_->size(); ++i) scratch_.emplace_back(new SampleScratch());
   file_buffers_.resize(pool_->size() + 1);
 }
@@ -124,7 +124,6 @@ Engine::~Engine() {
 }
 
 bool Engine::priority_lowered() const { return pool_->priority_lowered(); }
-bool Engine::affinity_held() const { return pool_->affinity_held(); }
 
 namespace {
 std::atomic<bool> g_claim_largest_first{true};

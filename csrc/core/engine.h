@@ -103,17 +103,12 @@ class Engine {
   // for the queue thread, the first caller of start_run), so that the threads feeding a GPU
   // (and the training loop) get a core the moment they need one.
   // thread_name: the native threads' OS name (the pool's workers and its queue thread).
-  // cpus: the native threads keep to these CPUs (empty: wherever their creator may run).
-  explicit Engine(int threads, int nice_increment = 0, std::string thread_name = "fastdata-native",
-                  std::vector<int> cpus = {});
+  explicit Engine(int threads, int nice_increment = 0, std::string thread_name = "fastdata-native");
   ~Engine();  // finishes the started runs first; in a forked child the pool is leaked, not destroyed (ThreadPool says why)
   int threads() const { return pool_->size(); }
   // False when a native thread could not lower its priority as asked (a thread that has not
   // started yet has not tried: the pool's workers all have after a first parallel loop).
   bool priority_lowered() const;
-  // False when a native thread could not keep to the cpus asked for (as priority_lowered, a
-  // thread that has not started yet has not tried).
-  bool affinity_held() const;
 
   // Row i goes to row i of `out` (spec.out_h x spec.out_w RGB pixels), whatever order the
   // threads take the rows in (claim_order). Never throws for bad data: every sample's

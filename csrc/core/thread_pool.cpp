@@ -33,26 +33,8 @@ bool lower_thread_priority(int increment) {
 #endif
 }
 
-bool pin_thread_to(const std::vector<int>& cpus) {
-  if (cpus.empty()) return true;
-#ifdef __linux__
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (const int cpu : cpus) {
-    if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
-    CPU_SET(cpu, &set);
-  }
-  return ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set) == 0;
-#else
-  return false;
-#endif
-}
-
-ThreadPool::ThreadPool(int threads, int nice_increment, std::string thread_name, std::vector<int> cpus)
-    : owner_pid_(::getpid()),
-      nice_increment_(nice_increment),
-      thread_name_(std::move(thread_name).substr(0, 15)),
-      cpus_(std::move(cpus)) {
+ThreadPool::ThreadPool(int threads, int nice_increment, std::string thread_name)
+    : owner_pid_(::getpid()), nice_increment_(nice_increment), thread_name_(std::move(thread_name).substr(0, 15)) {
   for (int i = 1; i < threads; ++i) {
     workers_.emplace_back(&ThreadPool::thread_main, this, i, false);
     name_thread(workers_.back());
@@ -155,9 +137,6 @@ void ThreadPool::thread_main(int worker, bool queue_thread) {
   (void)pthread_setname_np(pthread_self(), thread_name_.c_str());  // see name_thread
 #endif
   if (!lower_thread_priority(nice_increment_)) priority_failures_.fetch_add(1);
-  // Each thread pins itself: the queue thread is made later, by whichever thread first enqueues,
-  // and would otherwise take that thread's CPUs.
-  if (!pin_thread_to(cpus_)) affinity_failures_.fetch_add(1);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     Loop* loop = nullptr;

@@ -36,19 +36,12 @@ constexpr int kIdlePriority = 20;
 // and false). True on success or when increment <= 0.
 bool lower_thread_priority(int increment);
 
-// Keeps the calling thread to the CPUs in `cpus` (Linux; an empty list leaves it where it may
-// run). False when the OS refused (a CPU outside the process's cpuset, say) or elsewhere than
-// Linux; the thread then runs where it could before.
-bool pin_thread_to(const std::vector<int>& cpus);
-
 class ThreadPool {
  public:
   // nice_increment > 0: the workers (and the queue thread) run that much below the priority of
   // the thread that created them (lower_thread_priority); the calling thread of parallel_for
   // keeps its own. thread_name: their OS name (at most 15 characters are kept).
-  // cpus: the workers (and the queue thread) keep to these CPUs (pin_thread_to; empty: wherever
-  // their creator may run); the calling thread of parallel_for keeps its own.
-  ThreadPool(int threads, int nice_increment, std::string thread_name, std::vector<int> cpus = {});
+  ThreadPool(int threads, int nice_increment, std::string thread_name);
   // Every enqueued loop finishes (its on_done called) first; then the threads are joined. Only
   // in the process that made them (made_here()).
   ~ThreadPool();
@@ -62,8 +55,6 @@ class ThreadPool {
   // False when a worker or the queue thread could not lower its priority as asked (it runs at
   // the normal one).
   bool priority_lowered() const { return priority_failures_.load() == 0; }
-  // False when a worker or the queue thread could not keep to the cpus asked for.
-  bool affinity_held() const { return affinity_failures_.load() == 0; }
 
   // Calls fn(i, worker) for i in [0, n) across the pool; worker in [0, size()) names the
   // thread, for per-thread scratch (the caller is 0). Returns when every call has returned.
@@ -115,9 +106,7 @@ class ThreadPool {
   const pid_t owner_pid_;     // the process whose threads these are
   const int nice_increment_;
   const std::string thread_name_;
-  const std::vector<int> cpus_;
   std::atomic<int> priority_failures_{0};
-  std::atomic<int> affinity_failures_{0};
   std::mutex mutex_;
   std::mutex run_mutex_;  // one parallel_for at a time
   std::condition_variable wake_;  // a loop became claimable, or stopping_

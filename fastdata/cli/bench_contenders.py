@@ -488,10 +488,6 @@ class FastdataContender:
                     if balancer.rates_measured:  # else the rates' share is only the initial guess
                         split["rates"] = round(balancer.rate_share(), 3)
                     self.detail["split_from_waits"] = split
-                if loader.core_split is not None:  # hybrid's CPUs divided (pipeline.HYBRID_PARTITION)
-                    self.detail["core_split"] = dict(native=list(loader.core_split.native),
-                                                     gpu_side=list(loader.core_split.gpu_side),
-                                                     held=loader.affinity_held)
                 stages = loader.gpu_stage_seconds()
                 decoder = loader._pipeline.decoders[0]  # the GPU decoder, or native alone
                 if stages:  # where the GPU decoder's worker spent its time (seconds, summed)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, TextIO
 
 import fastdata
-from fastdata.io.host import CoreSplit, usable_cores
+from fastdata.io.host import usable_cores
 
 
 def _version(dist: str) -> Optional[str]:
@@ -275,10 +275,6 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
             lifts = f" ({split['lifts']} from the rates' share)" if split.get("lifts") else ""
             line += (f"; the split from the waits ended at {split['share']:.0%}{rates} after {split['up']} moves "
                      f"up{lifts} and {split['down']} down")
-        cores = detail.get("core_split")
-        if cores:  # hybrid's division of the CPUs; "not held": the OS refused a thread's mask
-            line += (f"; {CoreSplit(tuple(cores['gpu_side']), tuple(cores['native'])).describe()}"
-                     + ("" if cores["held"] else " (not held: a thread could not keep to its CPUs)"))
         created = detail.get("gpu_decoder_creation")
         if created:  # once per Loader, before its first batch: not in the timed window
             instances = created["instances"]

@@ -50,7 +50,6 @@ import numpy as np
 import torch
 
 from .. import _C
-from ..io.host import pin_current_thread, threads_started_on
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .buffer_pool import BufferPool
@@ -268,10 +267,6 @@ class NvImageCodecDecoder:
     lanes: batches decoded at once, each on ``decode_threads`` decoder objects per subsampling of its
     own and a decode thread of its own, taken in turn (so at most ``depth`` are busy). Default:
     DECODE_LANES (make_decoder gives backend="hybrid" HYBRID_DECODE_LANES and HYBRID_DEPTH).
-    host_cpus: the CPUs its threads keep to (the decode, helper and resample threads, and the
-    threads nvImageCodec starts while its objects are made here); None: not restricted. Hybrid
-    passes the CPUs it keeps for the GPU side (pipeline.HYBRID_PARTITION); ``affinity_held``
-    says whether the OS let them.
     backend_kinds: nvImageCodec backend kinds to allow, by name (default: the hardware
     engines only). The tests pass ``("CPU_ONLY",)`` to run the decoder's assembly on a
     machine without a GPU (``_allow_cpu``): host memory instead of the device's.
@@ -283,8 +278,7 @@ class NvImageCodecDecoder:
 
     def __init__(self, transform: Transform, *, device: torch.device, cpu_threads: int = 4,
                  decode_threads: Optional[int] = None, depth: Optional[int] = None,
-                 lanes: Optional[int] = None, backend_kinds: Tuple[str, ...] = ENGINE_KINDS,
-                 host_cpus: Optional[Sequence[int]] = None) -> None:
+                 lanes: Optional[int] = None, backend_kinds: Tuple[str, ...] = ENGINE_KINDS) -> None:
         library = nvimgcodec_library()
         if library is None:
             raise ImportError(GPU_MISSING)
@@ -329,22 +323,16 @@ class NvImageCodecDecoder:
         self._next_lane = 0
         self._lane_clock = SharedWallClock()
         instances = lanes * per_lane
-        self.host_cpus = None if host_cpus is None else tuple(host_cpus)
-        self._affinity_failures = 0  # threads that could not keep to host_cpus
         started = time.perf_counter()
         try:
-            # nvImageCodec's own threads take the mask of the thread that makes its objects.
-            with threads_started_on(self.host_cpus) as pinned:
-                if not pinned:
-                    self._affinity_failures += 1
-                # Held here, one per decoder object, so that the process's shared instance stays
-                # findable (nvimgcodec_instances) while this decoder lives.
-                self._instances, made = nvimgcodec_instances(library, instances)
-                # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
-                # libjpeg): the same pixels as its Python API's decode gave.
-                self._decoders = [_C.NvImageCodecBatch(instance, device_id, int(cpu_threads),
-                                                       [BACKEND_KINDS[k] for k in backend_kinds], "")
-                                  for instance in self._instances]
+            # Held here, one per decoder object, so that the process's shared instance stays
+            # findable (nvimgcodec_instances) while this decoder lives.
+            self._instances, made = nvimgcodec_instances(library, instances)
+            # "" keeps nvImageCodec's own defaults (fancy upsampling on, as the native engine's
+            # libjpeg): the same pixels as its Python API's decode gave.
+            self._decoders = [_C.NvImageCodecBatch(instance, device_id, int(cpu_threads),
+                                                   [BACKEND_KINDS[k] for k in backend_kinds], "")
+                              for instance in self._instances]
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(f"backend='gpu': nvImageCodec could not create a decoder for {list(backend_kinds)} "
                                f"on {device}: {e}") from e
@@ -355,10 +343,11 @@ class NvImageCodecDecoder:
         self.creation_seconds = {"wall": time.perf_counter() - started,
                                  "instance_create": sum(i.create_seconds for i in made),
                                  "decoder_create": sum(d.create_seconds for d in self._decoders)}
-        self._decode_workers = [self._executor(1, "fastdata-gpu-decode") for _ in range(lanes)]
+        self._decode_workers = [ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-decode") for _ in range(lanes)]
         # The other instances' callers: each lane's decode stage calls its lead instance itself.
-        self._decode_helpers = self._executor(instances - lanes, "fastdata-gpu-decode") if instances > lanes else None
-        self._resample_worker = self._executor(1, "fastdata-gpu-resample")
+        self._decode_helpers = (ThreadPoolExecutor(instances - lanes, thread_name_prefix="fastdata-gpu-decode")
+                                if instances > lanes else None)
+        self._resample_worker = ThreadPoolExecutor(1, thread_name_prefix="fastdata-gpu-resample")
         # At the default priority: this decoder's and the pipeline's streams at a high one ran no
         # faster beside ResNet-18 training as CUDA graphs (hybrid 13,081 against 13,069 img/s, two
         # alternating pairs, H100, 2026-12-05). The engines' copies and color conversion ran on
@@ -379,22 +368,6 @@ class NvImageCodecDecoder:
         # the calls work or spin on the host, near zero that they sleep while the engines
         # decode), queueing the resample, and waiting for the stream (the GPU work left).
         self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
-
-    def _executor(self, workers: int, name: str) -> ThreadPoolExecutor:
-        """Worker threads named ``name`` that keep to host_cpus."""
-        if self.host_cpus is None:
-            return ThreadPoolExecutor(workers, thread_name_prefix=name)
-        return ThreadPoolExecutor(workers, thread_name_prefix=name, initializer=self._pin_worker)
-
-    def _pin_worker(self) -> None:
-        if not pin_current_thread(self.host_cpus):
-            with self._lock:
-                self._affinity_failures += 1
-
-    @property
-    def affinity_held(self) -> bool:
-        """False when one of its threads could not keep to host_cpus (one not started yet has not tried)."""
-        return self._affinity_failures == 0
 
     @property
     def decoder_total(self) -> int:

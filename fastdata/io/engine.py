@@ -247,12 +247,10 @@ class Engine:
     nice 19 and ``priority_lowered`` is False.
     ``thread_name``: the native threads' OS name (``top -H``, fastdata-bench's per-thread CPU),
     at most 15 characters.
-    ``cpus``: the native threads keep to these CPUs (Linux; None: wherever the thread that
-    starts each may run); ``affinity_held`` says whether they could.
     """
 
     def __init__(self, threads: Optional[int] = None, nice: int = 0, thread_name: str = "fastdata-native",
-                 idle: bool = False, cpus: Optional[Sequence[int]] = None):
+                 idle: bool = False):
         if threads is None:
             threads = usable_cores()
         if not isinstance(threads, int) or threads < 1 or threads > 1024:
@@ -261,13 +259,7 @@ class Engine:
             raise ValueError(f"nice must be an int in 0..19, got {nice!r}")
         if not isinstance(thread_name, str) or not 0 < len(thread_name) <= 15:
             raise ValueError(f"thread_name must be a string of 1 to 15 characters, got {thread_name!r}")
-        cpu_list = [] if cpus is None else list(cpus)
-        if cpus is not None and (not cpu_list or any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < 1024
-                                                     for c in cpu_list)):
-            raise ValueError(f"cpus must be a non-empty list of CPU numbers in 0..1023, got {cpus!r}")
-        self._native: Optional[_C.Engine] = _C.Engine(threads, _C.IDLE_PRIORITY if idle else nice, thread_name,
-                                                      cpu_list)
-        self._cpus = tuple(sorted(set(cpu_list))) or None
+        self._native: Optional[_C.Engine] = _C.Engine(threads, _C.IDLE_PRIORITY if idle else nice, thread_name)
         self._idle = bool(idle)
         self._nice = nice
         self._threads = threads
@@ -295,17 +287,6 @@ class Engine:
     def idle(self) -> bool:
         """Whether the native threads were asked to run under SCHED_IDLE."""
         return self._idle
-
-    @property
-    def cpus(self) -> Optional[Tuple[int, ...]]:
-        """The CPUs the native threads were asked to keep to (None: not restricted)."""
-        return self._cpus
-
-    @property
-    def affinity_held(self) -> bool:
-        """False when a native thread could not keep to ``cpus`` (one not started yet has not tried)."""
-        with self._lock:
-            return self._open_native().affinity_held
 
     @property
     def priority_lowered(self) -> bool:

@@ -5,17 +5,15 @@ One definition for the library, its tools and the benchmarks, so a thread count,
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
-from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List
 
 import psutil
 
 __all__ = ["usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds",
-           "thread_runqueue_seconds", "CoreSplit", "split_cores", "pin_current_thread", "threads_started_on"]
+           "thread_runqueue_seconds"]
 
 
 def usable_cores() -> int:
@@ -38,10 +36,7 @@ def cores_per_local_rank() -> int:
     *and* sets LOCAL_WORLD_SIZE (torchrun's NUMA binding, numactl wrappers) makes the mask
     the rank's share already, and this splits it again: pass ``threads=`` there. Without
     LOCAL_WORLD_SIZE (srun per rank) the mask is used whole."""
-    return max(1, usable_cores() // _local_ranks())
-
-
-def _local_ranks() -> int:
+    cores = usable_cores()
     raw = os.environ.get("LOCAL_WORLD_SIZE", "1")
     try:
         ranks = int(raw)
@@ -49,121 +44,7 @@ def _local_ranks() -> int:
         raise ValueError(f"LOCAL_WORLD_SIZE must be a positive integer, got {raw!r}") from None
     if ranks < 1:
         raise ValueError(f"LOCAL_WORLD_SIZE must be a positive integer, got {raw!r}")
-    return ranks
-
-
-@dataclass(frozen=True)
-class CoreSplit:
-    """The CPUs of one process divided between the threads that feed a GPU (``gpu_side``) and
-    the native decode threads (``native``), so that the first never preempt the second."""
-
-    gpu_side: Tuple[int, ...]
-    native: Tuple[int, ...]
-
-    def describe(self) -> str:
-        return f"native threads on {_ranges(self.native)}, the GPU side on {_ranges(self.gpu_side)}"
-
-
-# split_cores leaves the CPUs as they are below this many for the native threads: the split was
-# measured on 16 cores only, and on a small box the reserved ones would idle a large part of it.
-MIN_NATIVE_CPUS = 8
-
-
-def split_cores(reserve: int, cpus: Optional[Iterable[int]] = None) -> Optional[CoreSplit]:
-    """``reserve`` CPUs (whole physical cores: a core's hyperthread siblings go together) for
-    the GPU side, the rest of ``cpus`` (default: this process's affinity mask) for the native
-    threads; the reserved ones are the highest-numbered. None where no split is made: reserve
-    < 1, fewer than MIN_NATIVE_CPUS would be left, several ranks share the node
-    (``LOCAL_WORLD_SIZE`` > 1: each would reserve the same cores), or no affinity mask (not
-    Linux)."""
-    if reserve < 1 or _local_ranks() > 1:
-        return None
-    if cpus is None:
-        try:
-            cpus = os.sched_getaffinity(0)
-        except (AttributeError, OSError):
-            return None
-    usable = sorted(set(cpus))
-    gpu_side: List[int] = []
-    for group in reversed(_sibling_groups(usable)):
-        if len(gpu_side) >= reserve:
-            break
-        gpu_side.extend(group)
-    native = [c for c in usable if c not in gpu_side]
-    if len(native) < MIN_NATIVE_CPUS:
-        return None
-    return CoreSplit(tuple(sorted(gpu_side)), tuple(native))
-
-
-def _sibling_groups(cpus: Sequence[int]) -> List[List[int]]:
-    """``cpus`` grouped by physical core (sysfs' thread_siblings_list; a CPU it does not
-    describe is its own group), in the order of each group's lowest CPU."""
-    wanted, seen, groups = set(cpus), set(), []
-    for cpu in cpus:
-        if cpu in seen:
-            continue
-        try:
-            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
-                siblings = _parse_cpu_list(f.read())
-        except (OSError, ValueError):
-            siblings = {cpu}
-        group = sorted((siblings & wanted) | {cpu})
-        seen.update(group)
-        groups.append(group)
-    return groups
-
-
-def _parse_cpu_list(text: str) -> set:
-    """The kernel's CPU list format: "0,8" or "0-3,8-11"."""
-    out = set()
-    for part in text.strip().split(","):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
-def _ranges(cpus: Sequence[int]) -> str:
-    """CPU numbers as the kernel writes them: 0-2,5."""
-    runs: List[List[int]] = []
-    for cpu in sorted(cpus):
-        if runs and cpu == runs[-1][1] + 1:
-            runs[-1][1] = cpu
-        else:
-            runs.append([cpu, cpu])
-    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
-
-
-def pin_current_thread(cpus: Optional[Sequence[int]]) -> bool:
-    """Keeps the calling thread to ``cpus`` (Linux: the affinity mask is per thread). True
-    on success or for None; False where the OS refused, and the thread runs where it did."""
-    if cpus is None:
-        return True
-    try:
-        os.sched_setaffinity(0, cpus)
-    except (AttributeError, OSError, ValueError):
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def threads_started_on(cpus: Optional[Sequence[int]]) -> Iterator[bool]:
-    """The calling thread kept to ``cpus`` inside the block and given its own CPUs back after
-    it: the threads a library starts in the block (they take their creator's mask) keep to
-    ``cpus``. Yields whether the pin held (True for None)."""
-    if cpus is None:
-        yield True
-        return
-    try:
-        before = os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        yield False
-        return
-    pinned = pin_current_thread(cpus)
-    try:
-        yield pinned
-    finally:
-        if pinned:
-            os.sched_setaffinity(0, before)
+    return max(1, cores // ranks)
 
 
 def process_cpu_seconds() -> float:

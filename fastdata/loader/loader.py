@@ -31,7 +31,6 @@ from ..decoders.base import Decoder
 from ..diagnostics.tracing import stage
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, native_spec
-from ..io.host import CoreSplit
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD
 from ..io.transforms import RandomResizedCrop, Transform
 from ..sources.base import Source
@@ -217,8 +216,7 @@ class Loader:
         self._feed: Optional[Feed] = None
         self._iterated = False
         self._current: Optional["weakref.ref[_EpochIterator]"] = None
-        split = self._pipeline.core_split
-        self._thread = ProducerThread(f"fastdata-loader-{id(self):x}", cpus=None if split is None else split.gpu_side)
+        self._thread = ProducerThread(f"fastdata-loader-{id(self):x}")
         self._warned: set = set()
         self._closed = False
         self._pid = os.getpid()
@@ -286,17 +284,6 @@ class Loader:
 
     def stats(self) -> LoaderStats:
         return self._stats.snapshot()
-
-    @property
-    def core_split(self) -> Optional[CoreSplit]:
-        """How hybrid divides this process's CPUs between the threads that feed the GPU and the
-        native decode threads (pipeline.HYBRID_PARTITION); None where it does not."""
-        return self._pipeline.core_split
-
-    @property
-    def affinity_held(self) -> bool:
-        """False when a loader thread could not keep to its side of ``core_split``."""
-        return self._pipeline.affinity_held and self._thread.affinity_held
 
     def gpu_stage_seconds(self) -> Dict[str, float]:
         """Where the GPU decoder's worker threads spent their time since the loader was made

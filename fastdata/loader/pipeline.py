@@ -60,7 +60,7 @@ from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, read_items, route
 from ..errors import DecodeError
 from ..io.engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, BatchReport, Engine, native_spec
-from ..io.host import CoreSplit, cores_per_local_rank, split_cores
+from ..io.host import cores_per_local_rank
 from ..io.normalization import IMAGENET_MEAN, IMAGENET_STD, check_mean_std, scale_bias_for
 from ..io.transforms import Transform
 from .balance import SplitBalancer
@@ -95,21 +95,16 @@ INLINE_THREAD_NAME = "fastdata-inline"
 # 21,629-23,814 against 15,784-22,836); with two decode lanes 19,460 and 19,459 against 18,813
 # and 18,954. With GPU_NATIVE_IDLE off they run GPU_NATIVE_NICE nice steps lower instead (the rule
 # until then); where the kernel refuses SCHED_IDLE, at nice 19 (Engine's ``idle``).
+# Keeping the feeding threads to cores of their own and the native threads off them (a division
+# of the CPUs, in place of SCHED_IDLE's preemption) ran slower: on two H100 hosts (8,192 set,
+# alone, alternating; thirty-third session, 73817d6) 26,798 and 25,098 img/s with three cores
+# kept against 31,721 and 31,112 with every thread free (the GPU side starved, the engines 62-67%
+# busy against 97%), and 24,114 against 28,704 with five. The native threads' loss per core beside
+# the GPU side is the machine's, not the scheduler's: on cores 0-10 of one host native decode
+# gave 6-8% fewer rows per CPU-second while gpu-only ran on cores 11-15, and 9-15% fewer while
+# five busy loops did (docs/results.md).
 GPU_NATIVE_NICE = 10
 GPU_NATIVE_IDLE = True
-
-# True: hybrid divides the process's CPUs (io.host.split_cores): HYBRID_HOST_CORES of them for
-# the threads that feed the GPU (the producer, the inline engine, the GPU decoder's threads and
-# nvImageCodec's own), the rest for the native threads. The idea: under SCHED_IDLE the feeding
-# threads, which wake thousands of times a second, land on the native threads' cores (Linux
-# places a waking thread on a CPU that runs only SCHED_IDLE work as if it were idle) and preempt
-# them (benchmarks/bench_idle_preemption.py: on the 2-core box a decode thread preempted every
-# ~70 us kept 0.75x of its rate per CPU-second, 0.97x with the wakers on another core). Off:
-# on an H100 host (8,192 set, alone, alternating; thirty-third session) the native threads did
-# gain per core (1,055-1,097 rows per CPU-second against 1,006-1,054), but three cores starved
-# the GPU side (its threads waited for a core as long as they ran; the engines 62-67% busy
-# against 97%): 26,798 and 25,098 img/s against 31,721 and 31,112 with every thread free.
-HYBRID_PARTITION = False
 
 # A GPU decoder that resamples on the GPU (``writes_output``) writes its rows normalized into the
 # batch's output, and the host's rows are placed beside them by one kernel: no float32 batch in
@@ -212,9 +207,6 @@ class BatchPipeline:
         threads = cores_per_local_rank() if threads is None else threads
         # The GPU decoder first (it checks its device before any native thread starts).
         self.balancer: Optional[SplitBalancer] = None
-        # Hybrid's division of the CPUs (HYBRID_PARTITION; None: none made): the producer thread
-        # keeps to core_split.gpu_side (the Loader pins it), the native threads to .native.
-        self.core_split: Optional[CoreSplit] = None
         hybrid = False
         # Under "auto" (the default) a GPU decoder that fails, at start or on a batch, hands its
         # rows to the native threads (said once) instead of ending the training run.
@@ -226,12 +218,8 @@ class BatchPipeline:
                 _warn_once(f"{asked} options", f"fastdata: backend={asked!r} decodes on the CPU here; backend_options "
                                                f"{sorted(backend_options)} are for the GPU decoder and are ignored")
                 backend_options = None
-            split = split_cores(HYBRID_HOST_CORES) if HYBRID_PARTITION and backend == "hybrid" and cuda else None
-            options = dict(backend_options or {})
-            if split is not None:
-                options["host_cpus"] = split.gpu_side
             try:
-                gpu = make_decoder(backend, transform, device=self.device, threads=threads, **options)
+                gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
             except (RuntimeError, ImportError) as e:
                 if asked != "auto":
                     raise
@@ -242,7 +230,6 @@ class BatchPipeline:
                 backend, gpu = "native", None
             if backend == "hybrid" and gpu is not None:
                 hybrid = True
-                self.core_split = split
                 if default_threads:  # the cores the GPU decoder's own threads and the producer keep busy
                     threads = max(1, threads - HYBRID_HOST_CORES)
         else:
@@ -251,12 +238,10 @@ class BatchPipeline:
         self._closed = False
         feeds_gpu = gpu is not None and cuda
         idle = GPU_NATIVE_IDLE and feeds_gpu
-        split = self.core_split
-        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if feeds_gpu and not idle else 0, idle=idle,
-                             cpus=None if split is None else split.native)
+        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if feeds_gpu and not idle else 0, idle=idle)
         # Named apart from the decode threads, so per-thread CPU figures tell planning from decoding.
         self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1,
-                                    thread_name=INLINE_THREAD_NAME, cpus=None if split is None else split.gpu_side)
+                                    thread_name=INLINE_THREAD_NAME)
         self.threads = self.engine.threads
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         cpu_norm = None
@@ -294,14 +279,6 @@ class BatchPipeline:
         # Batches submitted and not yet decoded or discarded: each holds a ring slot (taken at
         # submit, written by its queued native run), so there may be at most one per slot.
         self._in_flight = 0
-
-    @property
-    def affinity_held(self) -> bool:
-        """False when one of the pipeline's threads could not keep to its side of core_split
-        (True without one; a thread not started yet has not tried)."""
-        gpu = self.decoders[0] if len(self.decoders) > 1 else None
-        return (self.engine.affinity_held and self.inline_engine.affinity_held
-                and bool(getattr(gpu, "affinity_held", True)))
 
     # ---- stages ----
     def submit(self, items: Sequence[Item], indices: Sequence[int], epoch: int,

@@ -31,7 +31,6 @@ import torch
 
 from ..diagnostics.tracing import stage
 from ..errors import BatchDecodeError, DecodeError
-from ..io.host import pin_current_thread
 from ..sources.base import Source
 from .cuda import copy_seconds
 from .pipeline import BatchPipeline, PendingBatch
@@ -380,21 +379,14 @@ class ProducerThread:
     every epoch (no thread churn between epochs); it runs submitted feeds one at a time.
     """
 
-    def __init__(self, name: str, cpus: Optional[Sequence[int]] = None):
-        """cpus: the thread keeps to these CPUs (hybrid's GPU side, pipeline.HYBRID_PARTITION), and
-        so do the threads it starts; None: not restricted."""
+    def __init__(self, name: str):
         self._jobs: "queue.Queue[Union[Feed, Callable[[], None], None]]" = queue.Queue()
-        self.cpus = None if cpus is None else tuple(cpus)
-        self._pinned: List[bool] = []  # the thread's pin_current_thread result, once it has started
-        self._thread = threading.Thread(target=self._loop, args=(self._jobs, self.cpus, self._pinned), name=name,
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name=name, daemon=True)
         self._started = False
         self._finishing = False  # finish_with was called: no job after its last one
 
     @staticmethod
-    def _loop(jobs: "queue.Queue[Union[Feed, Callable[[], None], None]]", cpus: Optional[Tuple[int, ...]],
-              pinned: List[bool]) -> None:
-        pinned.append(pin_current_thread(cpus))
+    def _loop(jobs: "queue.Queue[Union[Feed, Callable[[], None], None]]") -> None:
         while True:
             job = jobs.get()
             if job is None:
@@ -408,11 +400,6 @@ class ProducerThread:
     @property
     def started(self) -> bool:
         return self._started
-
-    @property
-    def affinity_held(self) -> bool:
-        """False when the thread could not keep to ``cpus`` (True before it has started)."""
-        return all(self._pinned)
 
     def submit(self, feed: Feed) -> None:
         self._put_job(feed)

@@ -317,14 +317,6 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
         "making its nvImageCodec decoders took 1.2 s (16 decoders on 1 instance: 1.0 s making instances, "
         "0.1 s the decoders)")
-    del hybrid["detail"]["gpu_decoder_creation"]
-    # hybrid's division of the CPUs (pipeline.HYBRID_PARTITION), and whether every thread kept to it
-    hybrid["detail"]["core_split"] = {"native": list(range(13)), "gpu_side": [13, 14, 15], "held": True}
-    assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
-        "planning threads 0.8 cores; native threads on 0-12, the GPU side on 13-15")
-    hybrid["detail"]["core_split"]["held"] = False
-    assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
-        "native threads on 0-12, the GPU side on 13-15 (not held: a thread could not keep to its CPUs)")
 
 
 def test_jpeg_engines_line_lists_the_contenders_measured_with_the_counter():

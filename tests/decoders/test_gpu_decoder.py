@@ -44,10 +44,10 @@ class CpuEngines(NvImageCodecDecoder):
 
     _allow_cpu = True
 
-    def __init__(self, transform, refuse=(), decode_threads=1, lanes=1, depth=None, host_cpus=None):
+    def __init__(self, transform, refuse=(), decode_threads=1, lanes=1, depth=None):
         # refuse: the files (their bytes) whose rows it refuses, whichever instance gets them
         super().__init__(transform, device=torch.device("cpu"), backend_kinds=("CPU_ONLY",),
-                         decode_threads=decode_threads, lanes=lanes, depth=depth, host_cpus=host_cpus)
+                         decode_threads=decode_threads, lanes=lanes, depth=depth)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
         self.given_datas = []  # every row's bytes as given to nvImageCodec (the arrays)
@@ -346,35 +346,6 @@ def test_decoder_instances_share_a_batch_and_keep_its_row_order(tmp_path):
     assert sorted(three.given) == [6, 6, 6] and one.given == [18]
     assert torch.equal(a, b)
     assert not torch.equal(a[0], a[6 + 5])  # the rows differ, so an order mix-up would show
-
-
-@needs_interpreter
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux affinity masks")
-def test_host_cpus_keep_the_decoders_threads_there(tmp_path):
-    # Hybrid keeps the GPU side's threads to CPUs of their own (pipeline.HYBRID_PARTITION): the
-    # lanes' decode threads, the helpers and the resample thread keep to host_cpus, as do the
-    # threads nvImageCodec starts from them; the thread that made the decoder keeps its own mask.
-    usable = sorted(os.sched_getaffinity(0))
-    plain = hard_case_folder(tmp_path)[:PLAIN]
-    transform = fastdata.RandomResizedCrop(48)
-    cfg = dict(device="cpu", dtype=None, seed=3, threads=2)
-    kept, free = CpuEngines(transform, decode_threads=2, lanes=2, host_cpus=usable[-1:]), CpuEngines(transform)
-    with make_backend(kept, transform, **cfg) as gpu, make_backend(free, transform, **cfg) as ref:
-        for epoch in range(2):  # two batches: both lanes
-            a, fa, _ = gpu.run(plain * 2, np.arange(2 * PLAIN), epoch)
-            b, _, _ = ref.run(plain * 2, np.arange(2 * PLAIN), epoch)
-            assert not fa and torch.equal(a, b)
-        def masks(decoder):
-            pools = decoder._decode_workers + [decoder._decode_helpers, decoder._resample_worker]
-            threads = [t for pool in pools if pool is not None for t in pool._threads]
-            return [sorted(os.sched_getaffinity(t.native_id)) for t in threads]
-
-        kept_masks, free_masks = masks(kept), masks(free)
-    assert kept.host_cpus == tuple(usable[-1:]) and kept.affinity_held
-    # both lanes' threads, a helper and the resample thread, all on host_cpus; the other decoder's where they were made
-    assert len(kept_masks) >= 4 and kept_masks == [usable[-1:]] * len(kept_masks)
-    assert free.host_cpus is None and free_masks and free_masks == [usable] * len(free_masks)
-    assert sorted(os.sched_getaffinity(0)) == usable
 
 
 @needs_interpreter

@@ -148,54 +148,6 @@ def test_hybrid_rebalances_and_three_epochs_do_not_grow_memory(mixed):
     assert free_drop < 64 * 2**20 and rss_growth < 64 * 2**20, marks
 
 
-@pytest.mark.parametrize("partition", [True, False])
-def test_hybrid_keeps_the_gpu_side_and_the_native_threads_to_cpus_of_their_own(mixed, monkeypatch, partition):
-    # pipeline.HYBRID_PARTITION: the producer, the inline engine, the GPU decoder's threads and
-    # nvImageCodec's own keep to split.gpu_side, the native threads to split.native, both read
-    # from the kernel (each thread's affinity mask); the user's thread keeps its own. Off (the
-    # default): no thread is pinned.
-    import os
-    import threading
-
-    from fastdata.io.host import split_cores
-    from fastdata.loader import pipeline
-
-    monkeypatch.setattr(pipeline, "HYBRID_PARTITION", partition)
-    expected = split_cores(pipeline.HYBRID_HOST_CORES) if partition else None
-    before = os.sched_getaffinity(0)
-    cfg = dict(batch_size=32, transform=fastdata.RandomResizedCrop(224), shuffle=True, seed=1,
-               device="cuda", dtype=torch.float16, backend="hybrid")
-    with fastdata.Loader(mixed[1], **cfg) as loader:
-        for x, _ in loader:
-            assert torch.isfinite(x).all()
-        st = loader.stats()
-        names = {t.native_id: "py:" + t.name for t in threading.enumerate()}
-        masks = {}
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    label = names.get(int(tid)) or f.read().strip()
-                mask = frozenset(os.sched_getaffinity(int(tid)))
-            except OSError:
-                continue
-            masks.setdefault(label, set()).add(mask)
-        split, held = loader.core_split, loader.affinity_held
-    assert split == expected, (split, expected)
-    assert st.gpu_rows > 0 and st.native_rows > 0, st
-    if split is None:  # off, or under MIN_NATIVE_CPUS left for the native threads: nothing is pinned
-        assert masks["fastdata-native"] == {frozenset(before)}
-        return
-    assert held
-    gpu_side, native = frozenset(split.gpu_side), frozenset(split.native)
-    assert masks["fastdata-native"] == {native}, masks["fastdata-native"]
-    assert masks["fastdata-inline"] == {gpu_side}
-    feeders = {k: v for k, v in masks.items() if k.startswith(("py:fastdata-gpu-", "py:fastdata-loader", "[NVIMGCODEC]"))}
-    assert any(k.startswith("py:fastdata-gpu-decode") for k in feeders) and any(
-        k.startswith("py:fastdata-loader") for k in feeders), sorted(masks)
-    assert all(v == {gpu_side} for v in feeders.values()), feeders
-    assert os.sched_getaffinity(0) == before
-
-
 def test_pinned_bitstreams_give_the_same_batches_over_an_epoch(mixed, monkeypatch):
     # PINNED_BITSTREAMS (an A/B switch) reuses its pinned buffers across batches and lanes: an
     # epoch of 6 batches, two lanes, three in flight, bit for bit against the pageable bytes.
