@@ -400,8 +400,10 @@ PY
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that
     # wake often (the GPU side's pattern), floating over every core or kept to three reserved
     # ones (one H100 host: hybrid's native threads about 787 rows per CPU-second against 1,048 alone).
-    python3 benchmarks/bench_idle_preemption.py --patterns 200:100,50:20 --wakers 8 --reserve 3 2>&1 \
-      | tee "$OUT/preempt.txt" | tail -32
+    # 0:1000000 is a busy loop: partitioned, what the cores cost each other with no thread shared
+    # (another H100 host, by hand: 0.85-0.91x with five loops on cores 11-15, thirty-third session).
+    python3 benchmarks/bench_idle_preemption.py --patterns 200:100,50:20,0:1000000 --wakers 8 --reserve 3 2>&1 \
+      | tee "$OUT/preempt.txt" | tail -48
     ;;
   shared)
     # nvimgcodec.SHARED_INSTANCE: the decoder objects on one nvImageCodec instance (the default;
