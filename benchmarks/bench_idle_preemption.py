@@ -24,8 +24,8 @@ cost each other with no thread shared between them (a physical core beneath two 
 clock shared by all). On one H100 host (thirty-third session, the same measure made by hand:
 native on cores 0-10, five busy loops on 11-15) 0.85-0.91x, beside gpu-only there 0.92-0.94x;
 on the 2-core box 1.00x (0.99-1.06, four rounds). That host's hybrid native threads lost about
-as much per core (769 rows per CPU-second against native alone's 839), so placing threads
-cannot win it back.
+as much per core (769 rows per CPU-second against native alone's 839): most of that loss is
+not the scheduler's to win back.
 
     python benchmarks/bench_idle_preemption.py --patterns 200:100,50:20 --wakers 4 --reserve 3
     python benchmarks/bench_idle_preemption.py --patterns 0:1000000 --wakers 5 --reserve 5

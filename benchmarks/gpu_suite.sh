@@ -107,7 +107,7 @@ for f in files:
               f"{native / cores if cores else 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
               f"{r.get('jpeg_engines_busy_percent') or 0:>6.0f}% {r.get('cpu_cores_busy') or 0:>5.1f} "
               f"{1e6 * d.get('gpu_stage_seconds', {}).get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f}")
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         print(f"{k:>3} {value:>8} no result ({type(e).__name__}: {e})")
 PY
 }
@@ -400,10 +400,12 @@ PY
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that
     # wake often (the GPU side's pattern), floating over every core or kept to three reserved
     # ones (one H100 host: hybrid's native threads about 787 rows per CPU-second against 1,048 alone).
+    python3 benchmarks/bench_idle_preemption.py --patterns 200:100,50:20 --wakers 8 --reserve 3 2>&1 \
+      | tee "$OUT/preempt.txt" | tail -32
     # 0:1000000 is a busy loop: partitioned, what the cores cost each other with no thread shared
     # (another H100 host, by hand: 0.85-0.91x with five loops on cores 11-15, thirty-third session).
-    python3 benchmarks/bench_idle_preemption.py --patterns 200:100,50:20,0:1000000 --wakers 8 --reserve 3 2>&1 \
-      | tee "$OUT/preempt.txt" | tail -48
+    python3 benchmarks/bench_idle_preemption.py --patterns 0:1000000 --wakers 5 --reserve 5 2>&1 \
+      | tee "$OUT/preempt_busy.txt" | tail -16
     ;;
   shared)
     # nvimgcodec.SHARED_INSTANCE: the decoder objects on one nvImageCodec instance (the default;

@@ -99,10 +99,10 @@ INLINE_THREAD_NAME = "fastdata-inline"
 # of the CPUs, in place of SCHED_IDLE's preemption) ran slower: on two H100 hosts (8,192 set,
 # alone, alternating; thirty-third session, 73817d6) 26,798 and 25,098 img/s with three cores
 # kept against 31,721 and 31,112 with every thread free (the GPU side starved, the engines 62-67%
-# busy against 97%), and 24,114 against 28,704 with five. The native threads' loss per core beside
-# the GPU side is the machine's, not the scheduler's: on cores 0-10 of one host native decode
-# gave 6-8% fewer rows per CPU-second while gpu-only ran on cores 11-15, and 9-15% fewer while
-# five busy loops did (docs/results.md).
+# busy against 97%), and 24,114 against 28,704 with five. On the second host the native threads'
+# loss per core beside the GPU side was mostly the machine's, not the scheduler's: on its cores
+# 0-10 native decode gave 6-8% fewer rows per CPU-second while gpu-only ran on cores 11-15, and
+# 9-15% fewer while five busy loops did (docs/results.md).
 GPU_NATIVE_NICE = 10
 GPU_NATIVE_IDLE = True
 
