@@ -83,12 +83,14 @@ bench_ab() {
   done
 }
 # One line per bench_ab run of NAME (its JSON files, in run order): img/s, the rows/s of each
-# side, the native threads' cores and rows per second of their CPU time (whole-run shares, so an
-# estimate), the share of that CPU time they waited for a core, the engines' busy share, the cores
-# of the whole process.   ab_table NAME
+# side, the native threads' cores and rows per second of their CPU time (fastdata-bench's own
+# estimate: bench_report.native_thread_share, native_rows_per_cpu_second), the share of that CPU
+# time they waited for a core, the engines' busy share, the cores of the whole process, the GPU
+# decoder's nvImageCodec calls' CPU per GPU row.   ab_table NAME
 ab_table() {
   python3 - "$OUT" "$1" <<'PY'
-import glob, json, os, re, sys
+import glob, json, re, sys
+from fastdata.cli.bench_report import native_rows_per_cpu_second, native_thread_share
 out, name = sys.argv[1:]
 print(f"{'run':>3} {'setting':>8} {'img/s':>8} {'gpu rows/s':>10} {'native rows/s':>13} {'native cores':>12} "
       f"{'per core-s':>10} {'runq':>5} {'engines':>7} {'cores':>5} {'call CPU us/row':>15}")
@@ -98,13 +100,12 @@ for f in files:
     try:
         r = json.load(open(f))["results"][0]
         d, secs = r.get("detail", {}), r.get("timed_seconds") or 0
-        rate, share = r["images_per_s"], d.get("gpu_share", 0.0)
+        rate, own = r["images_per_s"], native_thread_share(r) or 0.0
         cpu = r.get("thread_cpu_seconds", {}).get("fastdata-native", 0.0)
         waits = (r.get("thread_runqueue_seconds") or {}).get("fastdata-native", 0.0)
-        cores = cpu / secs if secs else 0.0
-        native = rate * (1 - share)
-        print(f"{k:>3} {value:>8} {rate:>8,.0f} {rate * share:>10,.0f} {native:>13,.0f} {cores:>12.1f} "
-              f"{native / cores if cores else 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
+        per_cpu = native_rows_per_cpu_second(r, own) if own > 0 else None
+        print(f"{k:>3} {value:>8} {rate:>8,.0f} {rate * d.get('gpu_share', 0.0):>10,.0f} {rate * own:>13,.0f} "
+              f"{cpu / secs if secs else 0:>12.1f} {per_cpu or 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
               f"{r.get('jpeg_engines_busy_percent') or 0:>6.0f}% {r.get('cpu_cores_busy') or 0:>5.1f} "
               f"{1e6 * d.get('gpu_stage_seconds', {}).get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f}")
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
@@ -387,13 +388,12 @@ PY
   blocking)
     # CUDA's host waits asleep: the primary context made with CU_CTX_SCHED_BLOCKING_SYNC (set before
     # torch makes it) or with CUDA's default (a waiting thread spins while the process has fewer
-    # contexts than cores), gpu-only then hybrid alone, alternating. The GPU side's decode calls
-    # take about as much CPU as wall (thirty-third session: 122-130 us of CPU per row in hybrid,
-    # 56 in gpu-only), so they spin while the engines work; does the context's flag reach them?
-    bench_ab blocking "import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')" \
-      True False False True
-    BENCH_COMPARE=fastdata-gpu bench_ab blocking_gpu "import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')" \
-      True False
+    # contexts than cores), hybrid then gpu-only alone, alternating: does the flag reach the GPU
+    # side's decode calls, whose CPU time is about their wall time? Thirty-third session, H100: no
+    # (102-116 against 106-110 us of CPU per GPU row in hybrid, 71 against 72 in gpu-only).
+    blocking_flag="import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')"
+    bench_ab blocking "$blocking_flag" True False False True
+    BENCH_COMPARE=fastdata-gpu bench_ab blocking_gpu "$blocking_flag" True False
     ab_table blocking; ab_table blocking_gpu
     ;;
   preempt)

@@ -190,15 +190,12 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
                  f"cores gpu leaves; a low estimate): {budget:,.0f} img/s")
         if hybrid is not None:
             line += f", hybrid {hybrid['images_per_s'] / budget:.0%} of it"
-    detail = (hybrid or {}).get("detail") or {}
-    if all(isinstance(detail.get(k), int) for k in ("gpu_rows", "native_rows", "gpu_rejected")) \
-            and detail["gpu_rows"] + detail["native_rows"] > 0:
+    own = native_thread_share(hybrid) if hybrid is not None else None
+    if own is not None:
         # Hybrid's native side gets fewer cores than native alone, and on some hosts less out of
         # each (an H100, thirty-second session: about 787 against 1,048): the two losses read
-        # apart here. The native threads' share of the rows leaves out those the GPU handed back
-        # (the inline engine's threads decode them).
-        own = (detail["native_rows"] - detail["gpu_rejected"]) / (detail["gpu_rows"] + detail["native_rows"])
-        alone, beside = _native_rows_per_core(native, 1.0), _native_rows_per_core(hybrid, own)
+        # apart here.
+        alone, beside = native_rows_per_cpu_second(native, 1.0), native_rows_per_cpu_second(hybrid, own)
         if alone is not None and beside is not None:
             line += f"; hybrid's native threads about {beside:,.0f} rows per core-second, native alone's {alone:,.0f}"
     if "engines" in ok:  # the gpu backend against what its decoder alone delivers
@@ -207,7 +204,19 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
     return line
 
 
-def _native_rows_per_core(result: Dict[str, Any], native_share: float) -> Optional[float]:
+def native_thread_share(result: Dict[str, Any]) -> Optional[float]:
+    """The share of a GPU backend's rows its native decode threads decoded, from the Loader's
+    counts over its whole life: the rows the GPU was not given, less those it handed back (the
+    inline engine's threads decode them). None without the counts."""
+    detail = result.get("detail") or {}
+    counts = [detail.get(k) for k in ("gpu_rows", "native_rows", "gpu_rejected")]
+    if not all(isinstance(c, int) for c in counts) or counts[0] + counts[1] <= 0:
+        return None
+    gpu_rows, native_rows, rejected = counts
+    return (native_rows - rejected) / (gpu_rows + native_rows)
+
+
+def native_rows_per_cpu_second(result: Dict[str, Any], native_share: float) -> Optional[float]:
     """Rows the native decode threads gave per second of their CPU time in the timed window,
     or None without their thread figures. ``native_share``: their share of the result's
     images, from the Loader's counts over its whole life, warm-up included (as on the GPU-side

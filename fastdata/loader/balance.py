@@ -213,11 +213,12 @@ class SplitBalancer:
             self._step = min(WAIT_STEP_MAX, max(WAIT_STEP_MIN, grown))
         self._last_move = move
         self.moves[move < 0] += 1
-        start = self.rate_share() if self.share_from_waits is None else self.share_from_waits
+        rates = self.rate_share()
+        start = rates if self.share_from_waits is None else self.share_from_waits
         # the rates' share is the floor of a move up (the module's text), once both are measured
-        if move > 0 and self.rates_measured and self.rate_share() > start:
+        if move > 0 and self.rates_measured and rates > start:
             self.lifts += 1
-            start = self.rate_share()
+            start = rates
         self.share_from_waits = min(1 - self.probe, max(self.probe, start + move * self._step))
 
     def observe_handover(self, rows: int, seconds: Optional[float], waited: bool) -> None:
