@@ -21,6 +21,8 @@
 #   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/64 of a batch (the default) or 1/16, alone (alternating)
 #   bash benchmarks/gpu_suite.sh blocking # the CUDA context's blocking sync on or CUDA's default, hybrid and gpu-only alone (alternating)
+#   bash benchmarks/gpu_suite.sh sleep   # the decode calls' threads asleep before each call (nvimgcodec.SLEEP_BEFORE_CALL) or not, hybrid and gpu-only alone (alternating)
+#   bash benchmarks/gpu_suite.sh sleep_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -138,7 +140,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|sleep|sleep_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -395,6 +397,19 @@ PY
     bench_ab blocking "$blocking_flag" True False False True
     BENCH_COMPARE=fastdata-gpu bench_ab blocking_gpu "$blocking_flag" True False
     ab_table blocking; ab_table blocking_gpu
+    ;;
+  sleep)
+    # nvimgcodec.SLEEP_BEFORE_CALL: each instance's thread asleep on a blocking event until the
+    # instance's last work is done, or the call's own (spinning) wait, hybrid then gpu-only alone,
+    # alternating; the "call CPU us/row" column is the question.
+    bench_ab sleep "import fastdata.decoders.nvimgcodec as n; n.SLEEP_BEFORE_CALL = VALUE" True False False True
+    BENCH_COMPARE=fastdata-gpu bench_ab sleep_gpu "import fastdata.decoders.nvimgcodec as n; n.SLEEP_BEFORE_CALL = VALUE" \
+      True False
+    ab_table sleep; ab_table sleep_gpu
+    ;;
+  sleep_train)
+    graphs_ab sleep "import fastdata.decoders.nvimgcodec as n; n.SLEEP_BEFORE_CALL = VALUE" \
+      "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   preempt)
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that

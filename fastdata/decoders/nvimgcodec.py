@@ -240,6 +240,16 @@ BUFFER_POOL_BYTES = 1024 * 2**20
 # _stage_bitstreams took 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB)
 # on the 2-core box.
 PINNED_BITSTREAMS = False
+
+# An nvImageCodec call returns once its work is queued, and the instance's next call first waits
+# for that work (DECODE_LANES says so); that wait spins on the calling thread's core. The decode
+# calls took about as much CPU as wall time: 107-130 us of CPU per GPU row in hybrid (four lanes,
+# their calls waiting behind each other's on the engines) against 56-73 in gpu-only (H100,
+# 8,192 set, thirty-third session), and a CUDA context made with CU_CTX_SCHED_BLOCKING_SYNC did
+# not change it (102-116 against 106-110; gpu_suite.sh blocking). True: each instance's
+# thread sleeps on a blocking event recorded after the instance's last call before making the
+# next, so the call finds that work done; False: the call waits (spinning), for the A/B.
+SLEEP_BEFORE_CALL = True
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
 BITSTREAM_POOL_BYTES = 256 * 2**20
@@ -356,6 +366,10 @@ class NvImageCodecDecoder:
         # which no priority of these reaches.
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
+        # Per instance, a blocking event after its last call's work (SLEEP_BEFORE_CALL); only the
+        # thread calling that instance reads or sets its entry.
+        self._instance_done: List[Optional[torch.cuda.Event]] = [None] * instances
+        self.sleep_before_call = SLEEP_BEFORE_CALL
         self._closed = False
         self._lock = threading.Lock()
         # Finished batches' image buffers (_take_buffer) and staged bitstreams (PINNED_BITSTREAMS), for later ones
@@ -520,9 +534,18 @@ class NvImageCodecDecoder:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
                 if decoded.allocated is not None and k != decoded.lead:
                     stream.wait_event(decoded.allocated)
-                statuses = [call(positions, stream.cuda_stream) for positions in calls]
-                ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
-                ready.record(stream)
+                if self.sleep_before_call:
+                    statuses = []
+                    for positions in calls:
+                        if self._instance_done[k] is not None:
+                            self._instance_done[k].synchronize()  # asleep, where the call would spin
+                        statuses.append(call(positions, stream.cuda_stream))
+                        self._instance_done[k] = ready = torch.cuda.Event(blocking=True)
+                        ready.record(stream)
+                else:
+                    statuses = [call(positions, stream.cuda_stream) for positions in calls]
+                    ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
+                    ready.record(stream)
         return _Share(np.concatenate(calls), np.concatenate(statuses), ready, time.thread_time() - c0)
 
     def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
