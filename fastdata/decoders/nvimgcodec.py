@@ -241,14 +241,17 @@ BUFFER_POOL_BYTES = 1024 * 2**20
 # on the 2-core box.
 PINNED_BITSTREAMS = False
 
-# An nvImageCodec call returns once its work is queued, and the instance's next call first waits
-# for that work (DECODE_LANES says so); that wait spins on the calling thread's core. The decode
-# calls took about as much CPU as wall time: 107-130 us of CPU per GPU row in hybrid (four lanes,
-# their calls waiting behind each other's on the engines) against 56-73 in gpu-only (H100,
-# 8,192 set, thirty-third session), and a CUDA context made with CU_CTX_SCHED_BLOCKING_SYNC did
-# not change it (102-116 against 106-110; gpu_suite.sh blocking). True: each instance's
-# thread sleeps on a blocking event recorded after the instance's last call before making the
-# next, so the call finds that work done; False: the call waits (spinning), for the A/B.
+# An nvImageCodec call returns once its work is queued, and a decoder object's next call most likely
+# first waits for that work (DECODE_LANES: read in nvImageCodec 0.8's source; the runs below used
+# 0.9), spinning on the calling thread's core. The decode calls took about as much CPU as wall
+# time: 107-130 us of CPU per GPU row in hybrid (four lanes, their calls waiting behind each
+# other's on the engines) against 56-73 in gpu-only (H100, 8,192 set, thirty-third session), and a
+# CUDA context made with CU_CTX_SCHED_BLOCKING_SYNC did not change it (102-116 against 106-110;
+# gpu_suite.sh blocking). If the spin is instead the current call's own wait (fastdata's call
+# waits for its future, csrc/gpu/nvimgcodec_batch.cpp), this saves nothing: the A/B
+# (gpu_suite.sh sleep) tells. True: the thread that calls decoder object k sleeps on a blocking
+# event recorded after k's last call before making the next; False: the call waits as it will.
+# NOT MEASURED yet (branch exp/sleep-before-call).
 SLEEP_BEFORE_CALL = True
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
@@ -366,8 +369,9 @@ class NvImageCodecDecoder:
         # which no priority of these reaches.
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
-        # Per instance, a blocking event after its last call's work (SLEEP_BEFORE_CALL); only the
-        # thread calling that instance reads or sets its entry.
+        # Per decoder object, a blocking event after its last call's work (SLEEP_BEFORE_CALL). One
+        # thread at a time calls an object (a lane's lead, or a helper the lane waits for before
+        # its next batch), so each call sees the entry the previous one set.
         self._instance_done: List[Optional[torch.cuda.Event]] = [None] * instances
         self.sleep_before_call = SLEEP_BEFORE_CALL
         self._closed = False
@@ -535,7 +539,7 @@ class NvImageCodecDecoder:
                 if decoded.allocated is not None and k != decoded.lead:
                     stream.wait_event(decoded.allocated)
                 if self.sleep_before_call:
-                    statuses = []
+                    statuses, ready = [], None
                     for positions in calls:
                         if self._instance_done[k] is not None:
                             self._instance_done[k].synchronize()  # asleep, where the call would spin
