@@ -21,8 +21,7 @@
 #   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/64 of a batch (the default) or 1/16, alone (alternating)
 #   bash benchmarks/gpu_suite.sh blocking # the CUDA context's blocking sync on or CUDA's default, hybrid and gpu-only alone (alternating)
-#   bash benchmarks/gpu_suite.sh sleep   # the decode calls' threads asleep before each call (nvimgcodec.SLEEP_BEFORE_CALL) or not, hybrid and gpu-only alone (alternating)
-#   bash benchmarks/gpu_suite.sh sleep_train # the same beside ResNet-18 training as CUDA graphs (alternating)
+#   bash benchmarks/gpu_suite.sh blocking_train # the same beside ResNet-18 training as CUDA graphs, synthetic under both (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -51,6 +50,10 @@ with_setting() {
 if sys.argv[1] == 'bench': sys.argv = ['fastdata-bench'] + sys.argv[2:]; runpy.run_module('fastdata.cli.bench', run_name='__main__')
 else: sys.argv = ['train.py'] + sys.argv[2:]; runpy.run_path('examples/train.py', run_name='__main__')" "$target" "$@"
 }
+# The setting for an A/B of the CUDA context's scheduling: VALUE True makes the primary context
+# with blocking sync (CU_CTX_SCHED_BLOCKING_SYNC = 4: a wait on the GPU sleeps instead of
+# spinning), before anything uses CUDA; False leaves CUDA's default.
+blocking_flag="import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')"
 # What this machine's CPU side does now: native decode alone on the CPU (16 threads, the 8,192
 # set unless SET), one line, its JSON in $OUT/NAME_host.json. Hosts lent as one kind differ, and
 # one machine drifted ~20% between calls (twenty-eighth session), so a training table's share of
@@ -116,7 +119,9 @@ PY
 }
 # ResNet-18 training as CUDA graphs on the 8,192 set, an A/B of the module switch SETTING (its
 # value written as VALUE): one synthetic run, then each RUN ("value|backend") in turn, each its own
-# process; one table per value, each against the same synthetic run, in $OUT/NAME_value.md.
+# process; one table per value, each against the same synthetic run (or against the value's own,
+# where a RUN's backend is "synthetic": the last synthetic run is a table's reference), in
+# $OUT/NAME_value.md.
 #   graphs_ab NAME SETTING RUN...
 graphs_ab() {
   local name=$1 setting=$2 run value backend; shift 2
@@ -131,7 +136,9 @@ graphs_ab() {
   for run in "$@"; do
     value=${run%%|*}; backend=${run#*|}
     echo "== $name $value, $backend"
-    with_setting "${setting//VALUE/$value}" train /tmp/set8192 --no-eval --backend "$backend" $args \
+    local input="/tmp/set8192 --no-eval --backend $backend"
+    [ "$backend" = synthetic ] && input=--synthetic  # the value's own synthetic run: its table's reference
+    with_setting "${setting//VALUE/$value}" train $input $args \
       --results "$OUT/${name}_$value.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
   done
   host_probe "${name}_after"
@@ -140,7 +147,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|sleep|sleep_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -393,23 +400,15 @@ PY
     # contexts than cores), hybrid then gpu-only alone, alternating: does the flag reach the GPU
     # side's decode calls, whose CPU time is about their wall time? Thirty-third session, H100: no
     # (102-116 against 106-110 us of CPU per GPU row in hybrid, 71 against 72 in gpu-only).
-    blocking_flag="import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')"
     bench_ab blocking "$blocking_flag" True False False True
     BENCH_COMPARE=fastdata-gpu bench_ab blocking_gpu "$blocking_flag" True False
     ab_table blocking; ab_table blocking_gpu
     ;;
-  sleep)
-    # nvimgcodec.SLEEP_BEFORE_CALL: each instance's thread asleep on a blocking event until the
-    # instance's last work is done, or the call's own (spinning) wait, hybrid then gpu-only alone,
-    # alternating; the "call CPU us/row" column is the question.
-    bench_ab sleep "import fastdata.decoders.nvimgcodec as n; n.SLEEP_BEFORE_CALL = VALUE" True False False True
-    BENCH_COMPARE=fastdata-gpu bench_ab sleep_gpu "import fastdata.decoders.nvimgcodec as n; n.SLEEP_BEFORE_CALL = VALUE" \
-      True False
-    ab_table sleep; ab_table sleep_gpu
-    ;;
-  sleep_train)
-    graphs_ab sleep "import fastdata.decoders.nvimgcodec as n; n.SLEEP_BEFORE_CALL = VALUE" \
-      "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
+  blocking_train)
+    # Beside training the decode calls took ~850 us of CPU per GPU row against ~120 alone (H100,
+    # thirty-fourth session): if that is a wait for the GPU inside nvJPEG, blocking sync frees the
+    # cores for the native threads. It reaches the training's own waits too, so synthetic runs under it.
+    graphs_ab blocking "$blocking_flag" "True|synthetic" "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   preempt)
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that

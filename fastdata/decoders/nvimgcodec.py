@@ -240,19 +240,6 @@ BUFFER_POOL_BYTES = 1024 * 2**20
 # _stage_bitstreams took 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB)
 # on the 2-core box.
 PINNED_BITSTREAMS = False
-
-# An nvImageCodec call returns once its work is queued, and a decoder object's next call most likely
-# first waits for that work (DECODE_LANES: read in nvImageCodec 0.8's source; the runs below used
-# 0.9), spinning on the calling thread's core. The decode calls took about as much CPU as wall
-# time: 107-130 us of CPU per GPU row in hybrid (four lanes, their calls waiting behind each
-# other's on the engines) against 56-73 in gpu-only (H100, 8,192 set, thirty-third session), and a
-# CUDA context made with CU_CTX_SCHED_BLOCKING_SYNC did not change it (102-116 against 106-110;
-# gpu_suite.sh blocking). If the spin is instead the current call's own wait (fastdata's call
-# waits for its future, csrc/gpu/nvimgcodec_batch.cpp), this saves nothing: the A/B
-# (gpu_suite.sh sleep) tells. True: the thread that calls decoder object k sleeps on a blocking
-# event recorded after k's last call before making the next; False: the call waits as it will.
-# NOT MEASURED yet (branch exp/sleep-before-call).
-SLEEP_BEFORE_CALL = True
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
 BITSTREAM_POOL_BYTES = 256 * 2**20
@@ -369,11 +356,6 @@ class NvImageCodecDecoder:
         # which no priority of these reaches.
         self._decode_streams = ([torch.cuda.Stream(device) for _ in range(instances)]
                                 if device.type == "cuda" else [None] * instances)
-        # Per decoder object, a blocking event after its last call's work (SLEEP_BEFORE_CALL). One
-        # thread at a time calls an object (a lane's lead, or a helper the lane waits for before
-        # its next batch), so each call sees the entry the previous one set.
-        self._instance_done: List[Optional[torch.cuda.Event]] = [None] * instances
-        self.sleep_before_call = SLEEP_BEFORE_CALL
         self._closed = False
         self._lock = threading.Lock()
         # Finished batches' image buffers (_take_buffer) and staged bitstreams (PINNED_BITSTREAMS), for later ones
@@ -538,18 +520,15 @@ class NvImageCodecDecoder:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
                 if decoded.allocated is not None and k != decoded.lead:
                     stream.wait_event(decoded.allocated)
-                if self.sleep_before_call:
-                    statuses, ready = [], None
-                    for positions in calls:
-                        if self._instance_done[k] is not None:
-                            self._instance_done[k].synchronize()  # asleep, where the call would spin
-                        statuses.append(call(positions, stream.cuda_stream))
-                        self._instance_done[k] = ready = torch.cuda.Event(blocking=True)
-                        ready.record(stream)
-                else:
-                    statuses = [call(positions, stream.cuda_stream) for positions in calls]
-                    ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
-                    ready.record(stream)
+                # Each call holds its thread on a core for about its whole length, beside training
+                # 10x longer than alone. Not the wait nvImageCodec's hardware decoder makes for the
+                # object's previous call (cudaEventSynchronize): a thread kept asleep on a blocking
+                # event until that work was done changed neither the calls' CPU per row (117-121
+                # against 121-126 us alone, ~830 against ~850 beside ResNet-18 training) nor the
+                # rate (H100, thirty-fourth session, docs/results.md). So it is inside nvJPEG's call.
+                statuses = [call(positions, stream.cuda_stream) for positions in calls]
+                ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
+                ready.record(stream)
         return _Share(np.concatenate(calls), np.concatenate(statuses), ready, time.thread_time() - c0)
 
     def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
