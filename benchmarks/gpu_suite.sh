@@ -408,6 +408,8 @@ PY
     # Beside training the decode calls took ~850 us of CPU per GPU row against ~120 alone (H100,
     # thirty-fourth session): if that is a wait for the GPU inside nvJPEG, blocking sync frees the
     # cores for the native threads. It reaches the training's own waits too, so synthetic runs under it.
+    # One pair on an H200 (these runs by hand, thirty-fourth session): 76.0% against 75.1% of
+    # synthetic, the calls' CPU 91% of their wall against 90%: it did not reach them.
     graphs_ab blocking "$blocking_flag" "True|synthetic" "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   preempt)
