@@ -409,7 +409,9 @@ PY
     # thirty-fourth session): if that is a wait for the GPU inside nvJPEG, blocking sync frees the
     # cores for the native threads. It reaches the training's own waits too, so synthetic runs under it.
     # One pair on an H200 (these runs by hand, thirty-fourth session): 76.0% against 75.1% of
-    # synthetic, the calls' CPU 91% of their wall against 90%: it did not reach them.
+    # synthetic, the calls' CPU 91% of their wall against 90%: no change seen, but there the calls
+    # took ~350 us a GPU row, not the H100's ~850. The True table keeps the copied default-context
+    # synthetic row above its own, which is its reference.
     graphs_ab blocking "$blocking_flag" "True|synthetic" "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   preempt)

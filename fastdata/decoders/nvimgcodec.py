@@ -520,12 +520,13 @@ class NvImageCodecDecoder:
             with torch.cuda.device(self.device), torch.cuda.stream(stream):
                 if decoded.allocated is not None and k != decoded.lead:
                     stream.wait_event(decoded.allocated)
-                # Each call holds its thread on a core for about its whole length, beside training
-                # 10x longer than alone. Not the wait nvImageCodec's hardware decoder makes for the
-                # object's previous call (cudaEventSynchronize): a thread kept asleep on a blocking
-                # event until that work was done changed neither the calls' CPU per row (117-121
-                # against 121-126 us alone, ~830 against ~850 beside ResNet-18 training) nor the
-                # rate (H100, thirty-fourth session, docs/results.md). So it is inside nvJPEG's call.
+                # Each call holds its thread on a core for about its whole length: beside training
+                # about 7x the CPU per GPU row of alone (H100). Not the wait nvImageCodec's hardware
+                # decoder makes for the object's previous call (cudaEventSynchronize): a thread kept
+                # asleep on a blocking event until that work was done changed neither the calls' CPU
+                # per row (117-121 against 121-126 us alone, ~840 against ~846 beside ResNet-18
+                # training) nor the rate (thirty-fourth session, docs/results.md). So it is inside
+                # the call itself, most likely nvJPEG's own waits (as in the twenty-fifth session).
                 statuses = [call(positions, stream.cuda_stream) for positions in calls]
                 ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
                 ready.record(stream)
