@@ -91,20 +91,21 @@ bench_ab() {
 # side, the native threads' cores and rows per second of their CPU time (fastdata-bench's own
 # estimate: bench_report.native_thread_share, native_rows_per_cpu_second), the share of that CPU
 # time they waited for a core, the engines' busy share, the cores of the whole process, the GPU
-# decoder's nvImageCodec calls' CPU per GPU row.   ab_table NAME
+# decoder's nvImageCodec calls' CPU per GPU row and the part of it in the kernel.   ab_table NAME
 ab_table() {
   python3 - "$OUT" "$1" <<'PY'
 import glob, json, re, sys
 from fastdata.cli.bench_report import native_rows_per_cpu_second, native_thread_share
 out, name = sys.argv[1:]
 print(f"{'run':>3} {'setting':>8} {'img/s':>8} {'gpu rows/s':>10} {'native rows/s':>13} {'native cores':>12} "
-      f"{'per core-s':>10} {'runq':>5} {'engines':>7} {'cores':>5} {'call CPU us/row':>15}")
+      f"{'per core-s':>10} {'runq':>5} {'engines':>7} {'cores':>5} {'call CPU us/row':>15} {'kernel':>6}")
 files = sorted(glob.glob(f"{out}/{name}_[0-9]*_*.json"), key=lambda f: int(re.search(rf"{name}_(\d+)_", f).group(1)))
 for f in files:
     k, value = re.search(rf"{name}_(\d+)_(.*)\.json$", f).groups()
     try:
         r = json.load(open(f))["results"][0]
         d, secs = r.get("detail", {}), r.get("timed_seconds") or 0
+        stage = d.get("gpu_stage_seconds") or {}
         rate, own = r["images_per_s"], native_thread_share(r) or 0.0
         cpu = r.get("thread_cpu_seconds", {}).get("fastdata-native", 0.0)
         waits = (r.get("thread_runqueue_seconds") or {}).get("fastdata-native", 0.0)
@@ -112,7 +113,8 @@ for f in files:
         print(f"{k:>3} {value:>8} {rate:>8,.0f} {rate * d.get('gpu_share', 0.0):>10,.0f} {rate * own:>13,.0f} "
               f"{cpu / secs if secs else 0:>12.1f} {per_cpu or 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
               f"{r.get('jpeg_engines_busy_percent') or 0:>6.0f}% {r.get('cpu_cores_busy') or 0:>5.1f} "
-              f"{1e6 * d.get('gpu_stage_seconds', {}).get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f}")
+              f"{1e6 * stage.get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f} "
+              f"{stage.get('decode_sys', float('nan')) / stage['decode_cpu'] if stage.get('decode_cpu') else float('nan'):>6.0%}")
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         print(f"{k:>3} {value:>8} no result ({type(e).__name__}: {e})")
 PY

@@ -237,7 +237,7 @@ GPU_FEEDER_THREADS = ("py:fastdata-gpu-", "[NVIMGCODEC]")
 def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     """Where a gpu or hybrid contender's time goes, one line each: the rows/s its GPU side
     delivered; the nvImageCodec decode stage's wall time (summed over its lanes) and its calling
-    threads' CPU time per GPU row, and how busy that stage was (wall per row x GPU rows/s / lanes:
+    threads' CPU time per GPU row (with the part of it in the kernel), and how busy that stage was (wall per row x GPU rows/s / lanes:
     near 100% means the GPU
     side is the limit; the first batches' slower calls can put that estimate above 100%, shown
     as 100%); the share of their CPU time the GPU decoder's threads spent runnable
@@ -259,8 +259,11 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         rate = r["images_per_s"] * detail.get("gpu_share", 1.0)
         lanes = detail.get("gpu_decode_lanes", 1)
         wall, cpu = stage["decode"] / gpu_rows, stage["decode_cpu"] / gpu_rows
+        # the kernel's part: a wait that polls the driver, against a spin in the library's own code
+        kernel = stage.get("decode_sys", float("nan")) / stage["decode_cpu"] if stage["decode_cpu"] > 0 else float("nan")
         line = (f"{r['label']}: GPU side {rate:,.0f} rows/s; its decode calls {1e6 * wall:.0f} us of wall and "
-                f"{1e6 * cpu:.0f} us of CPU per row, the stage busy {min(1.0, wall * rate / lanes):.0%}"
+                f"{1e6 * cpu:.0f} us of CPU per row" + (f" ({kernel:.0%} of it in the kernel)" if kernel == kernel else "")
+                + f", the stage busy {min(1.0, wall * rate / lanes):.0%}"
                 + (f" (each of {lanes} lanes)" if lanes > 1 else ""))
         threads, waits = r.get("thread_cpu_seconds", {}), r.get("thread_runqueue_seconds")
         feeders = [k for k in threads if k.startswith(GPU_FEEDER_THREADS)]

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from .. import _C
+from ..io.host import calling_thread_cpu
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .buffer_pool import BufferPool
@@ -366,8 +367,11 @@ class NvImageCodecDecoder:
         # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
         # the calls work or spin on the host, near zero that they sleep while the engines
-        # decode), queueing the resample, and waiting for the stream (the GPU work left).
-        self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
+        # decode; decode_sys: the part of it in the kernel, which tells a wait that polls the
+        # driver from one that spins in the library's own code), queueing the resample, and
+        # waiting for the stream (the GPU work left).
+        self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "decode_sys": 0.0, "resample": 0.0,
+                              "gpu_wait": 0.0}
 
     @property
     def decoder_total(self) -> int:
@@ -492,12 +496,13 @@ class NvImageCodecDecoder:
         with self._lock:  # the lanes add up at once
             self.stage_seconds["decode"] += decoded.seconds
             self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
+            self.stage_seconds["decode_sys"] += sum(part.sys_seconds for part in results)
         return decoded
 
     def _decode_share(self, k: int, batch: PlannedBatch, decoded: _Decoded, calls: List[np.ndarray]) -> _Share:
         """Decoder instance ``k`` makes ``calls`` (positions in the stage's rows, one array per
         call), one after another, on its own stream."""
-        c0 = time.thread_time()
+        cpu0, sys0 = calling_thread_cpu()
         layout = decoded.layout
         stream = self._decode_streams[k]
 
@@ -530,7 +535,8 @@ class NvImageCodecDecoder:
                 statuses = [call(positions, stream.cuda_stream) for positions in calls]
                 ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
                 ready.record(stream)
-        return _Share(np.concatenate(calls), np.concatenate(statuses), ready, time.thread_time() - c0)
+        cpu1, sys1 = calling_thread_cpu()
+        return _Share(np.concatenate(calls), np.concatenate(statuses), ready, cpu1 - cpu0, sys1 - sys0)
 
     def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
         """A buffer of at least ``nbytes`` for a batch's images (BufferPool), new ones on the
@@ -738,12 +744,13 @@ class SharedWallClock:
 class _Share:
     """One decoder instance's part of a batch: the rows' positions in the stage's rows, their
     statuses (``DECODED`` or why not), the event its stream records after its calls, and the CPU
-    seconds of the calling thread."""
+    seconds of the calling thread, with the part of them in the kernel."""
 
     positions: np.ndarray
     status: np.ndarray
     ready: Optional[Any] = None  # torch.cuda.Event
     cpu_seconds: float = 0.0
+    sys_seconds: float = 0.0
 
 
 @dataclass

@@ -8,12 +8,18 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Dict, List
+import time
+from typing import Dict, List, Tuple
+
+try:
+    import resource
+except ImportError:  # not Unix
+    resource = None
 
 import psutil
 
 __all__ = ["usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds",
-           "thread_runqueue_seconds"]
+           "thread_runqueue_seconds", "calling_thread_cpu"]
 
 
 def usable_cores() -> int:
@@ -86,6 +92,16 @@ def thread_cpu_seconds() -> Dict[str, float]:
         if t.id in labels:
             totals[labels[t.id]] = totals.get(labels[t.id], 0.0) + t.user_time + t.system_time
     return totals
+
+
+def calling_thread_cpu() -> Tuple[float, float]:
+    """The calling thread's CPU seconds so far, and the part of them spent in the kernel
+    (``getrusage(RUSAGE_THREAD)``, Linux). Where the OS gives no per-thread split, the total
+    from ``time.thread_time`` and a kernel part of NaN. Take differences over a window."""
+    if resource is not None and hasattr(resource, "RUSAGE_THREAD"):
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        return usage.ru_utime + usage.ru_stime, usage.ru_stime
+    return time.thread_time(), float("nan")
 
 
 def thread_runqueue_seconds() -> Dict[str, float]:

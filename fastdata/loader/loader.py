@@ -288,9 +288,10 @@ class Loader:
     def gpu_stage_seconds(self) -> Dict[str, float]:
         """Where the GPU decoder's worker threads spent their time since the loader was made
         (seconds, summed over batches and lanes): ``decode`` (its nvImageCodec calls' wall
-        time), ``decode_cpu`` (their threads' CPU time), ``resample`` (queueing the kernels)
-        and ``gpu_wait`` (waiting for them to finish: the GPU's queue). Empty when no GPU decoder
-        keeps these (native, dali, nvjpeg)."""
+        time), ``decode_cpu`` (their threads' CPU time), ``decode_sys`` (the part of that CPU
+        time in the kernel), ``resample`` (queueing the kernels) and ``gpu_wait`` (waiting for
+        them to finish: the GPU's queue). Empty when no GPU decoder keeps these (native, dali,
+        nvjpeg)."""
         stages = getattr(self._pipeline.decoders[0], "stage_seconds", None)
         return dict(stages) if stages else {}
 

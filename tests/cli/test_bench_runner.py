@@ -6,6 +6,7 @@ computed by hand, not read off a wall clock.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -270,6 +271,42 @@ def test_jpeg_engines_are_sampled_through_the_timed_window_on_cuda_only(monkeypa
     assert bench_runner.pool(rounds)["jpeg_engines_busy_percent"] == pytest.approx(40.0)
 
 
+def test_calling_thread_cpu_splits_the_kernels_part_from_user_code():
+    """Reading /dev/zero in large blocks is nearly all kernel time (the kernel zeroes the
+    buffer), hashing in Python nearly all user time: the split must tell them apart, and its
+    total must agree with time.thread_time, the CPU clock the rest of the library uses."""
+    import hashlib
+
+    from fastdata.io.host import calling_thread_cpu
+
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+
+    def measure(work):
+        cpu0, sys0, clock0 = *calling_thread_cpu(), time.thread_time()
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end:
+            work()
+        cpu1, sys1, clock1 = *calling_thread_cpu(), time.thread_time()
+        return cpu1 - cpu0, sys1 - sys0, clock1 - clock0
+
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    buffer = bytearray(8 << 20)
+    try:
+        kernel_cpu, kernel_sys, kernel_clock = measure(lambda: os.readv(fd, [buffer]))
+    finally:
+        os.close(fd)
+    data = bytes(1 << 20)
+    user_cpu, user_sys, user_clock = measure(lambda: hashlib.sha256(data).digest())
+    if user_sys != user_sys:  # NaN: no per-thread split on this OS
+        pytest.skip("no per-thread user/system split (getrusage RUSAGE_THREAD)")
+    assert kernel_cpu > 0.1 and user_cpu > 0.1, (kernel_cpu, user_cpu)
+    assert kernel_sys / kernel_cpu > 0.6, (kernel_sys, kernel_cpu)
+    assert user_sys / user_cpu < 0.2, (user_sys, user_cpu)
+    # the same clock as time.thread_time (getrusage's ticks are coarser: allow 20 ms)
+    assert kernel_cpu == pytest.approx(kernel_clock, abs=0.02) and user_cpu == pytest.approx(user_clock, abs=0.02)
+
+
 def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     from fastdata.cli import bench_report
 
@@ -307,6 +344,12 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
         "planning threads 0.8 cores; the split from the waits ended at 68% (the rates' 65%) after 40 moves up "
         "(3 from the rates' share) and 38 down")
     del hybrid["detail"]["split_from_waits"]
+    # the kernel's part of the calls' CPU (NvImageCodecDecoder.stage_seconds["decode_sys"])
+    hybrid["detail"]["gpu_stage_seconds"]["decode_sys"] = 1.5
+    assert bench_report.gpu_side_lines({"results": [hybrid]})[0].startswith(
+        "hybrid: GPU side 12,000 rows/s; its decode calls 100 us of wall and 50 us of CPU per row "
+        "(25% of it in the kernel), the stage busy 60% (each of 2 lanes)")
+    del hybrid["detail"]["gpu_stage_seconds"]["decode_sys"]
     # making the decoder's nvImageCodec decoders, once per Loader (NvImageCodecDecoder.creation_seconds)
     hybrid["detail"]["gpu_decoder_creation"] = {"wall": 16.48, "instance_create": 16.3, "decoder_create": 0.12,
                                                 "decoders": 16, "instances": 16}
