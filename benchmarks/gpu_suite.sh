@@ -114,7 +114,8 @@ for f in files:
               f"{cpu / secs if secs else 0:>12.1f} {per_cpu or 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
               f"{r.get('jpeg_engines_busy_percent') or 0:>6.0f}% {r.get('cpu_cores_busy') or 0:>5.1f} "
               f"{1e6 * stage.get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f} "
-              f"{stage.get('decode_sys', float('nan')) / stage['decode_cpu'] if stage.get('decode_cpu') else float('nan'):>6.0%}")
+              + (f"{stage['decode_sys'] / stage['decode_cpu']:>6.0%}" if stage.get("decode_sys") is not None
+                 and stage.get("decode_cpu") else f"{'-':>6}"))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         print(f"{k:>3} {value:>8} no result ({type(e).__name__}: {e})")
 PY

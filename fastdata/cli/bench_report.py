@@ -259,11 +259,12 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         rate = r["images_per_s"] * detail.get("gpu_share", 1.0)
         lanes = detail.get("gpu_decode_lanes", 1)
         wall, cpu = stage["decode"] / gpu_rows, stage["decode_cpu"] / gpu_rows
-        # the kernel's part: a wait that polls the driver, against a spin in the library's own code
-        kernel = stage.get("decode_sys", float("nan")) / stage["decode_cpu"] if stage["decode_cpu"] > 0 else float("nan")
+        # the kernel's part: waiting through system calls, against a spin in user space
+        in_kernel = stage.get("decode_sys")
+        kernel = (f" ({in_kernel / stage['decode_cpu']:.0%} of it in the kernel)"
+                  if in_kernel is not None and stage["decode_cpu"] > 0 else "")
         line = (f"{r['label']}: GPU side {rate:,.0f} rows/s; its decode calls {1e6 * wall:.0f} us of wall and "
-                f"{1e6 * cpu:.0f} us of CPU per row" + (f" ({kernel:.0%} of it in the kernel)" if kernel == kernel else "")
-                + f", the stage busy {min(1.0, wall * rate / lanes):.0%}"
+                f"{1e6 * cpu:.0f} us of CPU per row{kernel}, the stage busy {min(1.0, wall * rate / lanes):.0%}"
                 + (f" (each of {lanes} lanes)" if lanes > 1 else ""))
         threads, waits = r.get("thread_cpu_seconds", {}), r.get("thread_runqueue_seconds")
         feeders = [k for k in threads if k.startswith(GPU_FEEDER_THREADS)]

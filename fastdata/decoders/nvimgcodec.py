@@ -367,11 +367,13 @@ class NvImageCodecDecoder:
         # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
         # the calls work or spin on the host, near zero that they sleep while the engines
-        # decode; decode_sys: the part of it in the kernel, which tells a wait that polls the
-        # driver from one that spins in the library's own code), queueing the resample, and
-        # waiting for the stream (the GPU work left).
-        self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "decode_sys": 0.0, "resample": 0.0,
-                              "gpu_wait": 0.0}
+        # decode; decode_sys, where the OS splits a thread's CPU time: the part of it in the
+        # kernel, which tells waiting through system calls (ioctls to the driver, sched_yield)
+        # from a spin in user space, CUDA's or nvJPEG's own), queueing the resample, and waiting
+        # for the stream (the GPU work left).
+        self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
+        if calling_thread_cpu()[1] is not None:
+            self.stage_seconds["decode_sys"] = 0.0
 
     @property
     def decoder_total(self) -> int:
@@ -496,7 +498,8 @@ class NvImageCodecDecoder:
         with self._lock:  # the lanes add up at once
             self.stage_seconds["decode"] += decoded.seconds
             self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
-            self.stage_seconds["decode_sys"] += sum(part.sys_seconds for part in results)
+            if "decode_sys" in self.stage_seconds:
+                self.stage_seconds["decode_sys"] += sum(part.sys_seconds or 0.0 for part in results)
         return decoded
 
     def _decode_share(self, k: int, batch: PlannedBatch, decoded: _Decoded, calls: List[np.ndarray]) -> _Share:
@@ -536,7 +539,8 @@ class NvImageCodecDecoder:
                 ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
                 ready.record(stream)
         cpu1, sys1 = calling_thread_cpu()
-        return _Share(np.concatenate(calls), np.concatenate(statuses), ready, cpu1 - cpu0, sys1 - sys0)
+        return _Share(np.concatenate(calls), np.concatenate(statuses), ready, cpu1 - cpu0,
+                      None if sys0 is None or sys1 is None else sys1 - sys0)
 
     def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
         """A buffer of at least ``nbytes`` for a batch's images (BufferPool), new ones on the
@@ -750,7 +754,7 @@ class _Share:
     status: np.ndarray
     ready: Optional[Any] = None  # torch.cuda.Event
     cpu_seconds: float = 0.0
-    sys_seconds: float = 0.0
+    sys_seconds: Optional[float] = None  # None where the OS gives no per-thread split
 
 
 @dataclass

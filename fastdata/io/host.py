@@ -9,7 +9,7 @@ import os
 import re
 import threading
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 try:
     import resource
@@ -94,14 +94,15 @@ def thread_cpu_seconds() -> Dict[str, float]:
     return totals
 
 
-def calling_thread_cpu() -> Tuple[float, float]:
-    """The calling thread's CPU seconds so far, and the part of them spent in the kernel
-    (``getrusage(RUSAGE_THREAD)``, Linux). Where the OS gives no per-thread split, the total
-    from ``time.thread_time`` and a kernel part of NaN. Take differences over a window."""
-    if resource is not None and hasattr(resource, "RUSAGE_THREAD"):
-        usage = resource.getrusage(resource.RUSAGE_THREAD)
-        return usage.ru_utime + usage.ru_stime, usage.ru_stime
-    return time.thread_time(), float("nan")
+def calling_thread_cpu() -> Tuple[float, Optional[float]]:
+    """The calling thread's CPU seconds so far (``time.thread_time``, exact), and the part of
+    them spent in the kernel (``getrusage(RUSAGE_THREAD)``: Linux; None elsewhere). The kernel
+    splits a thread's time by sampling it at each clock tick, so only the sum over many short
+    windows is a fair split. Take differences over a window."""
+    total = time.thread_time()
+    if resource is None or not hasattr(resource, "RUSAGE_THREAD"):
+        return total, None
+    return total, resource.getrusage(resource.RUSAGE_THREAD).ru_stime
 
 
 def thread_runqueue_seconds() -> Dict[str, float]:

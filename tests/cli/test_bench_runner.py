@@ -273,8 +273,7 @@ def test_jpeg_engines_are_sampled_through_the_timed_window_on_cuda_only(monkeypa
 
 def test_calling_thread_cpu_splits_the_kernels_part_from_user_code():
     """Reading /dev/zero in large blocks is nearly all kernel time (the kernel zeroes the
-    buffer), hashing in Python nearly all user time: the split must tell them apart, and its
-    total must agree with time.thread_time, the CPU clock the rest of the library uses."""
+    buffer), hashing in Python nearly all user time: the split must tell them apart."""
     import hashlib
 
     from fastdata.io.host import calling_thread_cpu
@@ -283,28 +282,27 @@ def test_calling_thread_cpu_splits_the_kernels_part_from_user_code():
         pytest.skip("no /dev/zero")
 
     def measure(work):
-        cpu0, sys0, clock0 = *calling_thread_cpu(), time.thread_time()
-        end = time.perf_counter() + 0.5
-        while time.perf_counter() < end:
+        # 0.3 s of this thread's CPU, however busy the machine (10 s of wall at most)
+        cpu0, sys0 = calling_thread_cpu()
+        end = time.perf_counter() + 10.0
+        while time.thread_time() - cpu0 < 0.3 and time.perf_counter() < end:
             work()
-        cpu1, sys1, clock1 = *calling_thread_cpu(), time.thread_time()
-        return cpu1 - cpu0, sys1 - sys0, clock1 - clock0
+        cpu1, sys1 = calling_thread_cpu()
+        return cpu1 - cpu0, None if sys0 is None else sys1 - sys0
 
     fd = os.open("/dev/zero", os.O_RDONLY)
     buffer = bytearray(8 << 20)
     try:
-        kernel_cpu, kernel_sys, kernel_clock = measure(lambda: os.readv(fd, [buffer]))
+        kernel_cpu, kernel_sys = measure(lambda: os.readv(fd, [buffer]))
     finally:
         os.close(fd)
     data = bytes(1 << 20)
-    user_cpu, user_sys, user_clock = measure(lambda: hashlib.sha256(data).digest())
-    if user_sys != user_sys:  # NaN: no per-thread split on this OS
+    user_cpu, user_sys = measure(lambda: hashlib.sha256(data).digest())
+    if user_sys is None:
         pytest.skip("no per-thread user/system split (getrusage RUSAGE_THREAD)")
-    assert kernel_cpu > 0.1 and user_cpu > 0.1, (kernel_cpu, user_cpu)
+    assert kernel_cpu >= 0.3 and user_cpu >= 0.3, (kernel_cpu, user_cpu)
     assert kernel_sys / kernel_cpu > 0.6, (kernel_sys, kernel_cpu)
     assert user_sys / user_cpu < 0.2, (user_sys, user_cpu)
-    # the same clock as time.thread_time (getrusage's ticks are coarser: allow 20 ms)
-    assert kernel_cpu == pytest.approx(kernel_clock, abs=0.02) and user_cpu == pytest.approx(user_clock, abs=0.02)
 
 
 def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
