@@ -95,7 +95,7 @@ bench_ab() {
 ab_table() {
   python3 - "$OUT" "$1" <<'PY'
 import glob, json, re, sys
-from fastdata.cli.bench_report import native_rows_per_cpu_second, native_thread_share
+from fastdata.cli.bench_report import decode_kernel_share, native_rows_per_cpu_second, native_thread_share
 out, name = sys.argv[1:]
 print(f"{'run':>3} {'setting':>8} {'img/s':>8} {'gpu rows/s':>10} {'native rows/s':>13} {'native cores':>12} "
       f"{'per core-s':>10} {'runq':>5} {'engines':>7} {'cores':>5} {'call CPU us/row':>15} {'kernel':>6}")
@@ -114,8 +114,7 @@ for f in files:
               f"{cpu / secs if secs else 0:>12.1f} {per_cpu or 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
               f"{r.get('jpeg_engines_busy_percent') or 0:>6.0f}% {r.get('cpu_cores_busy') or 0:>5.1f} "
               f"{1e6 * stage.get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f} "
-              + (f"{stage['decode_sys'] / stage['decode_cpu']:>6.0%}" if stage.get("decode_sys") is not None
-                 and stage.get("decode_cpu") else f"{'-':>6}"))
+              + (f"{kernel:>6.0%}" if (kernel := decode_kernel_share(stage)) is not None else f"{'-':>6}"))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         print(f"{k:>3} {value:>8} no result ({type(e).__name__}: {e})")
 PY

@@ -234,12 +234,19 @@ def native_rows_per_cpu_second(result: Dict[str, Any], native_share: float) -> O
 GPU_FEEDER_THREADS = ("py:fastdata-gpu-", "[NVIMGCODEC]")
 
 
+def decode_kernel_share(stage: Dict[str, float]) -> Optional[float]:
+    """The share of the GPU decoder's calls' CPU time spent in the kernel (its
+    ``stage_seconds``): waiting through system calls, against a spin in user space. None where
+    the decoder kept no split (another OS, or a result from before it did)."""
+    in_kernel, cpu = stage.get("decode_sys"), stage.get("decode_cpu") or 0.0
+    return in_kernel / cpu if in_kernel is not None and cpu > 0 else None
+
+
 def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     """Where a gpu or hybrid contender's time goes, one line each: the rows/s its GPU side
     delivered; the nvImageCodec decode stage's wall time (summed over its lanes) and its calling
-    threads' CPU time per GPU row (with the part of it in the kernel), and how busy that stage was (wall per row x GPU rows/s / lanes:
-    near 100% means the GPU
-    side is the limit; the first batches' slower calls can put that estimate above 100%, shown
+    threads' CPU time per GPU row (with ``decode_kernel_share``), and how busy that stage was
+    (wall per row x GPU rows/s / lanes: near 100% means the GPU side is the limit; the first batches' slower calls can put that estimate above 100%, shown
     as 100%); the share of their CPU time the GPU decoder's threads spent runnable
     but waiting for a core (``thread_runqueue_seconds``); the cores of the native decode threads
     and of the planning (inline engine) threads, with how busy the native threads were within
@@ -259,10 +266,8 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         rate = r["images_per_s"] * detail.get("gpu_share", 1.0)
         lanes = detail.get("gpu_decode_lanes", 1)
         wall, cpu = stage["decode"] / gpu_rows, stage["decode_cpu"] / gpu_rows
-        # the kernel's part: waiting through system calls, against a spin in user space
-        in_kernel = stage.get("decode_sys")
-        kernel = (f" ({in_kernel / stage['decode_cpu']:.0%} of it in the kernel)"
-                  if in_kernel is not None and stage["decode_cpu"] > 0 else "")
+        in_kernel = decode_kernel_share(stage)
+        kernel = f" ({in_kernel:.0%} of it in the kernel)" if in_kernel is not None else ""
         line = (f"{r['label']}: GPU side {rate:,.0f} rows/s; its decode calls {1e6 * wall:.0f} us of wall and "
                 f"{1e6 * cpu:.0f} us of CPU per row{kernel}, the stage busy {min(1.0, wall * rate / lanes):.0%}"
                 + (f" (each of {lanes} lanes)" if lanes > 1 else ""))

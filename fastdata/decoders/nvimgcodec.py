@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ..io.host import calling_thread_cpu
+from ..io.host import THREAD_CPU_SPLIT, calling_thread_cpu
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .buffer_pool import BufferPool
@@ -372,7 +372,7 @@ class NvImageCodecDecoder:
         # from a spin in user space, CUDA's or nvJPEG's own), queueing the resample, and waiting
         # for the stream (the GPU work left).
         self.stage_seconds = {"decode": 0.0, "decode_cpu": 0.0, "resample": 0.0, "gpu_wait": 0.0}
-        if calling_thread_cpu()[1] is not None:
+        if THREAD_CPU_SPLIT:
             self.stage_seconds["decode_sys"] = 0.0
 
     @property
@@ -499,7 +499,7 @@ class NvImageCodecDecoder:
             self.stage_seconds["decode"] += decoded.seconds
             self.stage_seconds["decode_cpu"] += sum(part.cpu_seconds for part in results)
             if "decode_sys" in self.stage_seconds:
-                self.stage_seconds["decode_sys"] += sum(part.sys_seconds or 0.0 for part in results)
+                self.stage_seconds["decode_sys"] += sum(part.sys_seconds for part in results)
         return decoded
 
     def _decode_share(self, k: int, batch: PlannedBatch, decoded: _Decoded, calls: List[np.ndarray]) -> _Share:
@@ -539,8 +539,7 @@ class NvImageCodecDecoder:
                 ready = torch.cuda.Event()  # waited on by the GPU only (the resample stage's wait_event)
                 ready.record(stream)
         cpu1, sys1 = calling_thread_cpu()
-        return _Share(np.concatenate(calls), np.concatenate(statuses), ready, cpu1 - cpu0,
-                      None if sys0 is None or sys1 is None else sys1 - sys0)
+        return _Share(np.concatenate(calls), np.concatenate(statuses), ready, cpu1 - cpu0, sys1 - sys0)
 
     def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
         """A buffer of at least ``nbytes`` for a batch's images (BufferPool), new ones on the
@@ -754,7 +753,7 @@ class _Share:
     status: np.ndarray
     ready: Optional[Any] = None  # torch.cuda.Event
     cpu_seconds: float = 0.0
-    sys_seconds: Optional[float] = None  # None where the OS gives no per-thread split
+    sys_seconds: float = 0.0
 
 
 @dataclass

@@ -9,7 +9,7 @@ import os
 import re
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 try:
     import resource
@@ -19,7 +19,11 @@ except ImportError:  # not Unix
 import psutil
 
 __all__ = ["usable_cores", "cores_per_local_rank", "process_cpu_seconds", "thread_cpu_seconds",
-           "thread_runqueue_seconds", "calling_thread_cpu"]
+           "thread_runqueue_seconds", "calling_thread_cpu", "THREAD_CPU_SPLIT"]
+
+# Whether the OS splits a single thread's CPU time into user and kernel time (Linux's
+# getrusage(RUSAGE_THREAD)); where it does not, calling_thread_cpu's kernel part means nothing.
+THREAD_CPU_SPLIT = resource is not None and hasattr(resource, "RUSAGE_THREAD")
 
 
 def usable_cores() -> int:
@@ -94,15 +98,13 @@ def thread_cpu_seconds() -> Dict[str, float]:
     return totals
 
 
-def calling_thread_cpu() -> Tuple[float, Optional[float]]:
+def calling_thread_cpu() -> Tuple[float, float]:
     """The calling thread's CPU seconds so far (``time.thread_time``, exact), and the part of
-    them spent in the kernel (``getrusage(RUSAGE_THREAD)``: Linux; None elsewhere). The kernel
-    splits a thread's time by sampling it at each clock tick, so only the sum over many short
-    windows is a fair split. Take differences over a window."""
+    them spent in the kernel (``getrusage(RUSAGE_THREAD)``; 0.0 where ``THREAD_CPU_SPLIT`` is
+    False). The kernel splits a thread's time by sampling it at each clock tick, so only the sum
+    over many short windows is a fair split. Take differences over a window."""
     total = time.thread_time()
-    if resource is None or not hasattr(resource, "RUSAGE_THREAD"):
-        return total, None
-    return total, resource.getrusage(resource.RUSAGE_THREAD).ru_stime
+    return total, resource.getrusage(resource.RUSAGE_THREAD).ru_stime if THREAD_CPU_SPLIT else 0.0
 
 
 def thread_runqueue_seconds() -> Dict[str, float]:

@@ -382,7 +382,9 @@ def test_lanes_take_batches_in_turn_on_instances_of_their_own_and_keep_the_batch
         assert stats.gpu_rows == len(paths), stats
         # the stage times reach the Loader: each batch's calls sleep 10 ms (CpuEngines) in its decode stage
         assert set(stages) == {"decode", "decode_cpu", "decode_sys", "resample", "gpu_wait"}, stages
-        assert 0 <= stages["decode_sys"] <= stages["decode_cpu"], stages  # the kernel's part of the calls' CPU
+        # the kernel's part of the calls' CPU, from getrusage, which trails time.thread_time by up to a
+        # clock tick at each call's start: at most the calls' CPU plus a few ms
+        assert 0 <= stages["decode_sys"] <= stages["decode_cpu"] + 0.05, stages
         assert stages["decode"] >= 0.01 * len(batches) and stages["resample"] > 0, stages
         assert decoder.overlapping_calls == 0
     (a, la, one) = out[1]
