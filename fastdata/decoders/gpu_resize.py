@@ -307,6 +307,58 @@ def place_rows(pixels: torch.Tensor, into: BatchOutput, rows: Sequence[int]) -> 
     return into.tensor
 
 
+# (horizontal, vertical) chroma factors of the files whose planes ``planes_to_rgb`` converts, by
+# their _C.SUBSAMPLING_NAMES name (a gray file has one plane).
+CHROMA_FACTORS = {"gray": (1, 1), "4:4:4": (1, 1), "4:2:2": (2, 1), "4:2:0": (2, 2), "4:4:0": (1, 2)}
+
+
+def planar_bytes(heights: np.ndarray, widths: np.ndarray, subsamplings: Sequence[str]) -> np.ndarray:
+    """Bytes of each image's packed planes: Y (h x w), then Cb and Cr (ceil(h / v) x ceil(w / h)
+    each, at the subsampling's factors; none for gray). int64 [B]."""
+    h, w = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
+    factors = np.array([CHROMA_FACTORS[s] for s in subsamplings], np.int64).reshape(-1, 2)
+    chroma = -(-w // factors[:, 0]) * -(-h // factors[:, 1])
+    return h * w + np.where([s == "gray" for s in subsamplings], 0, 2 * chroma)
+
+
+def planes_to_rgb(planes: torch.Tensor, plane_base: np.ndarray, rgb: torch.Tensor, layout: ImageLayout,
+                  subsamplings: Sequence[str]) -> None:
+    """Convert image k's packed planes at ``planes[plane_base[k]]`` (``planar_bytes``) into its
+    RGB in ``rgb`` at ``layout`` (packed HWC), with libjpeg's upsampling and color conversion bit
+    for bit (resample_kernels.ycc_to_rgb): one launch, queued on the current CUDA stream."""
+    if planes.dtype != torch.uint8 or rgb.dtype != torch.uint8 or planes.dim() != 1 or rgb.dim() != 1:
+        raise TypeError("planes and rgb must be 1-D uint8 tensors")
+    if planes.device != rgb.device:
+        raise ValueError(f"planes are on {planes.device}, rgb on {rgb.device}")
+    kernels = _kernels_on(planes.device, "planes_to_rgb")
+    n = len(subsamplings)
+    base, h, w, row, pix, ch = layout.arrays()
+    plane_base = np.asarray(plane_base, np.int64)
+    if base.shape != (n,) or plane_base.shape != (n,):
+        raise ValueError(f"{n} subsamplings for a layout of {base.shape[0]} images and {plane_base.shape[0]} plane offsets")
+    if n == 0:
+        return
+    unknown = sorted(set(subsamplings) - CHROMA_FACTORS.keys())
+    if unknown:
+        raise ValueError(f"no planar conversion for subsampling {unknown}; it takes {sorted(CHROMA_FACTORS)}")
+    if not ((row == 3 * w) & (pix == 3) & (ch == 1)).all():
+        raise ValueError("planes_to_rgb writes packed HWC images (ImageLayout.packed with chw=False)")
+    _check_layout(layout, n, rgb.numel())
+    if (plane_base < 0).any() or (plane_base + planar_bytes(h, w, subsamplings) > planes.numel()).any():
+        raise ValueError("an image's planes lie outside the planes buffer")
+    factors = np.array([CHROMA_FACTORS[s] for s in subsamplings], np.int64)
+    meta = np.stack([plane_base, base, h, w, factors[:, 0] // 2, factors[:, 1] // 2,
+                     np.array([s == "gray" for s in subsamplings], np.int64)], axis=1)
+    rows_per_block = 8
+    block_start = np.concatenate([[0], np.cumsum(-(-h // rows_per_block))]).astype(np.int32)
+    meta_t, block_start_t = _upload(planes.device, meta, block_start)
+    steps = int(np.ceil(np.log2(n))) if n > 1 else 0  # binary search over block_start
+    width = 32 if kernels.INTERPRETED else 128
+    with _launching(planes.device):
+        kernels.ycc_to_rgb[(int(block_start[-1]), -(-int(w.max()) // width))](
+            planes, rgb, meta_t, block_start_t, n, steps, BLOCK_R=rows_per_block, BLOCK_W=width, num_warps=4)
+
+
 def _check_output(into: BatchOutput, rows: Optional[Sequence[int]], n: int, out_hw: Tuple[int, int],
                   device: torch.device) -> np.ndarray:
     """``rows`` as int64 [n] after checking them and ``into`` against the images to write."""

@@ -1333,3 +1333,48 @@ def test_gpu_decoder_on_restart_indexed_cache_records_matches_native(tmp_path):
     assert all(b"\xff\xdd" in d and b"fastdata-rst" in d for d in decoder.given_bytes)
     for row in range(count):
         assert psnr(a[row], b[row]) >= 35, (row, psnr(a[row], b[row]))
+
+
+@needs_interpreter
+def test_planar_output_converts_the_planes_it_gets_and_hands_back_the_rest(tmp_path, monkeypatch):
+    # PLANAR_OUTPUT (an A/B switch): the calls ask for each file's planes and the resample stage
+    # converts them (gpu_resize.planes_to_rgb). The stand-in (nvImageCodec's CPU backend) writes
+    # planes for 4:4:4 and gray files only and refuses subsampled ones, which must then go to the
+    # native threads, counted. The planes' rows give the same bytes as the RGB calls (both are
+    # libjpeg's arithmetic); every row stays within 35 dB of them.
+    from fastdata.decoders import nvimgcodec
+
+    sizes = [(48, 64), (37, 53), (40, 40), (33, 47)]
+    paths = []
+    for k, (h, w) in enumerate(sizes):
+        img = photo_like(h, w, seed=k)
+        for sub in ("4:4:4", "4:2:0"):
+            paths.append(tmp_path / f"{k}_{sub.replace(':', '')}.jpg")
+            paths[-1].write_bytes(encode_jpeg(img, subsampling=sub))
+        paths.append(tmp_path / f"{k}_gray.jpg")
+        paths[-1].write_bytes(encode_jpeg(img.convert("L")))
+    paths = [str(p) for p in paths]
+    subs = [fastdata.probe(Path(p).read_bytes()).subsampling for p in paths]
+    assert sorted(set(subs)) == ["4:2:0", "4:4:4", "gray"]
+    transform = fastdata.RandomResizedCrop(40)
+    cfg = dict(device="cpu", dtype=None, seed=5, threads=2)
+    indices = np.arange(len(paths))
+    out = {}
+    for planar in (False, True):
+        monkeypatch.setattr(nvimgcodec, "PLANAR_OUTPUT", planar)
+        decoder = CpuEngines(transform)
+        assert decoder.planar_output is planar
+        with make_backend(decoder, transform, **cfg) as gpu:
+            pixels, failures, replaced = gpu.run(paths, indices, 2)
+            out[planar] = (pixels, dict(gpu.stats), failures, replaced)
+    (rgb, rgb_stats, _, _), (planar, planar_stats, failures, replaced) = out[False], out[True]
+    assert failures == [] and replaced == []
+    taken = [s in ("4:4:4", "gray") for s in subs]
+    assert rgb_stats["gpu_rows"] == len(paths) and rgb_stats["gpu_rejected"] == 0
+    assert planar_stats["gpu_rows"] == sum(taken)
+    assert planar_stats["gpu_rejected"] == len(paths) - sum(taken)  # the 4:2:0 files, decoded natively
+    for row, name in enumerate(paths):
+        if taken[row]:
+            assert np.array_equal(planar[row], rgb[row]), name
+        else:
+            assert psnr(planar[row], rgb[row]) >= 35, (name, psnr(planar[row], rgb[row]))

@@ -37,11 +37,14 @@ def mixed(tmp_path_factory):
     return str(root), fastdata.ImageFolder(str(root))
 
 
-@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned-bitstreams"])
-def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned):
+@pytest.mark.parametrize("pinned, planar", [(False, False), (True, False), (False, True)],
+                         ids=["pageable", "pinned-bitstreams", "planar-output"])
+def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned, planar):
     from fastdata.decoders import nvimgcodec
 
-    monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)  # the A/B switch: the same pixels either way
+    # The A/B switches: the same rows and boxes, and pixels as close to native, either way
+    monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)
+    monkeypatch.setattr(nvimgcodec, "PLANAR_OUTPUT", planar)
 
     _, source = mixed
     paths = [source.fetch([i])[0] for i in range(len(source))]
@@ -96,8 +99,12 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
     assert gray and min(scores[r] for r in gray) >= 35, [scores[r] for r in gray]
 
 
-@pytest.mark.parametrize("backend", ["gpu", "hybrid"])
-def test_loader_over_mixed_and_damaged_files_skip_and_raise(tmp_path, backend):
+@pytest.mark.parametrize("backend, planar", [("gpu", False), ("hybrid", False), ("hybrid", True)],
+                         ids=["gpu", "hybrid", "hybrid-planar-output"])
+def test_loader_over_mixed_and_damaged_files_skip_and_raise(tmp_path, monkeypatch, backend, planar):
+    from fastdata.decoders import nvimgcodec
+
+    monkeypatch.setattr(nvimgcodec, "PLANAR_OUTPUT", planar)
     paths = hard_case_folder(tmp_path)
     source = fastdata.FileList(paths, list(range(len(paths))))
 
