@@ -162,6 +162,9 @@ class CropPlan:
     def subsamplings(self) -> npt.NDArray[np.int32]:
         """[N]: chroma subsampling, an index into SUBSAMPLING_NAMES."""
     @property
+    def rgb_coded(self) -> npt.NDArray[np.bool_]:
+        """[N]: three components libjpeg reads as RGB, not YCbCr."""
+    @property
     def failures(self) -> list[SampleFailure]: ...
 
 IDLE_PRIORITY: int  # Engine's nice_increment that asks for SCHED_IDLE

@@ -91,6 +91,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   plan.arithmetic = py::array_t<bool>(rows);
   plan.progressive = py::array_t<bool>(rows);
   plan.subsamplings = py::array_t<int32_t>(rows);
+  plan.rgb_coded = py::array_t<bool>(rows);
   auto b = plan.boxes.mutable_unchecked<2>();
   auto f = plan.flips.mutable_unchecked<1>();
   auto s = plan.sizes.mutable_unchecked<2>();
@@ -100,6 +101,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
   auto arith = plan.arithmetic.mutable_unchecked<1>();
   auto prog = plan.progressive.mutable_unchecked<1>();
   auto samp = plan.subsamplings.mutable_unchecked<1>();
+  auto rgb = plan.rgb_coded.mutable_unchecked<1>();
   for (size_t i = 0; i < n; ++i) {
     const auto& p = plans[i];
     const auto r = static_cast<py::ssize_t>(i);
@@ -109,6 +111,7 @@ CropPlan engine_plan(Engine& engine, const py::sequence& items, const TransformS
     o(r) = p.orientation;
     c(r) = p.components, bits(r) = p.precision, arith(r) = p.arithmetic, prog(r) = p.progressive;
     samp(r) = static_cast<int32_t>(p.subsampling);
+    rgb(r) = p.rgb_coded;
   }
   plan.failures = failures_of(results);
   return plan;

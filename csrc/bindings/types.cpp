@@ -164,7 +164,8 @@ void register_types(py::module_& m) {
                        "in EXIF-oriented pixels), flips bool [N], sizes int32 [N, 2] (oriented height, width), "
                        "orientations int32 [N], from each header components int32 [N], precisions (bits per "
                        "sample) int32 [N] and arithmetic (coding) bool [N], progressive (multi-scan) bool [N], subsamplings int32 [N] (an index into "
-                       "SUBSAMPLING_NAMES), and the samples whose header could not be read.")
+                       "SUBSAMPLING_NAMES), rgb_coded bool [N] (three components libjpeg reads as RGB, not YCbCr), "
+                       "and the samples whose header could not be read.")
       .def_readonly("boxes", &CropPlan::boxes)
       .def_readonly("flips", &CropPlan::flips)
       .def_readonly("sizes", &CropPlan::sizes)
@@ -174,6 +175,7 @@ void register_types(py::module_& m) {
       .def_readonly("arithmetic", &CropPlan::arithmetic)
       .def_readonly("progressive", &CropPlan::progressive)
       .def_readonly("subsamplings", &CropPlan::subsamplings)
+      .def_readonly("rgb_coded", &CropPlan::rgb_coded)
       .def_readonly("failures", &CropPlan::failures);
 }
 

@@ -45,6 +45,7 @@ struct CropPlan {
   py::array_t<bool> arithmetic;      // bool [N]: arithmetic-coded instead of Huffman
   py::array_t<bool> progressive;     // bool [N]: multi-scan (progressive) entropy data
   py::array_t<int32_t> subsamplings; // int32 [N]: Subsampling codes, indices into kSubsamplingNames
+  py::array_t<bool> rgb_coded;       // bool [N]: three components libjpeg reads as RGB, not YCbCr
   std::vector<SampleFailure> failures;
 };
 

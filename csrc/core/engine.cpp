@@ -393,6 +393,7 @@ void Engine::plan(const std::vector<SampleInput>& inputs, const TransformSpec& s
       p.arithmetic = info.arithmetic;
       p.progressive = info.progressive;
       p.subsampling = info.subsampling;
+      p.rgb_coded = info.color_space == ColorSpace::kRGB;
     } catch (const DecodeError& e) {
       res.status = SampleStatus::kDecodeError;
       res.message = e.what();

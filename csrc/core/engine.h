@@ -140,6 +140,10 @@ class Engine {
     bool arithmetic = false;
     bool progressive = false;  // multi-scan (SOF2): GPU hardware JPEG engines take baseline only
     Subsampling subsampling = Subsampling::kOther;  // JpegInfo::subsampling: routes rows to the engines
+    // Three components that libjpeg reads as RGB, not YCbCr (an Adobe marker's transform 0, or
+    // component IDs 'R', 'G', 'B'): a GPU decoder that treats every three-component JPEG as YCbCr
+    // (nvImageCodec's parser does) would convert colors that are already RGB.
+    bool rgb_coded = false;
   };
   void plan(const std::vector<SampleInput>& inputs, const TransformSpec& spec, uint64_t seed, uint64_t epoch,
             const int64_t* indices, int64_t max_pixels, int64_t max_file_bytes, std::vector<SamplePlan>* plans,

@@ -141,8 +141,12 @@ def route(batch: PlannedBatch, decoders: Sequence[Decoder]) -> List[List[int]]:
 
 def gpu_decodable(batch: PlannedBatch) -> np.ndarray:
     """Per row (bool [len(batch)]), what nvJPEG and DALI's GPU decoder take: an 8-bit Huffman
-    JPEG (baseline, extended or progressive) with 1 or 3 components that ends with its EOI
-    marker.
+    JPEG (baseline, extended or progressive) with 1 or 3 components, the 3 YCbCr-coded, that
+    ends with its EOI marker.
+
+    RGB-coded files (an Adobe marker's transform 0, or component IDs 'R', 'G', 'B': libjpeg
+    reads them as RGB) decode natively: nvImageCodec's parser takes every three-component JPEG
+    for YCbCr, and so does fastdata's planar conversion (nvimgcodec.PLANAR_OUTPUT).
 
     Files without EOI (truncated) decode natively: libjpeg reports or grey-fills them as
     ``strict`` asks, while GPU decoders fail the whole batch or return garbage for them.
@@ -153,7 +157,7 @@ def gpu_decodable(batch: PlannedBatch) -> np.ndarray:
     plan = batch.plan  # the header facts the native reader parsed: the markers are not walked again
     # 12-bit, CMYK/YCCK (often Adobe-inverted), arithmetic coding: the native decoder.
     ok = ((np.asarray(plan.precisions) == 8) & np.isin(plan.components, (1, 3))
-          & ~np.asarray(plan.arithmetic, dtype=bool))
+          & ~np.asarray(plan.arithmetic, dtype=bool) & ~np.asarray(plan.rgb_coded, dtype=bool))
     ok[sorted(batch.not_jpeg | batch.unplanned)] = False
     rows = np.flatnonzero(ok).tolist()
     ok[rows] = [ends_with_eoi(batch.datas[row]) for row in rows]

@@ -100,9 +100,10 @@ class CropPlan:
     output samples it with Pillow's pixel-centre convention), flip (bool [N]), oriented size
     (int32 [N, 2] as height, width), EXIF orientation (int32 [N]), and from the header the
     native reader parsed: components (int32 [N]), bits per sample (int32 [N]) and whether the
-    entropy coding is arithmetic (bool [N]) and progressive (bool [N]), and the chroma subsampling
-    (int32 [N], an index into ``SUBSAMPLING_NAMES``: "other", "gray", "4:4:4", ...). Rows in ``failed_rows`` or ``not_jpeg_rows`` hold
-    zeros."""
+    entropy coding is arithmetic (bool [N]) and progressive (bool [N]), the chroma subsampling
+    (int32 [N], an index into ``SUBSAMPLING_NAMES``: "other", "gray", "4:4:4", ...), and whether
+    three components are RGB-coded (bool [N]: libjpeg reads them as RGB, not YCbCr). Rows in
+    ``failed_rows`` or ``not_jpeg_rows`` hold zeros."""
 
     boxes: np.ndarray
     flips: np.ndarray
@@ -113,6 +114,7 @@ class CropPlan:
     arithmetic: np.ndarray
     progressive: np.ndarray
     subsamplings: np.ndarray
+    rgb_coded: np.ndarray
     failures: List[DecodeError] = field(default_factory=list)
     failed_rows: List[int] = field(default_factory=list)
     not_jpeg_rows: List[int] = field(default_factory=list)
@@ -368,7 +370,7 @@ class Engine:
             raw = self._native.plan(items, spec, seed, epoch, index_arr, max_pixels, max_file_bytes)
         plan = CropPlan(boxes=raw.boxes, flips=raw.flips, sizes=raw.sizes, orientations=raw.orientations,
                         components=raw.components, precisions=raw.precisions, arithmetic=raw.arithmetic,
-                        progressive=raw.progressive, subsamplings=raw.subsamplings)
+                        progressive=raw.progressive, subsamplings=raw.subsamplings, rgb_coded=raw.rgb_coded)
         for failure in raw.failures:
             row = failure.row
             if failure.status == _C.SampleStatus.NOT_JPEG and row not in prefailed:

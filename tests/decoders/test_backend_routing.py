@@ -6,6 +6,8 @@ assembly — is checked against the native backend without a GPU.
 """
 from __future__ import annotations
 
+import io
+
 
 import numpy as np
 import pytest
@@ -100,6 +102,12 @@ def test_strict_routes_truncated_to_native_and_reports_it(tmp_path):
     assert trunc in rows and any(e.name.endswith("truncated.jpg") for e in failures)
 
 
+def rgb_coded_jpeg(img) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=90, keep_rgb=True)  # Pillow >= 10.1
+    return buf.getvalue()
+
+
 def test_routing_reads_the_header_facts_the_native_reader_parsed():
     img = photo_like(30, 40)
     rgb = encode_jpeg(img)
@@ -112,6 +120,9 @@ def test_routing_reads_the_header_facts_the_native_reader_parsed():
         "arithmetic": (patch_sof(rgb, marker=0xC9), 3, 8, True, False),
         "truncated": (rgb[:-10], 3, 8, False, False),  # no EOI
         "padded": (rgb + b"\x00\x00\x00", 3, 8, False, True),  # EOI, then zero padding
+        # three components libjpeg reads as RGB (Pillow's keep_rgb: Adobe transform 0), which
+        # nvImageCodec's parser would take for YCbCr
+        "rgb-coded": (rgb_coded_jpeg(img), 3, 8, False, False),
     }
     items = [c[0] for c in cases.values()] + [make_12bit(rgb), b"\x89PNG\r\n"]
     with fastdata.Engine(1) as engine:
@@ -124,8 +135,9 @@ def test_routing_reads_the_header_facts_the_native_reader_parsed():
         got = (int(plan.components[row]), int(plan.precisions[row]), bool(plan.arithmetic[row]))
         assert got == (comps, bits, arith), name
         assert decodable[row] == gpu, name
-        # the plan's subsampling is the header reader's, as probe() names it
+        # the plan's subsampling and color coding are the header reader's, as probe() names them
         assert fastdata._C.SUBSAMPLING_NAMES[plan.subsamplings[row]] == fastdata.probe(data).subsampling, name
+        assert bool(plan.rgb_coded[row]) == (fastdata.probe(data).color_space == "rgb") == (name == "rgb-coded"), name
     # libjpeg-turbo's 8-bit header reader refuses 12-bit, so such a file is unplanned: native.
     twelve, png = len(cases), len(cases) + 1
     assert batch.unplanned == {twelve} and batch.not_jpeg == {png}

@@ -69,11 +69,15 @@ CASES = [("4:2:0", 64, 48), ("4:2:0", 33, 17), ("4:2:2", 47, 31), ("4:4:4", 40, 
 
 
 def test_equals_libjpeg_rgb_at_each_subsampling_and_odd_size():
-    try:
-        datas = [jpeg(sub, w, h, k) for k, (sub, w, h) in enumerate(CASES)]
-    except ImportError:
-        pytest.skip("OpenCV (for 4:4:0 files) is not installed")
-    subs = [sub for sub, _, _ in CASES]
+    cases, datas = [], []
+    for k, (sub, w, h) in enumerate(CASES):
+        try:
+            datas.append(jpeg(sub, w, h, k))
+        except ImportError:  # no OpenCV to write 4:4:0 files: the other cases still run
+            continue
+        cases.append((sub, w, h))
+    assert len(cases) >= len(CASES) - 3
+    subs = [sub for sub, _, _ in cases]
     assert [fastdata.probe(d).subsampling for d in datas] == subs
     planes, bases, sizes = packed_planes(datas, subs)
     layout = ImageLayout.packed(sizes, chw=False, align=256)
@@ -84,7 +88,7 @@ def test_equals_libjpeg_rgb_at_each_subsampling_and_odd_size():
         h, w = sizes[k]
         want = np.asarray(fastdata.decode(data))
         image = got[layout.base[k]: layout.base[k] + h * w * 3].reshape(h, w, 3)
-        assert np.array_equal(image, want), (CASES[k], int(np.abs(image.astype(int) - want).max()),
+        assert np.array_equal(image, want), (cases[k], int(np.abs(image.astype(int) - want).max()),
                                              int((image != want).sum()))
 
 
