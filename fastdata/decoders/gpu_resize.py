@@ -313,8 +313,8 @@ CHROMA_FACTORS = {"gray": (1, 1), "4:4:4": (1, 1), "4:2:2": (2, 1), "4:2:0": (2,
 
 
 def planar_bytes(heights: np.ndarray, widths: np.ndarray, subsamplings: Sequence[str]) -> np.ndarray:
-    """Bytes of each image's packed planes: Y (h x w), then Cb and Cr (ceil(h / v) x ceil(w / h)
-    each, at the subsampling's factors; none for gray). int64 [B]."""
+    """Bytes of each image's packed planes: Y (height x width), then Cb and Cr (ceil(height /
+    vertical factor) x ceil(width / horizontal factor) each; none for gray). int64 [B]."""
     h, w = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
     factors = np.array([CHROMA_FACTORS[s] for s in subsamplings], np.int64).reshape(-1, 2)
     chroma = -(-w // factors[:, 0]) * -(-h // factors[:, 1])

@@ -247,7 +247,8 @@ PINNED_BITSTREAMS = False
 # Why: with RGB, nvJPEG's hardware decode runs its own color conversion kernel inside the call, on
 # its internal streams, and beside training that kernel queues behind the model's while the
 # calling thread spins on a core (about 7x the CPU per GPU row of alone, H100; docs/results.md,
-# thirty-fourth session). An A/B switch, not yet measured in the Loader.
+# thirty-fourth session). An A/B switch, not yet run on a GPU (thirty-fifth session: no machine
+# lent); benchmarks/gpu_suite.sh planar_calls, planar and planar_train measure it.
 PLANAR_OUTPUT = False
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.

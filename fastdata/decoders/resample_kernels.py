@@ -226,13 +226,13 @@ def _upsampled(plane, j, jn, i, i_n, cw, ok, h2, v2, odd_x, odd_y):
 
 @triton.jit
 def ycc_to_rgb(planes, rgb, meta, block_start, num_images, search_steps,
-                      BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+               BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
     """The JPEG engines' planar YCbCr to interleaved RGB with libjpeg's arithmetic: its "fancy"
     (triangle-filter) chroma upsampling and fixed-point color conversion (libjpeg-turbo's
     jdsample.c and jdcolor.c), so the RGB is what libjpeg makes from the same planes, bit for bit.
-    Image b's planes start at ``planes[YCC_SRC]``: Y (h x w), then Cb and Cr (ceil(h / v) x
-    ceil(w / h) each, factors 1 or 2), each packed; a gray image has Y alone. Its RGB goes to
-    ``rgb[YCC_DST]``, h x w x 3 packed.
+    Image b's planes start at ``planes[YCC_SRC]``: Y (height x width), then Cb and Cr
+    (ceil(height / vertical factor) x ceil(width / horizontal factor) each, factors 1 or 2), each
+    packed; a gray image has Y alone. Its RGB goes to ``rgb[YCC_DST]``, height x width x 3 packed.
 
     Program (p, q): BLOCK_R rows x BLOCK_W columns of one image; images own consecutive runs of
     row blocks (``block_start``, B + 1 prefix sums), found by binary search."""
