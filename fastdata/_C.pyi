@@ -280,3 +280,6 @@ def _encode_progressive(pixels: npt.ArrayLike, quality: int, scans: Sequence[tup
 def _restart_index_jumps() -> int: ...
 def _decode_region(data: _Buffer, denom: int, x0: int, y0: int, x1: int, y1: int,
                    strict: bool) -> tuple[npt.NDArray[np.uint8], int]: ...
+def _decode_planes(data: _Buffer) -> list[npt.NDArray[np.uint8]]:
+    """Testing: libjpeg's component planes of a JPEG (raw data, ISLOW), one uint8 [h, w] array
+    each at its stored (subsampled) size."""
