@@ -223,7 +223,7 @@ def main() -> None:
             datas[i] = fh.read()
     probes = [fastdata.probe(d) for d in datas]
     sizes = np.array([(s.height, s.width) for s in probes], np.int64)
-    subsamplings = np.array([s.subsampling for s in probes], dtype=object)
+    subsamplings = np.array([_C.SUBSAMPLING_NAMES.index(s.subsampling) for s in probes], np.int64)
     instance = _C.NvImageCodecInstance(nvimgcodec_library())
     per = args.batch * args.batches
     lanes = [Lane(instance, datas[k * per:(k + 1) * per], sizes[k * per:(k + 1) * per],

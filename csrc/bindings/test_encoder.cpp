@@ -16,6 +16,7 @@
 
 #include <jpeglib.h>
 
+#include "bindings/jpeg_jump_error.h"
 #include "bindings/register.h"
 
 namespace py = pybind11;
@@ -24,22 +25,10 @@ namespace fastdata::bindings {
 
 namespace {
 
-struct EncoderError {
-  jpeg_error_mgr pub;
-  jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-void encoder_error_exit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<EncoderError*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  longjmp(err->jump, 1);
-}
-
 // Everything a longjmp back into encode() touches, outside its stack frame.
 struct Encoder {
   jpeg_compress_struct cinfo{};
-  EncoderError err{};
+  JumpError err{};
   unsigned char* out = nullptr;
   unsigned long out_size = 0;
   std::vector<jpeg_scan_info> scans;
@@ -70,7 +59,7 @@ py::bytes encode_progressive(const py::array_t<uint8_t, py::array::c_style | py:
     e.scans.push_back(info);
   }
   e.cinfo.err = jpeg_std_error(&e.err.pub);
-  e.err.pub.error_exit = encoder_error_exit;
+  e.err.pub.error_exit = jump_error_exit;
   if (setjmp(e.err.jump)) throw std::invalid_argument(std::string("libjpeg refused: ") + e.err.message);
   jpeg_create_compress(&e.cinfo);
   jpeg_mem_dest(&e.cinfo, &e.out, &e.out_size);

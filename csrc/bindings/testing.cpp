@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings/common.h"
+#include "bindings/jpeg_jump_error.h"
 #include "bindings/released_gil.h"
 #include "bindings/register.h"
 #include "core/augment.h"
@@ -119,18 +120,6 @@ py::array_t<uint16_t> half_bits_py(py::array_t<float, py::array::c_style | py::a
 // libjpeg's own component planes of a file (raw_data_out, ISLOW IDCT): what the JPEG engines write
 // with planar output, as the oracle of the GPU path's color conversion. One uint8 [h, w] array per
 // component at its stored (subsampled) size.
-struct PlanesError {
-  jpeg_error_mgr pub;
-  jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-void planes_error_exit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<PlanesError*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  longjmp(err->jump, 1);
-}
-
 py::list decode_planes_py(const py::object& data) {
   BufferViews views;
   const Py_buffer& v = views.add(data);
@@ -141,9 +130,9 @@ py::list decode_planes_py(const py::object& data) {
   std::vector<std::vector<JSAMPROW>> rows;
   std::vector<JSAMPARRAY> arrays;
   jpeg_decompress_struct cinfo;
-  PlanesError err;
+  JumpError err;
   cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = planes_error_exit;
+  err.pub.error_exit = jump_error_exit;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     throw py::value_error(std::string("libjpeg: ") + err.message);

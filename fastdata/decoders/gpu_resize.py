@@ -310,45 +310,58 @@ def place_rows(pixels: torch.Tensor, into: BatchOutput, rows: Sequence[int]) -> 
 # (horizontal, vertical) chroma factors of the files whose planes ``planes_to_rgb`` converts, by
 # their _C.SUBSAMPLING_NAMES name (a gray file has one plane).
 CHROMA_FACTORS = {"gray": (1, 1), "4:4:4": (1, 1), "4:2:2": (2, 1), "4:2:0": (2, 2), "4:4:0": (1, 2)}
+# The same by subsampling code (the plan's ``subsamplings``), (0, 0) for the others: looked up for a
+# whole batch at once.
+_FACTORS_BY_CODE = np.array([CHROMA_FACTORS.get(name, (0, 0)) for name in _C.SUBSAMPLING_NAMES], np.int64)
+_GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")
 
 
-def planar_bytes(heights: np.ndarray, widths: np.ndarray, subsamplings: Sequence[str]) -> np.ndarray:
-    """Bytes of each image's packed planes: Y (height x width), then Cb and Cr (ceil(height /
-    vertical factor) x ceil(width / horizontal factor) each; none for gray). int64 [B]."""
+def planar_convertible(subsamplings: np.ndarray) -> np.ndarray:
+    """Per image (bool [B]), whether ``planes_to_rgb`` converts its subsampling code."""
+    return _FACTORS_BY_CODE[np.asarray(subsamplings, np.int64)][:, 0] > 0
+
+
+def planar_bytes(heights: np.ndarray, widths: np.ndarray, subsamplings: np.ndarray) -> np.ndarray:
+    """Bytes of each image's packed planes at its subsampling code (``planar_convertible`` ones):
+    Y (height x width), then Cb and Cr (ceil(height / vertical factor) x ceil(width / horizontal
+    factor) each; none for gray). int64 [B]."""
     h, w = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
-    factors = np.array([CHROMA_FACTORS[s] for s in subsamplings], np.int64).reshape(-1, 2)
+    codes = np.asarray(subsamplings, np.int64)
+    if not planar_convertible(codes).all():
+        others = sorted({_C.SUBSAMPLING_NAMES[c] for c in codes[~planar_convertible(codes)].tolist()})
+        raise ValueError(f"no planar layout for subsampling {others}; it takes {sorted(CHROMA_FACTORS)}")
+    factors = _FACTORS_BY_CODE[codes]
     chroma = -(-w // factors[:, 0]) * -(-h // factors[:, 1])
-    return h * w + np.where([s == "gray" for s in subsamplings], 0, 2 * chroma)
+    return h * w + np.where(codes == _GRAY_CODE, 0, 2 * chroma)
 
 
 def planes_to_rgb(planes: torch.Tensor, plane_base: np.ndarray, rgb: torch.Tensor, layout: ImageLayout,
-                  subsamplings: Sequence[str]) -> None:
+                  subsamplings: np.ndarray) -> None:
     """Convert image k's packed planes at ``planes[plane_base[k]]`` (``planar_bytes``) into its
     RGB in ``rgb`` at ``layout`` (packed HWC), with libjpeg's upsampling and color conversion bit
-    for bit (resample_kernels.ycc_to_rgb): one launch, queued on the current CUDA stream."""
+    for bit (resample_kernels.ycc_to_rgb): one launch, queued on the current CUDA stream.
+    ``subsamplings``: each image's code (an index into _C.SUBSAMPLING_NAMES)."""
     if planes.dtype != torch.uint8 or rgb.dtype != torch.uint8 or planes.dim() != 1 or rgb.dim() != 1:
         raise TypeError("planes and rgb must be 1-D uint8 tensors")
     if planes.device != rgb.device:
         raise ValueError(f"planes are on {planes.device}, rgb on {rgb.device}")
     kernels = _kernels_on(planes.device, "planes_to_rgb")
-    n = len(subsamplings)
+    codes = np.asarray(subsamplings, np.int64).reshape(-1)
+    n = codes.shape[0]
     base, h, w, row, pix, ch = layout.arrays()
     plane_base = np.asarray(plane_base, np.int64)
     if base.shape != (n,) or plane_base.shape != (n,):
         raise ValueError(f"{n} subsamplings for a layout of {base.shape[0]} images and {plane_base.shape[0]} plane offsets")
     if n == 0:
         return
-    unknown = sorted(set(subsamplings) - CHROMA_FACTORS.keys())
-    if unknown:
-        raise ValueError(f"no planar conversion for subsampling {unknown}; it takes {sorted(CHROMA_FACTORS)}")
     if not ((row == 3 * w) & (pix == 3) & (ch == 1)).all():
         raise ValueError("planes_to_rgb writes packed HWC images (ImageLayout.packed with chw=False)")
     _check_layout(layout, n, rgb.numel())
-    if (plane_base < 0).any() or (plane_base + planar_bytes(h, w, subsamplings) > planes.numel()).any():
+    if (plane_base < 0).any() or (plane_base + planar_bytes(h, w, codes) > planes.numel()).any():
         raise ValueError("an image's planes lie outside the planes buffer")
-    factors = np.array([CHROMA_FACTORS[s] for s in subsamplings], np.int64)
+    factors = _FACTORS_BY_CODE[codes]
     meta = np.stack([plane_base, base, h, w, factors[:, 0] // 2, factors[:, 1] // 2,
-                     np.array([s == "gray" for s in subsamplings], np.int64)], axis=1)
+                     (codes == _GRAY_CODE).astype(np.int64)], axis=1)
     rows_per_block = 8
     block_start = np.concatenate([[0], np.cumsum(-(-h // rows_per_block))]).astype(np.int32)
     meta_t, block_start_t = _upload(planes.device, meta, block_start)

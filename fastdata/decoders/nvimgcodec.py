@@ -54,7 +54,7 @@ from ..io.host import THREAD_CPU_SPLIT, calling_thread_cpu
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .buffer_pool import BufferPool
-from .gpu_resize import CHROMA_FACTORS, ImageLayout, planar_bytes, planes_to_rgb, resample_batch
+from .gpu_resize import ImageLayout, planar_bytes, planar_convertible, planes_to_rgb, resample_batch
 from .routing import gpu_decodable
 
 GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gpu] "
@@ -80,6 +80,7 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4", "gray")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
 GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")  # the calls whose files engine_bytes may rewrite
+_444_CODE = _C.SUBSAMPLING_NAMES.index("4:4:4")  # PLANAR_OUTPUT's plan for a row it has no conversion for
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
@@ -566,8 +567,8 @@ class NvImageCodecDecoder:
         subsampling has no planar conversion is planned as 4:4:4; the call refuses it (it goes
         native)."""
         layout = decoded.layout
-        names = [_C.SUBSAMPLING_NAMES[code] for code in np.asarray(batch.plan.subsamplings)[decoded.rows]]
-        decoded.subsamplings = [name if name in CHROMA_FACTORS else "4:4:4" for name in names]
+        codes = np.asarray(batch.plan.subsamplings, np.int64)[decoded.rows]
+        decoded.subsamplings = np.where(planar_convertible(codes), codes, _444_CODE)
         decoded.plane_bytes = planar_bytes(layout.height, layout.width, decoded.subsamplings)
         slots = -(-decoded.plane_bytes // IMAGE_ALIGN) * IMAGE_ALIGN
         decoded.plane_base = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
@@ -644,7 +645,7 @@ class NvImageCodecDecoder:
         plan, sel = batch.plan, rows[good]
         if decoded.planes is not None:  # PLANAR_OUTPUT: the engines wrote planes; RGB into the buffer first
             planes_to_rgb(decoded.planes, decoded.plane_base[good], decoded.buffer, decoded.layout.select(good),
-                          [name for name, g in zip(decoded.subsamplings, good) if g])
+                          decoded.subsamplings[good])
         into = batch.output  # the batch's output, where the pipeline gives one: the rows go straight there
         pixels = resample_batch(decoded.buffer, decoded.layout.select(good), plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
                                 self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop),
@@ -806,7 +807,7 @@ class _Decoded:
     planes: Optional[torch.Tensor] = None  # PLANAR_OUTPUT: the engines' planes of every row, then ``buffer`` their RGB
     plane_base: Optional[np.ndarray] = None  # each row's planes in ``planes`` (int64 byte offsets)
     plane_bytes: Optional[np.ndarray] = None  # and their bytes (planar_bytes)
-    subsamplings: Optional[List[str]] = None  # each row's subsampling the planes were planned for
+    subsamplings: Optional[np.ndarray] = None  # each row's subsampling code the planes were planned for
     staging: Optional[torch.Tensor] = None  # PINNED_BITSTREAMS: the pinned buffer holding the rows' bitstreams
     bitstreams: Optional[List[np.ndarray]] = None  # and a view of each row's, by position
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))

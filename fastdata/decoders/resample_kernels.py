@@ -89,6 +89,20 @@ def _to_bfloat16(x):
 
 
 @triton.jit
+def _image_of_block(block_start, pid, num_images, search_steps):
+    # The image whose run of row blocks holds block ``pid`` (``block_start``: B + 1 prefix sums),
+    # by binary search, so that no program idles on a ragged batch.
+    lo = pid * 0
+    hi = lo + num_images
+    for _ in range(search_steps):  # invariant: block_start[lo] <= pid < block_start[hi]
+        mid = (lo + hi) // 2
+        right = tl.load(block_start + mid) <= pid
+        lo = tl.where(right, mid, lo)
+        hi = tl.where(right, hi, mid)
+    return lo
+
+
+@triton.jit
 def horizontal_pass(src, stack, meta, block_start, first_x, weights_x, num_images, search_steps, taps_x, out_w,
                     BITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
     """Program (p, q): BLOCK_R stacked rows of one image x BLOCK_W output columns, 3 channels.
@@ -97,14 +111,7 @@ def horizontal_pass(src, stack, meta, block_start, first_x, weights_x, num_image
     image of block p is found by binary search, so no program idles on a ragged batch.
     """
     pid = tl.program_id(0)
-    lo = pid * 0
-    hi = lo + num_images
-    for _ in range(search_steps):  # invariant: block_start[lo] <= pid < block_start[hi]
-        mid = (lo + hi) // 2
-        right = tl.load(block_start + mid) <= pid
-        lo = tl.where(right, mid, lo)
-        hi = tl.where(right, hi, mid)
-    b = lo
+    b = _image_of_block(block_start, pid, num_images, search_steps)
     m = meta + b * META_FIELDS
     addr0 = tl.load(m + ADDR0)
     x_step = tl.load(m + X_STEP)
@@ -237,14 +244,8 @@ def ycc_to_rgb(planes, rgb, meta, block_start, num_images, search_steps,
     Program (p, q): BLOCK_R rows x BLOCK_W columns of one image; images own consecutive runs of
     row blocks (``block_start``, B + 1 prefix sums), found by binary search."""
     pid = tl.program_id(0)
-    lo = pid * 0
-    hi = lo + num_images
-    for _ in range(search_steps):  # invariant: block_start[lo] <= pid < block_start[hi]
-        mid = (lo + hi) // 2
-        right = tl.load(block_start + mid) <= pid
-        lo = tl.where(right, mid, lo)
-        hi = tl.where(right, hi, mid)
-    m = meta + lo * YCC_FIELDS
+    b = _image_of_block(block_start, pid, num_images, search_steps)
+    m = meta + b * YCC_FIELDS
     src = tl.load(m + YCC_SRC)
     dst = tl.load(m + YCC_DST)
     h = tl.load(m + YCC_HEIGHT)
@@ -253,7 +254,7 @@ def ycc_to_rgb(planes, rgb, meta, block_start, num_images, search_steps,
     vs = tl.load(m + YCC_V_SHIFT)
     gray = tl.load(m + YCC_GRAY)
 
-    y = (pid - tl.load(block_start + lo)) * BLOCK_R + tl.arange(0, BLOCK_R)
+    y = (pid - tl.load(block_start + b)) * BLOCK_R + tl.arange(0, BLOCK_R)
     x = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     ok = (y < h)[:, None] & (x < w)[None, :]
     luma = tl.load(planes + src + y[:, None] * w + x[None, :], mask=ok, other=0).to(tl.int32)

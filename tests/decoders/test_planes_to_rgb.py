@@ -17,6 +17,8 @@ from PIL import Image
 import fastdata
 from fastdata import _C
 from fastdata.decoders.gpu_resize import ImageLayout, planar_bytes, planes_to_rgb
+
+CODE = {name: code for code, name in enumerate(_C.SUBSAMPLING_NAMES)}
 from fastdata.cli.demo import photo_like_jpeg
 
 from imagegen import opencv_jpeg
@@ -52,7 +54,7 @@ def packed_planes(datas, subsamplings):
         assert len(planes) == (1 if sub == "gray" else 3)
         h, w = planes[0].shape
         flat = np.concatenate([p.reshape(-1) for p in planes])
-        assert flat.size == planar_bytes([h], [w], [sub])[0], (sub, [p.shape for p in planes])
+        assert flat.size == planar_bytes([h], [w], [CODE[sub]])[0], (sub, [p.shape for p in planes])
         pad = -at % 64
         chunks += [np.zeros(pad, np.uint8), flat]
         bases.append(at + pad)
@@ -82,7 +84,7 @@ def test_equals_libjpeg_rgb_at_each_subsampling_and_odd_size():
     planes, bases, sizes = packed_planes(datas, subs)
     layout = ImageLayout.packed(sizes, chw=False, align=256)
     rgb = torch.full((layout.nbytes(),), 7, dtype=torch.uint8, device=DEVICE)
-    planes_to_rgb(torch.from_numpy(planes).to(DEVICE), bases, rgb, layout, subs)
+    planes_to_rgb(torch.from_numpy(planes).to(DEVICE), bases, rgb, layout, [CODE[s] for s in subs])
     got = rgb.cpu().numpy()
     for k, data in enumerate(datas):
         h, w = sizes[k]
@@ -100,7 +102,7 @@ def test_a_wrong_chroma_filter_is_caught():
     layout = ImageLayout.packed(sizes, chw=False)
     rgb = torch.zeros(layout.nbytes(), dtype=torch.uint8, device=DEVICE)
     planes = torch.from_numpy(np.concatenate([planes, np.zeros(4096, np.uint8)])).to(DEVICE)
-    planes_to_rgb(planes, bases, rgb, layout, ["4:2:2"])
+    planes_to_rgb(planes, bases, rgb, layout, [CODE["4:2:2"]])
     assert not np.array_equal(rgb.cpu().numpy().reshape(48, 64, 3), np.asarray(fastdata.decode(data)))
 
 
@@ -109,11 +111,11 @@ def test_refuses_what_it_cannot_convert():
     rgb = torch.zeros(layout.nbytes(), dtype=torch.uint8, device=DEVICE)
     planes = torch.zeros(24, dtype=torch.uint8, device=DEVICE)
     with pytest.raises(ValueError, match="4:1:1"):
-        planes_to_rgb(planes, [0], rgb, layout, ["4:1:1"])
+        planes_to_rgb(planes, [0], rgb, layout, [CODE["4:1:1"]])
     with pytest.raises(ValueError, match="outside the planes"):
-        planes_to_rgb(planes[:10], [0], rgb, layout, ["4:2:0"])
+        planes_to_rgb(planes[:10], [0], rgb, layout, [CODE["4:2:0"]])
     with pytest.raises(ValueError, match="packed HWC"):
         planes_to_rgb(planes, [0], torch.zeros(64, dtype=torch.uint8, device=DEVICE),
-                      ImageLayout.packed([(4, 4)], chw=True), ["4:2:0"])
+                      ImageLayout.packed([(4, 4)], chw=True), [CODE["4:2:0"]])
     with pytest.raises(ValueError, match="subsamplings"):
-        planes_to_rgb(planes, [0, 0], rgb, layout, ["4:2:0"])
+        planes_to_rgb(planes, [0, 0], rgb, layout, [CODE["4:2:0"]])

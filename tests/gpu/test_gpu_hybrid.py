@@ -68,7 +68,7 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
         real_convert = nvimgcodec.planes_to_rgb
 
         def recording_convert(planes, plane_base, rgb, layout, subsamplings):
-            converted.append(len(subsamplings))
+            converted.append(len(subsamplings))  # codes, one per row
             return real_convert(planes, plane_base, rgb, layout, subsamplings)
 
         decoder._resample_rows = recording_rows
@@ -299,7 +299,7 @@ def test_the_engines_planes_are_libjpegs_at_odd_sizes_and_stay_in_their_slots(su
         datas.append(buf.getvalue())
     hs = np.array([h for h, _ in sizes])
     ws = np.array([w for _, w in sizes])
-    plane_bytes = planar_bytes(hs, ws, [subsampling] * len(sizes))
+    plane_bytes = planar_bytes(hs, ws, [_C.SUBSAMPLING_NAMES.index(subsampling)] * len(sizes))
     offsets = np.concatenate([[0], np.cumsum(-(-(plane_bytes + 64) // 256) * 256)[:-1]])  # 64+ guard bytes each
     total = int(offsets[-1] + plane_bytes[-1] + 64)
     out = torch.full((total,), 77, dtype=torch.uint8, device="cuda")
