@@ -185,7 +185,7 @@ class FastdataPipeline:
 
     def detail(self) -> Dict[str, Any]:
         """The loader's side of the measured steps (since ``mark``; without it, since the loader
-        was made): the hybrid split, how much of the time the native threads had rows and used
+        was made): the hybrid split, the rows the GPU decoder handed back (``gpu_rejected``), how much of the time the native threads had rows and used
         them, and the GPU decoder's stage times per batch in ms (``gpu_wait``: its kernels queued
         on a busy GPU)."""
         st, stages = self.loader.stats(), self.loader.gpu_stage_seconds()
@@ -195,7 +195,8 @@ class FastdataPipeline:
             stages = {k: v - stages_before.get(k, 0.0) for k, v in stages.items()}
         out: Dict[str, Any] = {"batches": st.batches, "gpu_share": round(st.gpu_share, 3),
                                "native_occupancy": round(st.native_occupancy, 3),
-                               "native_busy_in_runs": round(st.native_busy_in_runs, 3), "failures": st.failures}
+                               "native_busy_in_runs": round(st.native_busy_in_runs, 3), "failures": st.failures,
+                               "gpu_rejected": st.gpu_rejected}
         if stages and st.batches:
             out["gpu_stage_ms_per_batch"] = {k: round(1000 * v / st.batches, 2) for k, v in stages.items()}
         return out
