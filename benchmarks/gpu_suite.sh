@@ -25,6 +25,7 @@
 #   bash benchmarks/gpu_suite.sh planar_calls # the engines' calls writing planar YCbCr or RGB, alone and beside a replayed graph (no Loader)
 #   bash benchmarks/gpu_suite.sh planar  # the engines' planar YCbCr + fastdata's conversion or their RGB: hybrid and gpu-only alone (alternating)
 #   bash benchmarks/gpu_suite.sh planar_train # the same switch beside ResNet-18 training as CUDA graphs (alternating)
+#   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -131,7 +132,7 @@ PY
 # $OUT/NAME_value.md.
 #   graphs_ab NAME SETTING RUN...
 graphs_ab() {
-  local name=$1 setting=$2 run value backend; shift 2
+  local name=$1 setting=$2 run value backend data; shift 2
   local args="--arch resnet18 --batch-size 256 --steps 300 --warmup-steps 80 --compile --compile-mode reduce-overhead --log-every 100"
   local values
   values=$(printf '%s\n' "$@" | cut -d'|' -f1 | sort -u)
@@ -141,9 +142,10 @@ graphs_ab() {
   python3 examples/train.py --synthetic $args --results "$OUT/${name}_synthetic.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
   for value in $values; do cp "$OUT/${name}_synthetic.jsonl" "$OUT/${name}_$value.jsonl"; done
   for run in "$@"; do
-    value=${run%%|*}; backend=${run#*|}
-    echo "== $name $value, $backend"
-    local input="/tmp/set8192 --no-eval --backend $backend"
+    value=${run%%|*}; backend=${run#*|}; data=/tmp/set8192
+    case $backend in *@*) data=${backend#*@}; backend=${backend%%@*} ;; esac  # BACKEND@DATA: another input
+    echo "== $name $value, $backend, $data"
+    local input="$data --no-eval --backend $backend"
     [ "$backend" = synthetic ] && input=--synthetic  # the value's own synthetic run: its table's reference
     with_setting "${setting//VALUE/$value}" train $input $args \
       --results "$OUT/${name}_$value.jsonl" 2>&1 | grep -E "^summary|Error" | cut -c1-200
@@ -154,7 +156,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -437,6 +439,16 @@ PY
     ;;
   planar_train)
     graphs_ab planar "$planar_flag" "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
+    ;;
+  cache_train)
+    # The same training with hybrid reading the 8,192 set's files or fastdata-convert's LMDB of them
+    # (records with a restart marker every MCU and the restart index: the native crop 1.41x per
+    # core on the 2-core box). Beside training the loader is CPU-bound (thirty-fourth session's
+    # reckoning: 98% of synthetic needs at most ~0.885 ms of CPU an image, the files cost ~0.93).
+    set8192
+    [ -e /tmp/set8192.lmdb ] || python3 -m fastdata.cli.convert /tmp/set8192 /tmp/set8192.lmdb --quiet
+    graphs_ab cache_train "pass  # VALUE: which input" "files|hybrid" "lmdb|hybrid@/tmp/set8192.lmdb" \
+      "lmdb|hybrid@/tmp/set8192.lmdb" "files|hybrid"
     ;;
   preempt)
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that
