@@ -442,9 +442,10 @@ PY
     ;;
   cache_train)
     # The same training with hybrid reading the 8,192 set's files or fastdata-convert's LMDB of them
-    # (records with a restart marker every MCU and the restart index: the native crop 1.41x per
-    # core on the 2-core box). Beside training the loader is CPU-bound (thirty-fourth session's
-    # reckoning: 98% of synthetic needs at most ~0.885 ms of CPU an image, the files cost ~0.93).
+    # (records with a restart marker every MCU and the restart index: native decode of this kind of
+    # image 1.36-1.37x per core from them on the 2-core box, thirty-sixth session). Beside training
+    # the loader is CPU-bound (thirty-fourth session's reckoning: 98% of synthetic needs at most
+    # ~0.885 ms of CPU an image; from the files the runs spent ~0.93).
     set8192
     [ -e /tmp/set8192.lmdb ] || python3 -m fastdata.cli.convert /tmp/set8192 /tmp/set8192.lmdb --quiet
     graphs_ab cache_train "pass  # VALUE: which input" "files|hybrid" "lmdb|hybrid@/tmp/set8192.lmdb" \

@@ -185,9 +185,9 @@ class FastdataPipeline:
 
     def detail(self) -> Dict[str, Any]:
         """The loader's side of the measured steps (since ``mark``; without it, since the loader
-        was made): the hybrid split, the rows the GPU decoder handed back (``gpu_rejected``), how much of the time the native threads had rows and used
-        them, and the GPU decoder's stage times per batch in ms (``gpu_wait``: its kernels queued
-        on a busy GPU)."""
+        was made): the hybrid split, the rows the GPU decoder handed back (``gpu_rejected``), how
+        much of the time the native threads had rows and used them, and the GPU decoder's stage
+        times per batch in ms (``gpu_wait``: its kernels queued on a busy GPU)."""
         st, stages = self.loader.stats(), self.loader.gpu_stage_seconds()
         if self._mark is not None:
             before, stages_before = self._mark
