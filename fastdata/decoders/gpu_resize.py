@@ -313,7 +313,7 @@ CHROMA_FACTORS = {"gray": (1, 1), "4:4:4": (1, 1), "4:2:2": (2, 1), "4:2:0": (2,
 # The same by subsampling code (the plan's ``subsamplings``), (0, 0) for the others: looked up for a
 # whole batch at once.
 _FACTORS_BY_CODE = np.array([CHROMA_FACTORS.get(name, (0, 0)) for name in _C.SUBSAMPLING_NAMES], np.int64)
-_GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")
+GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")  # one plane, no chroma
 
 
 def planar_convertible(subsamplings: np.ndarray) -> np.ndarray:
@@ -327,12 +327,13 @@ def planar_bytes(heights: np.ndarray, widths: np.ndarray, subsamplings: np.ndarr
     factor) each; none for gray). int64 [B]."""
     h, w = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
     codes = np.asarray(subsamplings, np.int64)
-    if not planar_convertible(codes).all():
-        others = sorted({_C.SUBSAMPLING_NAMES[c] for c in codes[~planar_convertible(codes)].tolist()})
+    convertible = planar_convertible(codes)
+    if not convertible.all():
+        others = sorted({_C.SUBSAMPLING_NAMES[c] for c in codes[~convertible].tolist()})
         raise ValueError(f"no planar layout for subsampling {others}; it takes {sorted(CHROMA_FACTORS)}")
     factors = _FACTORS_BY_CODE[codes]
     chroma = -(-w // factors[:, 0]) * -(-h // factors[:, 1])
-    return h * w + np.where(codes == _GRAY_CODE, 0, 2 * chroma)
+    return h * w + np.where(codes == GRAY_CODE, 0, 2 * chroma)
 
 
 def planes_to_rgb(planes: torch.Tensor, plane_base: np.ndarray, rgb: torch.Tensor, layout: ImageLayout,
@@ -361,7 +362,7 @@ def planes_to_rgb(planes: torch.Tensor, plane_base: np.ndarray, rgb: torch.Tenso
         raise ValueError("an image's planes lie outside the planes buffer")
     factors = _FACTORS_BY_CODE[codes]
     meta = np.stack([plane_base, base, h, w, factors[:, 0] // 2, factors[:, 1] // 2,
-                     (codes == _GRAY_CODE).astype(np.int64)], axis=1)
+                     (codes == GRAY_CODE).astype(np.int64)], axis=1)
     rows_per_block = 8
     block_start = np.concatenate([[0], np.cumsum(-(-h // rows_per_block))]).astype(np.int32)
     meta_t, block_start_t = _upload(planes.device, meta, block_start)

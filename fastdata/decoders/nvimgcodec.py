@@ -54,7 +54,7 @@ from ..io.host import THREAD_CPU_SPLIT, calling_thread_cpu
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .buffer_pool import BufferPool
-from .gpu_resize import ImageLayout, planar_bytes, planar_convertible, planes_to_rgb, resample_batch
+from .gpu_resize import GRAY_CODE, ImageLayout, planar_bytes, planar_convertible, planes_to_rgb, resample_batch
 from .routing import gpu_decodable
 
 GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gpu] "
@@ -79,7 +79,6 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # decode every row the engines do not take, are hybrid's bound there (docs/results.md).
 ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4", "gray")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
-GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")  # the calls whose files engine_bytes may rewrite
 _444_CODE = _C.SUBSAMPLING_NAMES.index("4:4:4")  # PLANAR_OUTPUT's plan for a row it has no conversion for
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.

@@ -17,11 +17,11 @@ from PIL import Image
 import fastdata
 from fastdata import _C
 from fastdata.decoders.gpu_resize import ImageLayout, planar_bytes, planes_to_rgb
-
-CODE = {name: code for code, name in enumerate(_C.SUBSAMPLING_NAMES)}
 from fastdata.cli.demo import photo_like_jpeg
 
 from imagegen import opencv_jpeg
+
+CODE = {name: code for code, name in enumerate(_C.SUBSAMPLING_NAMES)}  # subsampling name -> plan code
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
