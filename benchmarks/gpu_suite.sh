@@ -40,6 +40,11 @@ set8192() {
   [ -d /tmp/set8192 ] || python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks')
 from bench_gpu_decode import build_set; build_set(Path('/tmp/set8192'), 8192, 500, 375, 16)" >/dev/null
 }
+# The same set as fastdata-convert's LMDB (records with a restart marker every MCU and the restart index).
+set8192_lmdb() {
+  set8192
+  [ -e /tmp/set8192.lmdb ] || python3 -m fastdata.cli.convert /tmp/set8192 /tmp/set8192.lmdb --quiet
+}
 # The demo mix built larger (4,096 images of 16 classes; fastdata.cli.demo: gray, CMYK, progressive,
 # EXIF-rotated, 4:4:4 and 4:2:2 among baseline 4:2:0) in /tmp/mixed, built once per machine.
 mixedset() {
@@ -446,8 +451,7 @@ PY
     # image 1.36-1.37x per core from them on the 2-core box, thirty-sixth session). Beside training
     # the loader is CPU-bound (thirty-fourth session's reckoning: 98% of synthetic needs at most
     # ~0.885 ms of CPU an image; from the files the runs spent ~0.93).
-    set8192
-    [ -e /tmp/set8192.lmdb ] || python3 -m fastdata.cli.convert /tmp/set8192 /tmp/set8192.lmdb --quiet
+    set8192_lmdb
     graphs_ab cache_train "pass  # VALUE: which input" "files|hybrid" "lmdb|hybrid@/tmp/set8192.lmdb" \
       "lmdb|hybrid@/tmp/set8192.lmdb" "files|hybrid"
     ;;
@@ -473,8 +477,7 @@ PY
     # native, gpu and hybrid on the 8,192 set as files and as fastdata-convert's LMDB (records with a
     # restart marker every MCU and the restart index: 1.41x the native crop rate per core on the
     # 2-core box), alternating: whether the engines take those records as they take the files.
-    set8192
-    [ -e /tmp/set8192.lmdb ] || python3 -m fastdata.cli.convert /tmp/set8192 /tmp/set8192.lmdb --quiet
+    set8192_lmdb
     k=0
     for data in /tmp/set8192 /tmp/set8192.lmdb /tmp/set8192.lmdb /tmp/set8192; do
       k=$((k + 1)); echo "== $k $data"
