@@ -26,6 +26,8 @@
 #   bash benchmarks/gpu_suite.sh planar  # the engines' planar YCbCr + fastdata's conversion or their RGB: hybrid and gpu-only alone (alternating)
 #   bash benchmarks/gpu_suite.sh planar_train # the same switch beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
+#   bash benchmarks/gpu_suite.sh consumer_train # balance.CONSUMER_FIRST off/on beside that training from the LMDB, native alone beside; then from the files
+#   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -161,7 +163,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|consumer_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -454,6 +456,26 @@ PY
     set8192_lmdb
     graphs_ab cache_train "pass  # VALUE: which input" "files|hybrid" "lmdb|hybrid@/tmp/set8192.lmdb" \
       "lmdb|hybrid@/tmp/set8192.lmdb" "files|hybrid"
+    ;;
+  consumer_train)
+    # Beside ResNet-18 training as CUDA graphs from the LMDB, native alone beat hybrid in each of
+    # three calls (96.4-97.7% of synthetic against 77.0-89.5% on the first machine; thirty-eighth
+    # session): balance.CONSUMER_FIRST (the GPU only what the native threads lack of the
+    # consumer's pace) against the default split, native alone beside; then the files, where
+    # the native threads alone fall behind.
+    set8192_lmdb
+    L=/tmp/set8192.lmdb
+    graphs_ab consumer "import fastdata.loader.balance as b; b.CONSUMER_FIRST = VALUE" "False|hybrid@$L" \
+      "True|hybrid@$L" "False|native@$L" "True|hybrid@$L" "False|hybrid@$L" "False|native@$L" "True|hybrid" "False|hybrid"
+    ;;
+  stream_train)
+    # Whether the step loses to an implicit sync with the legacy default stream (which torch
+    # trains on) where nvJPEG's work goes: the main thread's current stream a side stream or not.
+    # Thirty-eighth session, one H100: side 76.6% and 76.5% of synthetic, legacy 83.9% and 81.5%.
+    set8192_lmdb
+    L=/tmp/set8192.lmdb
+    graphs_ab stream "import torch; VALUE and torch.cuda.set_stream(torch.cuda.Stream(0))" "False|hybrid@$L" \
+      "True|hybrid@$L" "True|hybrid@$L" "False|hybrid@$L"
     ;;
   preempt)
     # No GPU: what this host's SCHED_IDLE native threads lose per CPU-second beside threads that

@@ -700,6 +700,43 @@ def test_balancer_gives_the_gpu_the_least_that_keeps_the_loader_ahead():
     assert not bal.ahead and bal.handover_rate is None and bal.gpu_rows(256, 256) == 192
 
 
+def test_consumer_first_gives_the_gpu_only_what_the_native_threads_lack_of_the_pace(monkeypatch):
+    from fastdata.loader import balance
+
+    monkeypatch.setattr(balance, "CONSUMER_FIRST", True)
+    bal = SplitBalancer(smoothing=1.0)
+    bal.observe(192, 192 / 3000.0, 64, 64 / 1000.0)  # GPU 3000 rows/s, native 1000: balanced 3/4
+    assert bal.gpu_rows(256, 256) == 192  # no pace measured (the bench): balanced, as without the switch
+    bal.observe_handover(256, 256 / 900.0, waited=True)  # the consumer takes 900 rows/s: native alone keeps it
+    assert bal.standing_down() and bal.gpu_rows(256, 256) == 0  # not even the probe
+    bal.observe_handover(256, 256 / 2000.0, waited=True)  # 2000 rows/s: the GPU makes up what native lacks
+    assert bal.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (2000 * balance.CF_HEADROOM))))
+    # Behind: the pace is kept, not forgotten, and rises per hand-over, the GPU's share with it...
+    share = bal.share()
+    bal.observe_handover(256, 256 / 1500.0, waited=False)  # (the loader's own rate: not the consumer's)
+    assert bal.handover_rate == pytest.approx(2000 * balance.CF_PACE_RISE) and bal.share() > share
+    for _ in range(200):  # ...up to the balanced share, no further
+        bal.observe_handover(256, None, waited=False)
+    assert bal.share() == pytest.approx(0.75) and bal.gpu_rows(256, 256) == 192
+    rate = bal.handover_rate
+    bal.observe_handover(256, None, waited=False)
+    assert bal.handover_rate == rate
+    for _ in range(4):  # ahead again: the hand-overs measure the pace afresh (halving at most per one)
+        bal.observe_handover(256, 256 / 900.0, waited=True)
+    assert bal.handover_rate == pytest.approx(900.0) and bal.gpu_rows(256, 256) == 0
+    bal.pace_reset()  # an epoch's end keeps the pace under the switch
+    assert bal.handover_rate == pytest.approx(900.0) and bal.gpu_rows(256, 256) == 0
+    # The waits' share learns nothing from batches that had the pace's share.
+    moved = list(bal.moves)
+    for _ in range(8):
+        bal.observe_waits(0.01, 0.0)
+    assert bal.moves == moved
+    # Off, the same pace and rates give the GPU what native lacks of HEADROOM (1.25) times the pace.
+    monkeypatch.setattr(balance, "CONSUMER_FIRST", False)
+    bal.observe_handover(256, 256 / 900.0, waited=True)
+    assert bal.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (900 * HEADROOM)))) > 0
+
+
 def _queued_hybrid(bal, batches, n=256, gpu_capacity=3000.0, native_rate=1000.0, producer_s=0.002, window=5,
                    lanes=4, gpu_reported=None, slow_start=0):
     """A hybrid producer driving ``bal`` with ``window`` batches in flight, both sides as queues:
