@@ -27,7 +27,7 @@
 #   bash benchmarks/gpu_suite.sh planar_train # the same switch beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh consumer_train # balance.CONSUMER_FIRST off/on beside that training from the LMDB, native alone beside; then from the files
-#   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB
+#   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
@@ -459,14 +459,18 @@ PY
     ;;
   consumer_train)
     # Beside ResNet-18 training as CUDA graphs from the LMDB, native alone beat hybrid in each of
-    # three calls (96.4-97.7% of synthetic against 77.0-89.5% on the first machine; thirty-eighth
+    # three calls (96.5-97.8% of synthetic against 77.0-89.5% on call 2's machine; thirty-eighth
     # session): balance.CONSUMER_FIRST (the GPU only what the native threads lack of the
-    # consumer's pace) against the default split, native alone beside; then the files, where
-    # the native threads alone fall behind.
+    # consumer's pace) against the default split, native alone beside. Hybrid picks 3 fewer
+    # native threads than native (pipeline.HYBRID_HOST_CORES), so "True16" runs the switch with
+    # all 16; then a pair from the files ("Truefiles", "Falsefiles"), where the native threads
+    # alone fall behind. A value's table is consumer_VALUE.md.
     set8192_lmdb
     L=/tmp/set8192.lmdb
-    graphs_ab consumer "import fastdata.loader.balance as b; b.CONSUMER_FIRST = VALUE" "False|hybrid@$L" \
-      "True|hybrid@$L" "False|native@$L" "True|hybrid@$L" "False|hybrid@$L" "False|native@$L" "True|hybrid" "False|hybrid"
+    graphs_ab consumer "import fastdata.loader.balance as b, fastdata.loader.pipeline as p
+b.CONSUMER_FIRST = 'VALUE'.startswith('True'); p.HYBRID_HOST_CORES = 0 if 'VALUE' == 'True16' else p.HYBRID_HOST_CORES" \
+      "False|hybrid@$L" "True|hybrid@$L" "True16|hybrid@$L" "False|native@$L" "True16|hybrid@$L" "True|hybrid@$L" \
+      "False|hybrid@$L" "False|native@$L" "Truefiles|hybrid" "Falsefiles|hybrid"
     ;;
   stream_train)
     # Whether the step loses to an implicit sync with the legacy default stream (which torch

@@ -40,7 +40,7 @@ behind for a batch or two, never stay behind. (The rates the balanced share come
 measured on the batches before: after a stretch ahead in which the GPU took only a few rows
 per batch, its rate, fixed costs per call included, reads low. The balanced share the waits
 set, below, is kept through a stretch ahead.) The pace is forgotten when a feed starts and at each epoch's
-end (``pace_reset``), and the producer does not count the hand-overs until its queue has
+end (``pace_reset``; not under ``CONSUMER_FIRST``, below), and the producer does not count the hand-overs until its queue has
 turned over once more: their waits include the consumer's first step or the pause between
 epochs, not its pace.
 
@@ -78,16 +78,17 @@ model's ceiling with steps of at most 1/16, and 179-200 rows at 96% with 1/64.
 **Consumer first** (``CONSUMER_FIRST``, an A/B switch, off until measured). Beside ResNet-18
 training as CUDA graphs, reading fastdata-convert's LMDB of the 8,192 set, three calls on three
 fresh H100 machines ran the native backend alone and hybrid alternating (thirty-eighth session,
-docs/results.md): native trained at 96.4-97.7%, 90.4-91.2% and 87.4% of synthetic, hybrid at
+docs/results.md): native trained at 96.5-97.8%, 90.4-91.2% and 87.4% of synthetic, hybrid at
 77.0-89.5%, 78.2-85.3% and 76.5-83.9%. Native was ahead in every call, by 3.5 to 21 points, even
 where its own data wait was 5.7%. Hybrid's GPU side had 9-26% of the rows (mostly the pace's
 share: HEADROOM 1.25 asks the GPU for what the native threads lack of 1.25 times the pace), its
 calls burned 0.55-1.1 ms of CPU per GPU row (beside native alone the process spent 0.88-1.10
-ms per image), and the GPU was busy 68-95% of the time against 87-100% beside native alone. So
+ms per image), and the GPU was busy 68-94% of the time against 87-100% beside native alone. So
 beside training a GPU row bought no CPU and cost the step GPU time. The switch keeps the
 consumer's pace once measured, gives the GPU the least share that keeps it (CF_HEADROOM, and
 no probe: no rows while the native threads alone keep it), raises the pace while the loader is
-behind instead of jumping to the balanced share, and keeps it through an epoch's end. Alone (a
+behind (from at least the rate the loader delivers then) instead of jumping to the balanced
+share, and keeps it through an epoch's end. Alone (a
 consumer that takes every batch at once, the bench) the loader is never ahead, no pace is
 measured, and the split is the balanced one, as without the switch.
 
@@ -198,9 +199,9 @@ class SplitBalancer:
         return min(balanced, max(0.0, 1.0 - self.native_rate / (HEADROOM * self.handover_rate)))
 
     def standing_down(self) -> bool:
-        """CONSUMER_FIRST: the consumer's pace is known and the native threads alone keep it (the
-        pace's share is below the probe): the GPU takes no rows."""
-        return CONSUMER_FIRST and self.handover_rate is not None and self.rates_measured and self.share() < self.probe
+        """CONSUMER_FIRST: the consumer's pace is known and the native threads alone deliver
+        CF_HEADROOM times it (the pace's share is zero): the GPU takes no rows."""
+        return CONSUMER_FIRST and self.handover_rate is not None and self.rates_measured and self.share() <= 0.0
 
     def gpu_rows(self, n: int, acceptable: int) -> int:
         """How many of a batch's ``n`` rows the GPU takes, of the ``acceptable`` ones it can."""
@@ -225,7 +226,7 @@ class SplitBalancer:
         GPU rows (WAIT_SPLIT: moves the balanced share; see the module's text)."""
         if not WAIT_SPLIT:
             return
-        if self.ahead or (CONSUMER_FIRST and self.handover_rate is not None):
+        if self.ahead or (CONSUMER_FIRST and self.handover_rate is not None and self.share() < self.balanced_share()):
             # the batch had the pace's share, not the balanced one: nothing to learn
             self._seen, self._waited = 0, [0.0, 0.0]
             return
@@ -264,11 +265,13 @@ class SplitBalancer:
         the producer waited for room in the queue (the consumer is the slower)."""
         self.ahead = waited
         if not waited and CONSUMER_FIRST and self.handover_rate is not None:
-            # Behind: the consumer is faster than the pace kept. Raise it (the GPU's share with it)
-            # until the loader is ahead again, where the hand-overs measure it afresh; not past
-            # the balanced share, beyond which the loader cannot go faster.
-            if self.share() < self.balanced_share():
-                self.handover_rate *= CF_PACE_RISE
+            # Behind: the consumer is faster than the pace kept, and at least as fast as the loader
+            # delivers now. Raise the pace (the GPU's share with it) until the loader is ahead
+            # again, where the hand-overs measure it afresh; not past the balanced share, beyond
+            # which the loader cannot go faster, and not for the hand-overs after a (re)start
+            # (seconds None), which the refilling queue makes.
+            if seconds is not None and seconds > 0 and rows > 0 and self.share() < self.balanced_share():
+                self.handover_rate = max(self.handover_rate, rows / seconds) * CF_PACE_RISE
             return
         if not waited:
             # The consumer waited for us: its pace is unknown (at least ours). A rate measured
@@ -284,7 +287,7 @@ class SplitBalancer:
 
     def pace_reset(self) -> None:
         """Forget the consumer's pace (a feed starts, an epoch ends): the balanced share until
-        the loader is measured ahead again."""
+        the loader is measured ahead again. Under CONSUMER_FIRST the pace is kept."""
         self.ahead = False
         if not CONSUMER_FIRST:  # CONSUMER_FIRST keeps it: an epoch's end does not change a training loop
             self.handover_rate = None

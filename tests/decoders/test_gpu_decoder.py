@@ -709,23 +709,41 @@ def test_consumer_first_gives_the_gpu_only_what_the_native_threads_lack_of_the_p
     assert bal.gpu_rows(256, 256) == 192  # no pace measured (the bench): balanced, as without the switch
     bal.observe_handover(256, 256 / 900.0, waited=True)  # the consumer takes 900 rows/s: native alone keeps it
     assert bal.standing_down() and bal.gpu_rows(256, 256) == 0  # not even the probe
+    bal.observe_handover(256, 256 / 960.0, waited=True)  # native 1000 is short of CF_HEADROOM x 960 = 1008:
+    assert not bal.standing_down() and bal.gpu_rows(256, 256) == 8  # the GPU takes rows (at least the probe)
     bal.observe_handover(256, 256 / 2000.0, waited=True)  # 2000 rows/s: the GPU makes up what native lacks
     assert bal.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (2000 * balance.CF_HEADROOM))))
     # Behind: the pace is kept, not forgotten, and rises per hand-over, the GPU's share with it...
     share = bal.share()
     bal.observe_handover(256, 256 / 1500.0, waited=False)  # (the loader's own rate: not the consumer's)
     assert bal.handover_rate == pytest.approx(2000 * balance.CF_PACE_RISE) and bal.share() > share
+    rate = bal.handover_rate
+    bal.observe_handover(256, None, waited=False)  # a hand-over after a (re)start: not the consumer's
+    assert bal.handover_rate == rate
     for _ in range(200):  # ...up to the balanced share, no further
-        bal.observe_handover(256, None, waited=False)
+        bal.observe_handover(256, 256 / 1500.0, waited=False)
     assert bal.share() == pytest.approx(0.75) and bal.gpu_rows(256, 256) == 192
     rate = bal.handover_rate
-    bal.observe_handover(256, None, waited=False)
+    bal.observe_handover(256, 256 / 1500.0, waited=False)
     assert bal.handover_rate == rate
+    moved = sum(bal.moves)  # at the balanced share the waits' share learns again (native finished last: up)
+    for _ in range(2):
+        bal.observe_waits(0.01, 0.0)
+    assert sum(bal.moves) == moved + 1 and bal.share_from_waits > 0.75
     for _ in range(4):  # ahead again: the hand-overs measure the pace afresh (halving at most per one)
         bal.observe_handover(256, 256 / 900.0, waited=True)
     assert bal.handover_rate == pytest.approx(900.0) and bal.gpu_rows(256, 256) == 0
     bal.pace_reset()  # an epoch's end keeps the pace under the switch
     assert bal.handover_rate == pytest.approx(900.0) and bal.gpu_rows(256, 256) == 0
+    # A pace that reads low (a hiccup while warming up) is left at once when the loader falls
+    # behind: the consumer takes at least what the loader delivers (1200 rows/s here).
+    low = SplitBalancer(smoothing=1.0)
+    low.observe(192, 192 / 3000.0, 64, 64 / 1000.0)
+    low.observe_handover(256, 256 / 300.0, waited=True)
+    assert low.gpu_rows(256, 256) == 0
+    low.observe_handover(256, 256 / 1200.0, waited=False)
+    assert low.handover_rate == pytest.approx(1200 * balance.CF_PACE_RISE)
+    assert low.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (1200 * balance.CF_PACE_RISE * balance.CF_HEADROOM))))
     # The waits' share learns nothing from batches that had the pace's share.
     moved = list(bal.moves)
     for _ in range(8):
