@@ -39,10 +39,10 @@ submitted from then on. A native rate measured too high can therefore make the l
 behind for a batch or two, never stay behind. (The rates the balanced share comes from were
 measured on the batches before: after a stretch ahead in which the GPU took only a few rows
 per batch, its rate, fixed costs per call included, reads low. The balanced share the waits
-set, below, is kept through a stretch ahead.) The pace is forgotten when a feed starts and at each epoch's
-end (``pace_reset``; not under ``CONSUMER_FIRST``, below), and the producer does not count the hand-overs until its queue has
-turned over once more: their waits include the consumer's first step or the pause between
-epochs, not its pace.
+set, below, is kept through a stretch ahead.) The pace is forgotten when a feed starts and at
+each epoch's end (``pace_reset``; not under ``CONSUMER_FIRST``, below), and the producer does
+not count the hand-overs until its queue has turned over once more: their waits include the
+consumer's first step or the pause between epochs, not its pace.
 
 **The balanced share from the producer's waits** (``WAIT_SPLIT``, the default since
 2026-12-06). The GPU's rate as measured is what it did, not what it could do: with several
@@ -88,9 +88,9 @@ beside training a GPU row bought no CPU and cost the step GPU time. The switch k
 consumer's pace once measured, gives the GPU the least share that keeps it (CF_HEADROOM, and
 no probe: no rows while the native threads alone keep it), raises the pace while the loader is
 behind (from at least the rate the loader delivers then) instead of jumping to the balanced
-share, and keeps it through an epoch's end. Alone (a
-consumer that takes every batch at once, the bench) the loader is never ahead, no pace is
-measured, and the split is the balanced one, as without the switch.
+share, and keeps it through an epoch's end. Alone (a consumer that takes every batch at once,
+the bench) the loader is never ahead, no pace is measured, and the split is the balanced one, as
+without the switch.
 
 Measured on H100s (docs/results.md, thirtieth and thirty-first sessions; ``gpu_suite.sh waits``,
 ``waits_train``, ``waits_mix``, ``waits_step``): the waits' share ran the 8,192 set +10% against
@@ -120,8 +120,9 @@ RATE_SPIKE = 4.0
 # CONSUMER_FIRST (an A/B switch, off: not yet measured with it on; see the module's text): beside a
 # consumer whose pace has been measured, the GPU takes the least share with which the native
 # threads and it deliver CF_HEADROOM times that pace, and no rows at all (not even the probe)
-# while the native threads alone do; while the loader is behind, the pace it keeps rises by
-# CF_PACE_RISE per hand-over (up to the balanced share), and the pace outlives an epoch's end.
+# while the native threads alone do; while the loader is behind, the pace it keeps rises to at
+# least the rate the loader delivers, times CF_PACE_RISE per hand-over (up to the balanced
+# share), and the pace outlives an epoch's end.
 CONSUMER_FIRST = False
 CF_HEADROOM = 1.05
 CF_PACE_RISE = 1.02
@@ -188,7 +189,8 @@ class SplitBalancer:
     def share(self) -> float:
         """The GPU's share of a batch (before the probe and the cap): the balanced share, or while
         the loader is ahead the least the GPU can take and still deliver ``HEADROOM`` times the
-        consumer's rate, if that is less."""
+        consumer's rate, if that is less (CONSUMER_FIRST: ``CF_HEADROOM`` times the pace kept,
+        ahead or behind, once measured)."""
         balanced = self.balanced_share()
         if CONSUMER_FIRST:  # behind too: the least that keeps the consumer's pace (raised while behind)
             if not self.rates_measured or self.handover_rate is None:
