@@ -463,8 +463,9 @@ PY
     # session): balance.CONSUMER_FIRST (the GPU only what the native threads lack of the
     # consumer's pace) against the default split, native alone beside. Hybrid picks 3 fewer
     # native threads than native (pipeline.HYBRID_HOST_CORES; in that session's call 2 both ran
-    # 16 and native still led), so "True16" runs the switch with all 16; then a pair from the files ("Truefiles", "Falsefiles"), where the native threads
-    # alone fall behind. A value's table is consumer_VALUE.md.
+    # 16 and native still led), so "True16" runs the switch with all 16; then a pair from the
+    # files ("Truefiles", "Falsefiles"), where the native threads alone fall behind. A value's
+    # table is consumer_VALUE.md.
     set8192_lmdb
     L=/tmp/set8192.lmdb
     graphs_ab consumer "import fastdata.loader.balance as b, fastdata.loader.pipeline as p

@@ -80,15 +80,15 @@ training as CUDA graphs, reading fastdata-convert's LMDB of the 8,192 set, three
 fresh H100 machines ran the native backend alone and hybrid alternating (thirty-eighth session,
 docs/results.md): native trained at 96.5-97.8%, 90.4-91.2% and 87.4% of synthetic, hybrid at
 77.0-89.5%, 78.2-85.3% and 76.5-83.9%. Native was ahead in every call, by 3.5 to 21 points, even
-where its own data wait was 5.7%. Hybrid's GPU side had 9-26% of the rows (mostly the pace's
-share: HEADROOM 1.25 asks the GPU for what the native threads lack of 1.25 times the pace), its
+where its own data wait was 5.7%. Hybrid's GPU side had 9-26% of the rows (while the loader is
+ahead, HEADROOM 1.25 asks the GPU for what the native threads lack of 1.25 times the pace), its
 calls burned 0.55-1.1 ms of CPU per GPU row (beside native alone the process spent 0.88-1.10
 ms per image), and the GPU was busy 68-94% of the time against 87-100% beside native alone. So
 beside training a GPU row bought no CPU and cost the step GPU time. The switch keeps the
 consumer's pace once measured, gives the GPU the least share that keeps it (CF_HEADROOM, and
 no probe: no rows while the native threads alone keep it), raises the pace while the loader is
 behind (from at least the rate the loader delivers then) instead of jumping to the balanced
-share, and keeps it through an epoch's end. Alone (a consumer that takes every batch at once,
+share, and keeps it through an epoch's end and into a new iteration. Alone (a consumer that takes every batch at once,
 the bench) the loader is never ahead, no pace is measured, and the split is the balanced one, as
 without the switch.
 
@@ -203,7 +203,11 @@ class SplitBalancer:
     def standing_down(self) -> bool:
         """CONSUMER_FIRST: the consumer's pace is known and the native threads alone deliver
         CF_HEADROOM times it (the pace's share is zero): the GPU takes no rows."""
-        return CONSUMER_FIRST and self.handover_rate is not None and self.rates_measured and self.share() <= 0.0
+        return CONSUMER_FIRST and self.handover_rate is not None and self.share() <= 0.0
+
+    def _pace_share_in_effect(self) -> bool:
+        """CONSUMER_FIRST: a pace is kept and its share is below the balanced one."""
+        return CONSUMER_FIRST and self.handover_rate is not None and self.share() < self.balanced_share()
 
     def gpu_rows(self, n: int, acceptable: int) -> int:
         """How many of a batch's ``n`` rows the GPU takes, of the ``acceptable`` ones it can."""
@@ -228,8 +232,7 @@ class SplitBalancer:
         GPU rows (WAIT_SPLIT: moves the balanced share; see the module's text)."""
         if not WAIT_SPLIT:
             return
-        if self.ahead or (CONSUMER_FIRST and self.handover_rate is not None and self.share() < self.balanced_share()):
-            # the batch had the pace's share, not the balanced one: nothing to learn
+        if self.ahead or self._pace_share_in_effect():  # the batch had the pace's share, not the balanced one
             self._seen, self._waited = 0, [0.0, 0.0]
             return
         self._seen += 1
@@ -272,7 +275,7 @@ class SplitBalancer:
             # again, where the hand-overs measure it afresh; not past the balanced share, beyond
             # which the loader cannot go faster, and not for the hand-overs after a (re)start
             # (seconds None), which the refilling queue makes.
-            if seconds is not None and seconds > 0 and rows > 0 and self.share() < self.balanced_share():
+            if seconds is not None and seconds > 0 and rows > 0 and self._pace_share_in_effect():
                 self.handover_rate = max(self.handover_rate, rows / seconds) * CF_PACE_RISE
             return
         if not waited:
