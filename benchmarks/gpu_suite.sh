@@ -26,7 +26,8 @@
 #   bash benchmarks/gpu_suite.sh planar  # the engines' planar YCbCr + fastdata's conversion or their RGB: hybrid and gpu-only alone (alternating)
 #   bash benchmarks/gpu_suite.sh planar_train # the same switch beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
-#   bash benchmarks/gpu_suite.sh consumer_train # balance.CONSUMER_FIRST off/on beside that training from the LMDB, native alone beside; then from the files
+#   bash benchmarks/gpu_suite.sh consumer_train # balance.CONSUMER_FIRST off/on beside that training from the LMDB, native alone beside
+#   bash benchmarks/gpu_suite.sh consumer_files # that switch from the files (alternating)
 #   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
@@ -163,7 +164,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|consumer_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|consumer_train|consumer_files|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -463,15 +464,20 @@ PY
     # session): balance.CONSUMER_FIRST (the GPU only what the native threads lack of the
     # consumer's pace) against the default split, native alone beside. Hybrid picks 3 fewer
     # native threads than native (pipeline.HYBRID_HOST_CORES; in that session's call 2 both ran
-    # 16 and native still led), so "True16" runs the switch with all 16; then a pair from the
-    # files ("Truefiles", "Falsefiles"), where the native threads alone fall behind. A value's
-    # table is consumer_VALUE.md.
+    # 16 and native still led), so "True16" runs the switch with all 16. A value's table is
+    # consumer_VALUE.md.
     set8192_lmdb
     L=/tmp/set8192.lmdb
     graphs_ab consumer "import fastdata.loader.balance as b, fastdata.loader.pipeline as p
 b.CONSUMER_FIRST = 'VALUE'.startswith('True'); p.HYBRID_HOST_CORES = 0 if 'VALUE' == 'True16' else p.HYBRID_HOST_CORES" \
       "False|hybrid@$L" "True|hybrid@$L" "True16|hybrid@$L" "False|native@$L" "True16|hybrid@$L" "True|hybrid@$L" \
-      "False|hybrid@$L" "False|native@$L" "Truefiles|hybrid" "Falsefiles|hybrid"
+      "False|hybrid@$L" "False|native@$L"
+    ;;
+  consumer_files)
+    # The same switch from the files, where the native threads alone fall behind (a table per value:
+    # consumer_files_VALUE.md); split from consumer_train so that each fits one call after setup.
+    graphs_ab consumer_files "import fastdata.loader.balance as b; b.CONSUMER_FIRST = VALUE" \
+      "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   stream_train)
     # Whether the step loses to an implicit sync with the legacy default stream (which torch
