@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
@@ -38,7 +38,8 @@ from fastdata.io.host import calling_thread_cpu
 class Lane:
     """One decoder object, its stream and its output buffers, decoding fixed batches in turn."""
 
-    def __init__(self, instance, datas: List[bytes], sizes: np.ndarray, subsamplings: List[str], batch: int):
+    def __init__(self, instance, datas: List[bytes], sizes: np.ndarray, subsamplings: List[str], batch: int,
+                 pinned: bool = False):
         self.decoder = _C.NvImageCodecBatch(instance, torch.cuda.current_device(), 1,
                                             [BACKEND_KINDS["HW_GPU_ONLY"]], "")
         self.stream = torch.cuda.Stream()
@@ -51,7 +52,21 @@ class Lane:
             offsets = np.concatenate([[0], np.cumsum(slot)[:-1]]).astype(np.int64)
             out = torch.empty(int(slot.sum()), dtype=torch.uint8, device="cuda")
             planes = planar_bytes(h, w, subsamplings[rows])
-            self.batches.append((list(datas[rows]), out, offsets, h.copy(), w.copy(), planes))
+            self.batches.append((self._bitstreams(list(datas[rows]), pinned), out, offsets, h.copy(), w.copy(), planes))
+
+    def _bitstreams(self, datas: List[bytes], pinned: bool) -> List[Any]:
+        """The batch's files as given (pageable host memory), or as views into one pinned buffer
+        (--bitstreams pinned): then nvJPEG's uploads of them need no staging by the driver."""
+        if not pinned:
+            return datas
+        sizes = np.array([len(d) for d in datas], np.int64)
+        ends = np.cumsum(sizes)
+        buf = torch.empty(int(ends[-1]), dtype=torch.uint8, pin_memory=True)
+        host = buf.numpy()
+        for d, end, size in zip(datas, ends, sizes):
+            host[end - size:end] = np.frombuffer(d, np.uint8)
+        self._pinned = getattr(self, "_pinned", []) + [buf]  # alive as long as the lane
+        return [host[end - size:end] for end, size in zip(ends, sizes)]
 
     def run(self, planar: bool, stop: threading.Event, result: Dict[str, float]) -> None:
         n = calls_wall = calls_cpu = calls_sys = 0.0
@@ -208,6 +223,8 @@ def main() -> None:
     p.add_argument("--lanes", default="1,4", help="threads calling at once, each its own decoder and stream")
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of (rgb, planar)")
+    p.add_argument("--bitstreams", choices=("pageable", "pinned"), default="pageable",
+                   help="the files' bytes as read (pageable) or copied into pinned host memory first")
     p.add_argument("--hold", choices=("rgb", "planar"),
                    help="only run one lane of this output beside the load for --seconds, after printing "
                         "'holding' (for a native stack sampler such as py-spy to attach)")
@@ -227,8 +244,9 @@ def main() -> None:
     instance = _C.NvImageCodecInstance(nvimgcodec_library())
     per = args.batch * args.batches
     lanes = [Lane(instance, datas[k * per:(k + 1) * per], sizes[k * per:(k + 1) * per],
-                  subsamplings[k * per:(k + 1) * per], args.batch)
+                  subsamplings[k * per:(k + 1) * per], args.batch, pinned=args.bitstreams == "pinned")
              for k in range(max(lane_counts))]
+    print(f"bitstreams: {args.bitstreams}")
     if args.hold:
         load = GraphLoad()
         load.start()

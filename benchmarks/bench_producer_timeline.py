@@ -68,7 +68,7 @@ def _wrap_steps(gpu: bool) -> None:
     for owner, attr, step in (
             (pipeline_mod, "plan_batch", "plan"), (pipeline_mod, "route", "route"),
             (pipeline_mod.BatchPipeline, "_start_native", "queue_native"), (pipeline_mod.BatchPipeline, "submit", "submit"),
-            (native_decoder.NativeDecoder, "finish", "wait_native"), (pipeline_mod.BatchPipeline, "_finish_gpu", "wait_gpu"),
+            (native_decoder.NativeDecoder, "finish", "wait_native"),
             (pipeline_mod.BatchPipeline, "decode", "decode"), (pipeline_mod.BatchPipeline, "deliver", "deliver"),
             (producer_mod.BatchProducer, "start", "start"), (producer_mod.BatchProducer, "finish", "finish"),
             (producer_mod.BatchProducer, "_fetch", "fetch"), (producer_mod.Feed, "_put", "queue_put_wait")):
@@ -76,7 +76,7 @@ def _wrap_steps(gpu: bool) -> None:
     if gpu:
         from fastdata.decoders import nvimgcodec
 
-        for attr, step in (("start", "gpu_start"), ("_decode_stage", "gpu_decode_stage"),
+        for attr, step in (("start", "gpu_start"), ("finish", "wait_gpu"), ("_decode_stage", "gpu_decode_stage"),
                            ("_resample_stage", "gpu_resample_stage")):
             _clock(nvimgcodec.NvImageCodecDecoder, attr, step)
 

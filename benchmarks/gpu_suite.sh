@@ -15,6 +15,7 @@
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
+#   bash benchmarks/gpu_suite.sh pinned_calls # the engines' calls with the bytes pageable or pinned, alone and beside a replayed graph
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
 #   bash benchmarks/gpu_suite.sh waits   # the hybrid split from the producer's waits (balance.WAIT_SPLIT) or from the rates, alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
@@ -26,8 +27,6 @@
 #   bash benchmarks/gpu_suite.sh planar  # the engines' planar YCbCr + fastdata's conversion or their RGB: hybrid and gpu-only alone (alternating)
 #   bash benchmarks/gpu_suite.sh planar_train # the same switch beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
-#   bash benchmarks/gpu_suite.sh consumer_train # balance.CONSUMER_FIRST off/on beside that training from the LMDB, native alone beside
-#   bash benchmarks/gpu_suite.sh consumer_files # that switch from the files (alternating)
 #   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
@@ -164,7 +163,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|consumer_train|consumer_files|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -370,9 +369,19 @@ PY
     ;;
   pinned)
     # The A/B of nvimgcodec.PINNED_BITSTREAMS (the GPU rows' bitstreams staged in pinned memory)
-    # beside ResNet-18 training as CUDA graphs, alternating.
+    # beside ResNet-18 training as CUDA graphs, hybrid, alternating.
     graphs_ab pinned "import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = VALUE" \
-      "False|hybrid" "True|hybrid" "True|gpu" "False|gpu" "False|hybrid" "True|hybrid"
+      "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
+    ;;
+  pinned_calls)
+    # The engines' calls (RGB, one lane) with the files' bytes pageable or in pinned memory, alone
+    # and beside a replayed ResNet-18 graph: beside it, pageable calls ran ~20x slower with their
+    # thread's CPU busy the whole call (thirty-ninth session); nvJPEG uploads the bytes inside the call.
+    set8192
+    for b in pinned pageable; do
+      python3 benchmarks/bench_engines_beside_load.py /tmp/set8192 --lanes 1 --seconds 3 --rounds 1 --bitstreams $b 2>&1 \
+        | tee "$OUT/engines_beside_load_$b.log" | grep -v '^\[' | grep -v "nvjpeg2k\|nvtiff\|nvTIFF\|nvJPEG2000\|_warn_once\|UserWarning"
+    done
     ;;
   lanes)
     # More batches decoding at once beside ResNet-18 training as CUDA graphs: two lanes (three
@@ -457,27 +466,6 @@ PY
     set8192_lmdb
     graphs_ab cache_train "pass  # VALUE: which input" "files|hybrid" "lmdb|hybrid@/tmp/set8192.lmdb" \
       "lmdb|hybrid@/tmp/set8192.lmdb" "files|hybrid"
-    ;;
-  consumer_train)
-    # Beside ResNet-18 training as CUDA graphs from the LMDB, native alone beat hybrid in each of
-    # three calls (96.5-97.8% of synthetic against 77.0-89.5% on call 2's machine; thirty-eighth
-    # session): balance.CONSUMER_FIRST (the GPU only what the native threads lack of the
-    # consumer's pace) against the default split, native alone beside. Hybrid picks 3 fewer
-    # native threads than native (pipeline.HYBRID_HOST_CORES; in that session's call 2 both ran
-    # 16 and native still led), so "True16" runs the switch with all 16. A value's table is
-    # consumer_VALUE.md.
-    set8192_lmdb
-    L=/tmp/set8192.lmdb
-    graphs_ab consumer "import fastdata.loader.balance as b, fastdata.loader.pipeline as p
-b.CONSUMER_FIRST = 'VALUE'.startswith('True'); p.HYBRID_HOST_CORES = 0 if 'VALUE' == 'True16' else p.HYBRID_HOST_CORES" \
-      "False|hybrid@$L" "True|hybrid@$L" "True16|hybrid@$L" "False|native@$L" "True16|hybrid@$L" "True|hybrid@$L" \
-      "False|hybrid@$L" "False|native@$L"
-    ;;
-  consumer_files)
-    # The same switch from the files, where the native threads alone fall behind (a table per value:
-    # consumer_files_VALUE.md); split from consumer_train so that each fits one call after setup.
-    graphs_ab consumer_files "import fastdata.loader.balance as b; b.CONSUMER_FIRST = VALUE" \
-      "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
     ;;
   stream_train)
     # Whether the step loses to an implicit sync with the legacy default stream (which torch

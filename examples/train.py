@@ -157,8 +157,8 @@ class DataLoaderPipeline:
 
 
 class FastdataPipeline:
-    """fastdata.Loader with ``--backend`` (default "auto": hybrid CPU + GPU JPEG engines on CUDA with
-    the gpu extra, else native decode + crop into pinned uint8), H2D on a side stream, GPU normalize."""
+    """fastdata.Loader with ``--backend`` (default "auto": native decode + crop into pinned uint8;
+    "hybrid" adds the GPU's JPEG engines), H2D on a side stream, GPU normalize."""
 
     def __init__(self, source: Any, args: argparse.Namespace, train: bool, device: torch.device, dtype: torch.dtype):
         transform = fastdata.RandomResizedCrop(args.image_size) if train else fastdata.CenterCrop(args.image_size)
@@ -344,7 +344,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--arch", default="resnet50", help="torchvision model name (resnet18, resnet50, ...) or small_resnet")
     p.add_argument("--loader", choices=("fastdata", "dataloader"), default="fastdata")
     p.add_argument("--backend", default="auto", choices=("auto", "native", "hybrid", "gpu", "dali", "nvjpeg"),
-                   help="fastdata.Loader's decoder (default auto: hybrid on CUDA with the gpu extra, else native)")
+                   help="fastdata.Loader's decoder (default auto: native)")
     p.add_argument("--synthetic", action="store_true", help="random batch made on the device: no input pipeline")
     p.add_argument("--num-classes", type=int, default=1000, help="classes for --synthetic")
     p.add_argument("--batch-size", type=int, default=256, help="per GPU/process")

@@ -39,10 +39,10 @@ submitted from then on. A native rate measured too high can therefore make the l
 behind for a batch or two, never stay behind. (The rates the balanced share comes from were
 measured on the batches before: after a stretch ahead in which the GPU took only a few rows
 per batch, its rate, fixed costs per call included, reads low. The balanced share the waits
-set, below, is kept through a stretch ahead.) The pace is forgotten when a feed starts and at
-each epoch's end (``pace_reset``; not under ``CONSUMER_FIRST``, below), and the producer does
-not count the hand-overs until its queue has turned over once more: their waits include the
-consumer's first step or the pause between epochs, not its pace.
+set, below, is kept through a stretch ahead.) The pace is forgotten when a feed starts and at each epoch's
+end (``pace_reset``), and the producer does not count the hand-overs until its queue has
+turned over once more: their waits include the consumer's first step or the pause between
+epochs, not its pace.
 
 **The balanced share from the producer's waits** (``WAIT_SPLIT``, the default since
 2026-12-06). The GPU's rate as measured is what it did, not what it could do: with several
@@ -75,22 +75,12 @@ one waited for, and the steps grow. In the test's model of the two queues (``_qu
 five batches in flight) the share swung 160-212 rows of 256 around 192 and ran at 89% of the
 model's ceiling with steps of at most 1/16, and 179-200 rows at 96% with 1/64.
 
-**Consumer first** (``CONSUMER_FIRST``, an A/B switch, off until measured). Beside ResNet-18
-training as CUDA graphs, reading fastdata-convert's LMDB of the 8,192 set, three calls on three
-fresh H100 machines ran the native backend alone and hybrid alternating (thirty-eighth session,
-docs/results.md): native trained at 96.5-97.8%, 90.4-91.2% and 87.4% of synthetic, hybrid at
-77.0-89.5%, 78.2-85.3% and 76.5-83.9%. Native was ahead in every call, by 3.5 to 21 points, even
-where its own data wait was 5.7%. Hybrid's GPU side had 9-26% of the rows (while the loader is
-ahead, HEADROOM 1.25 asks the GPU for what the native threads lack of 1.25 times the pace), its
-calls burned 0.55-1.1 ms of CPU per GPU row (beside native alone the process spent 0.88-1.10
-ms per image), and the GPU was busy 68-94% of the time against 87-100% beside native alone. So
-beside training a GPU row bought no CPU and cost the step GPU time. The switch keeps the
-consumer's pace once measured, gives the GPU the least share that keeps it (CF_HEADROOM, and
-no probe: no rows while the native threads alone keep it), raises the pace while the loader is
-behind (from at least the rate the loader delivers then) instead of jumping to the balanced
-share, and keeps it through an epoch's end and into a new iteration. Alone (a consumer that takes every batch at once,
-the bench) the loader is never ahead, no pace is measured, and the split is the balanced one, as
-without the switch.
+Tried and taken out (docs/results.md, thirty-ninth session): a consumer-first split, the GPU
+only what the native threads lack of 1.05 times a pace kept through stretches behind and epoch
+ends, none while they keep it. Beside ResNet-18 training as CUDA graphs from the LMDB it ran
+82.6-84.0% of synthetic against this split's 78.2-90.2% and native alone's 90.9-93.6% on the
+same H100; from the files 81.8-84.4% against 81.2-81.9%. Beside such a step a GPU row is not
+cheap however few there are, which is why the Loader's default is native (resolve_backend).
 
 Measured on H100s (docs/results.md, thirtieth and thirty-first sessions; ``gpu_suite.sh waits``,
 ``waits_train``, ``waits_mix``, ``waits_step``): the waits' share ran the 8,192 set +10% against
@@ -117,15 +107,6 @@ HEADROOM = 1.25
 # batches. A side that really got faster is followed, this factor per batch at most.
 RATE_SPIKE = 4.0
 
-# CONSUMER_FIRST (an A/B switch, off: not yet measured with it on; see the module's text): beside a
-# consumer whose pace has been measured, the GPU takes the least share with which the native
-# threads and it deliver CF_HEADROOM times that pace, and no rows at all (not even the probe)
-# while the native threads alone do; while the loader is behind, the pace it keeps rises to at
-# least the rate the loader delivers, times CF_PACE_RISE per hand-over (up to the balanced
-# share), and the pace outlives an epoch's end.
-CONSUMER_FIRST = False
-CF_HEADROOM = 1.05
-CF_PACE_RISE = 1.02
 # The balanced share from which side the producer waited for (see the module's text; measured
 # there), instead of from the two rates (False: the A/B's other side).
 WAIT_SPLIT = True
@@ -189,33 +170,16 @@ class SplitBalancer:
     def share(self) -> float:
         """The GPU's share of a batch (before the probe and the cap): the balanced share, or while
         the loader is ahead the least the GPU can take and still deliver ``HEADROOM`` times the
-        consumer's rate, if that is less (CONSUMER_FIRST: ``CF_HEADROOM`` times the pace kept,
-        ahead or behind, once measured)."""
+        consumer's rate, if that is less."""
         balanced = self.balanced_share()
-        if CONSUMER_FIRST:  # behind too: the least that keeps the consumer's pace (raised while behind)
-            if not self.rates_measured or self.handover_rate is None:
-                return balanced
-            return min(balanced, max(0.0, 1.0 - self.native_rate / (CF_HEADROOM * self.handover_rate)))
         if not self.ahead or not self.rates_measured or self.handover_rate is None:
             return balanced
         return min(balanced, max(0.0, 1.0 - self.native_rate / (HEADROOM * self.handover_rate)))
-
-    def standing_down(self) -> bool:
-        """CONSUMER_FIRST: the consumer's pace is known and the native threads alone deliver
-        CF_HEADROOM times it (the pace's share is zero): the GPU takes no rows."""
-        return CONSUMER_FIRST and self.handover_rate is not None and self.share() <= 0.0
-
-    def _pace_share_in_effect(self) -> bool:
-        """CONSUMER_FIRST: a pace is kept and its share is below the balanced one."""
-        return CONSUMER_FIRST and self.handover_rate is not None and self.share() < self.balanced_share()
 
     def gpu_rows(self, n: int, acceptable: int) -> int:
         """How many of a batch's ``n`` rows the GPU takes, of the ``acceptable`` ones it can."""
         if n <= 0 or acceptable <= 0:
             self.capped = n > 0  # the GPU accepts none of it: a native side waited for moves nothing
-            return 0
-        if self.standing_down():
-            self.capped = False
             return 0
         share = min(max(self.share(), self.probe), 1 - self.probe)
         want = int(round(n * share))
@@ -232,7 +196,7 @@ class SplitBalancer:
         GPU rows (WAIT_SPLIT: moves the balanced share; see the module's text)."""
         if not WAIT_SPLIT:
             return
-        if self.ahead or self._pace_share_in_effect():  # the batch had the pace's share, not the balanced one
+        if self.ahead:  # the batch had the pace's share, not the balanced one: nothing to learn
             self._seen, self._waited = 0, [0.0, 0.0]
             return
         self._seen += 1
@@ -269,15 +233,6 @@ class SplitBalancer:
         (None: the producer does not count that interval as the consumer's pace); ``waited``:
         the producer waited for room in the queue (the consumer is the slower)."""
         self.ahead = waited
-        if not waited and CONSUMER_FIRST and self.handover_rate is not None:
-            # Behind: the consumer is faster than the pace kept, and at least as fast as the loader
-            # delivers now. Raise the pace (the GPU's share with it) until the loader is ahead
-            # again, where the hand-overs measure it afresh; not past the balanced share, beyond
-            # which the loader cannot go faster, and not for the hand-overs after a (re)start
-            # (seconds None), which the refilling queue makes.
-            if seconds is not None and seconds > 0 and rows > 0 and self._pace_share_in_effect():
-                self.handover_rate = max(self.handover_rate, rows / seconds) * CF_PACE_RISE
-            return
         if not waited:
             # The consumer waited for us: its pace is unknown (at least ours). A rate measured
             # in an earlier stretch ahead is stale, so each stretch ahead measures afresh.
@@ -292,10 +247,9 @@ class SplitBalancer:
 
     def pace_reset(self) -> None:
         """Forget the consumer's pace (a feed starts, an epoch ends): the balanced share until
-        the loader is measured ahead again. Under CONSUMER_FIRST the pace is kept."""
+        the loader is measured ahead again."""
         self.ahead = False
-        if not CONSUMER_FIRST:  # CONSUMER_FIRST keeps it: an epoch's end does not change a training loop
-            self.handover_rate = None
+        self.handover_rate = None
         self._seen, self._waited = 0, [0.0, 0.0]  # a window spanning the pause would read its waits
 
     def _smooth(self, rate: Optional[float], rows: int, seconds: float) -> Optional[float]:

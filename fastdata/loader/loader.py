@@ -99,8 +99,9 @@ class Loader:
             max_file_bytes fail unread, 0: no limit). Only regular files are read.
         rank, world_size: shard of this process; default from ``torch.distributed`` when it
             is initialized, else a single process.
-        backend: "auto" (the default: "hybrid" on CUDA when the gpu extra is installed, else
-            "native"), "native" (libjpeg-turbo threads), "hybrid" (every batch split
+        backend: "auto" (the default: "native"; beside a training step that keeps the GPU busy
+            the GPU decoders' rows slowed the step more than they relieved the CPU, see
+            ``resolve_backend``), "native" (libjpeg-turbo threads), "hybrid" (every batch split
             between the native threads and the GPU's hardware JPEG engines so that both finish
             together, re-balanced every batch; the gpu extra), "gpu" (nvImageCodec on the engines; the
             native threads take only what the engines cannot), "nvjpeg" (torchvision's GPU

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from ..decoders import make_decoder
-from ..decoders.base import BatchOutput, DecodedRows, Decoder, Item, PlannedBatch, check_plugged_decoder, to_device
+from ..decoders.base import BatchOutput, Decoder, Item, PlannedBatch, check_plugged_decoder, to_device
 from ..decoders.gpu_resize import place_rows
 from ..decoders.native import NativeDecoder
 from ..decoders.routing import plan_batch, read_items, route
@@ -208,26 +208,14 @@ class BatchPipeline:
         # The GPU decoder first (it checks its device before any native thread starts).
         self.balancer: Optional[SplitBalancer] = None
         hybrid = False
-        # Under "auto" (the default) a GPU decoder that fails, at start or on a batch, hands its
-        # rows to the native threads (said once) instead of ending the training run.
-        self._gpu_falls_back = backend == "auto"
         if isinstance(backend, str):
             asked, backend = backend, resolve_backend(backend, self.device)
             if asked in ("auto", "hybrid") and backend == "native" and backend_options:
-                # the fallback to the CPU (no CUDA or no gpu extra) drops what only the GPU decoder takes
+                # native (the default, or hybrid without CUDA or the gpu extra) drops what only the GPU decoder takes
                 _warn_once(f"{asked} options", f"fastdata: backend={asked!r} decodes on the CPU here; backend_options "
                                                f"{sorted(backend_options)} are for the GPU decoder and are ignored")
                 backend_options = None
-            try:
-                gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
-            except (RuntimeError, ImportError) as e:
-                if asked != "auto":
-                    raise
-                # The default must run everywhere: a GPU without JPEG engines, or a codec library
-                # that fails to load, means the native engine alone, said once.
-                _warn_once("auto", f"fastdata: decoding on the CPU only; the GPU's JPEG engines are not usable "
-                                   f"here ({type(e).__name__}: {e}). backend='native' silences this.")
-                backend, gpu = "native", None
+            gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
             if backend == "hybrid" and gpu is not None:
                 hybrid = True
                 if default_threads:  # the cores the GPU decoder's own threads and the producer keep busy
@@ -391,7 +379,7 @@ class BatchPipeline:
         with self._on_stream():
             while pending.started:
                 decoder, rows, handle = pending.started.pop(0)
-                done = self._finish_gpu(decoder, rows, handle)
+                done = decoder.finish(handle, None)
                 failures.extend(done.failures)
                 rejected = set(done.rejected)
                 kept = [r for r in rows if r not in rejected]
@@ -451,17 +439,6 @@ class BatchPipeline:
         """The consumer's pace is unknown again (hybrid: the balanced split until measured)."""
         if self.balancer is not None:
             self.balancer.pace_reset()
-
-    def _finish_gpu(self, decoder: Decoder, rows: List[int], handle: Any) -> DecodedRows:
-        """``decoder.finish``; under "auto" an error hands every row back (decoded natively)."""
-        if not self._gpu_falls_back:
-            return decoder.finish(handle, None)
-        try:
-            return decoder.finish(handle, None)
-        except Exception as e:  # a GPU or codec error (out of memory, a driver fault), not a bad file
-            _warn_once("auto finish", f"fastdata: the GPU decoder failed on a batch ({type(e).__name__}: {e}); "
-                                      "its rows were decoded on the CPU. backend='native' avoids the GPU decoder.")
-            return DecodedRows(rejected=list(rows))
 
     def replace(self, decoded: DecodedBatch, row: int, item: Item, index: int, name: Optional[str]) -> bool:
         """Decode sample ``index`` (``item``) natively into failed ``row``'s place; True on success."""
@@ -619,15 +596,18 @@ def _warn_once(key: str, message: str) -> None:
 def resolve_backend(backend: str, device: torch.device) -> str:
     """The backend a name means on ``device``.
 
-    "auto" (the Loader's default): "hybrid" on a CUDA device with the gpu extra installed,
-    else "native", quietly. On the H200 box (2026-12-02) hybrid ran 1.47x the native engine
-    on ImageNet-like photos and 1.34x on the demo set's mix (docs/results.md).
+    "auto" (the Loader's default): "native", on every device. Beside a training step that keeps
+    the GPU busy, the GPU decoder's rows slowed the step more than they relieved the CPU: ResNet-18
+    as CUDA graphs on H100s trained faster with native alone than with hybrid in every call that
+    ran both (docs/results.md, sixth, thirty-eighth and thirty-ninth sessions: by 3.5 to 21
+    points of synthetic-data speed, from the files and from fastdata-convert's LMDB), and the
+    engines' calls beside such a step ran ~20x slower, their thread's CPU busy the whole call.
+    "hybrid" and "gpu" are for a GPU with room: a loader measured alone, preprocessing, a light
+    model (alone on the 8,192 set hybrid ran 1.7x native, H100, thirty-second session).
     "hybrid" without the gpu extra (nvImageCodec) says so once (a warning) and runs native.
     Other names are returned as given."""
     if backend == "auto":
-        from ..decoders.nvimgcodec import gpu_extra_installed
-        usable = device.type == "cuda" and torch.cuda.is_available() and gpu_extra_installed()
-        return "hybrid" if usable else "native"
+        return "native"
     if backend != "hybrid":
         return backend
     from ..decoders.nvimgcodec import gpu_extra_installed

@@ -700,61 +700,6 @@ def test_balancer_gives_the_gpu_the_least_that_keeps_the_loader_ahead():
     assert not bal.ahead and bal.handover_rate is None and bal.gpu_rows(256, 256) == 192
 
 
-def test_consumer_first_gives_the_gpu_only_what_the_native_threads_lack_of_the_pace(monkeypatch):
-    from fastdata.loader import balance
-
-    monkeypatch.setattr(balance, "CONSUMER_FIRST", True)
-    bal = SplitBalancer(smoothing=1.0)
-    bal.observe(192, 192 / 3000.0, 64, 64 / 1000.0)  # GPU 3000 rows/s, native 1000: balanced 3/4
-    assert bal.gpu_rows(256, 256) == 192  # no pace measured (the bench): balanced, as without the switch
-    bal.observe_handover(256, 256 / 900.0, waited=True)  # the consumer takes 900 rows/s: native alone keeps it
-    assert bal.standing_down() and bal.gpu_rows(256, 256) == 0  # not even the probe
-    bal.observe_handover(256, 256 / 960.0, waited=True)  # native 1000 is short of CF_HEADROOM x 960 = 1008:
-    assert not bal.standing_down() and bal.gpu_rows(256, 256) == 8  # the GPU takes rows (at least the probe)
-    bal.observe_handover(256, 256 / 2000.0, waited=True)  # 2000 rows/s: the GPU makes up what native lacks
-    assert bal.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (2000 * balance.CF_HEADROOM))))
-    # Behind: the pace is kept, not forgotten, and rises per hand-over, the GPU's share with it...
-    share = bal.share()
-    bal.observe_handover(256, 256 / 1500.0, waited=False)  # (the loader's own rate: not the consumer's)
-    assert bal.handover_rate == pytest.approx(2000 * balance.CF_PACE_RISE) and bal.share() > share
-    rate = bal.handover_rate
-    bal.observe_handover(256, None, waited=False)  # a hand-over after a (re)start: not the consumer's
-    assert bal.handover_rate == rate
-    for _ in range(200):  # ...up to the balanced share, no further
-        bal.observe_handover(256, 256 / 1500.0, waited=False)
-    assert bal.share() == pytest.approx(0.75) and bal.gpu_rows(256, 256) == 192
-    rate = bal.handover_rate
-    bal.observe_handover(256, 256 / 1500.0, waited=False)
-    assert bal.handover_rate == rate
-    moved = sum(bal.moves)  # at the balanced share the waits' share learns again (native finished last: up)
-    for _ in range(2):
-        bal.observe_waits(0.01, 0.0)
-    assert sum(bal.moves) == moved + 1 and bal.share_from_waits > 0.75
-    for _ in range(4):  # ahead again: the hand-overs measure the pace afresh (halving at most per one)
-        bal.observe_handover(256, 256 / 900.0, waited=True)
-    assert bal.handover_rate == pytest.approx(900.0) and bal.gpu_rows(256, 256) == 0
-    bal.pace_reset()  # an epoch's end keeps the pace under the switch
-    assert bal.handover_rate == pytest.approx(900.0) and bal.gpu_rows(256, 256) == 0
-    # A pace that reads low (a hiccup while warming up) is left at once when the loader falls
-    # behind: the consumer takes at least what the loader delivers (1200 rows/s here).
-    low = SplitBalancer(smoothing=1.0)
-    low.observe(192, 192 / 3000.0, 64, 64 / 1000.0)
-    low.observe_handover(256, 256 / 300.0, waited=True)
-    assert low.gpu_rows(256, 256) == 0
-    low.observe_handover(256, 256 / 1200.0, waited=False)
-    assert low.handover_rate == pytest.approx(1200 * balance.CF_PACE_RISE)
-    assert low.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (1200 * balance.CF_PACE_RISE * balance.CF_HEADROOM))))
-    # The waits' share learns nothing from batches that had the pace's share.
-    moved = list(bal.moves)
-    for _ in range(8):
-        bal.observe_waits(0.01, 0.0)
-    assert bal.moves == moved
-    # Off, the same pace and rates give the GPU what native lacks of HEADROOM (1.25) times the pace.
-    monkeypatch.setattr(balance, "CONSUMER_FIRST", False)
-    bal.observe_handover(256, 256 / 900.0, waited=True)
-    assert bal.gpu_rows(256, 256) == int(round(256 * (1 - 1000 / (900 * HEADROOM)))) > 0
-
-
 def _queued_hybrid(bal, batches, n=256, gpu_capacity=3000.0, native_rate=1000.0, producer_s=0.002, window=5,
                    lanes=4, gpu_reported=None, slow_start=0):
     """A hybrid producer driving ``bal`` with ``window`` batches in flight, both sides as queues:
@@ -990,53 +935,53 @@ def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):
         make_backend("native", transform, device="cpu", dtype=None, depth=3)
 
 
-def test_auto_is_hybrid_only_with_cuda_and_the_extra_and_falls_back_once(monkeypatch, tmp_path):
+def test_auto_is_native_even_with_cuda_and_the_extra_and_drops_gpu_options(monkeypatch, tmp_path):
+    """The default decodes on the CPU everywhere (resolve_backend says why): a GPU decoder is made
+    only when asked for by name. Options meant for the GPU decoder are dropped, said once."""
     from fastdata.decoders import nvimgcodec
     from fastdata.loader import pipeline
 
     monkeypatch.setattr(pipeline, "_warned", set())
     assert resolve_backend("auto", torch.device("cpu")) == "native"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: False)
-    assert resolve_backend("auto", torch.device("cuda")) == "native"  # no extra: native, no warning
     monkeypatch.setattr(nvimgcodec, "gpu_extra_installed", lambda: True)
-    assert resolve_backend("auto", torch.device("cuda")) == "hybrid"
+    assert resolve_backend("auto", torch.device("cuda")) == "native"
+    assert resolve_backend("hybrid", torch.device("cuda")) == "hybrid"  # by name, it is made
 
-    # The engines cannot be used (here: no CUDA really): "auto" runs native and says why, once;
-    # an explicit "hybrid" raises the decoder's own error instead.
-    paths = hard_case_folder(tmp_path)[:2]
-    transform = fastdata.RandomResizedCrop(32)
     made = []
 
-    def failing(name, *args, **kwargs):  # as nvImageCodec fails on a GPU without engines
+    def recording(name, *args, **kwargs):
         made.append(name)
-        raise RuntimeError("Could not create decoder. Code: 7")
+        return None if name == "native" else CpuEngines(fastdata.RandomResizedCrop(32))
 
-    monkeypatch.setattr(pipeline, "make_decoder", failing)
-    monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: "hybrid" if name == "auto" else name)
-    with pytest.warns(RuntimeWarning, match="Code: 7"):
-        with make_backend("auto", transform, device="cpu", dtype=None) as p:
+    monkeypatch.setattr(pipeline, "make_decoder", recording)
+    transform = fastdata.RandomResizedCrop(32)
+    paths = hard_case_folder(tmp_path)[:2]
+    with pytest.warns(RuntimeWarning, match=r"backend='auto' decodes on the CPU here; backend_options \['cpu_threads'\]"):
+        with make_backend("auto", transform, device="cpu", dtype=None, cpu_threads=2) as p:
             images, failures, _ = p.run(paths, np.arange(2), 0)
-    assert made == ["hybrid"] and images.shape[0] == 2 and not failures and len(p.decoders) == 1
+    assert made == ["native"] and len(p.decoders) == 1 and images.shape[0] == 2 and not failures
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once only
-        make_backend("auto", transform, device="cpu", dtype=None).close()
-    with pytest.raises(RuntimeError, match="Code: 7"):
-        make_backend("hybrid", transform, device="cpu", dtype=None)
+        make_backend("auto", transform, device="cpu", dtype=None, cpu_threads=2).close()
 
 
-def test_auto_hands_a_failed_gpu_batch_to_the_native_threads_and_drops_gpu_options(tmp_path, monkeypatch):
-    """Under "auto" a GPU decoder that fails on a batch (an out-of-memory, a driver fault) costs
-    that batch's speed, not the run: its rows are decoded natively, counted, said once. An
-    explicit backend raises. Options meant for the GPU decoder are dropped where "auto" is native."""
+def test_a_gpu_decoder_that_fails_raises_at_start_and_on_a_batch(tmp_path, monkeypatch):
+    """A GPU backend asked for by name that cannot start (nvImageCodec on a GPU without engines)
+    or fails on a batch (an out-of-memory, a driver fault) raises its own error: the caller asked
+    for it, and the default never makes one."""
     from fastdata.loader import pipeline
 
-    monkeypatch.setattr(pipeline, "_warned", set())
     paths = hard_case_folder(tmp_path)[:PLAIN]
     transform = fastdata.RandomResizedCrop(48)
-    with pytest.warns(RuntimeWarning, match="backend_options"):
-        with make_backend("auto", transform, device="cpu", dtype=None, cpu_threads=2) as p:
-            assert len(p.decoders) == 1  # native: no CUDA here
+
+    def cannot_start(name, *args, **kwargs):
+        raise RuntimeError("Could not create decoder. Code: 7")
+
+    monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: name)  # as on a CUDA box
+    monkeypatch.setattr(pipeline, "make_decoder", cannot_start)
+    with pytest.raises(RuntimeError, match="Code: 7"):
+        make_backend("hybrid", transform, device="cpu", dtype=None)
 
     class Failing(CpuEngines):  # the engines took the rows, then the batch failed
         def finish(self, handle, host):
@@ -1051,20 +996,12 @@ def test_auto_hands_a_failed_gpu_batch_to_the_native_threads_and_drops_gpu_optio
         made.append(Failing(transform))
         return made[-1]
 
-    monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: "gpu" if name == "auto" else name)
     monkeypatch.setattr(pipeline, "make_decoder", make)
-    with make_backend("native", transform, device="cpu", dtype=None) as native:
-        want, _, _ = native.run(paths, np.arange(len(paths)), 0)
-    with pytest.warns(RuntimeWarning, match="out of memory"):
-        with make_backend("auto", transform, device="cpu", dtype=None) as p:
-            got, failures, _ = p.run(paths, np.arange(len(paths)), 0)
-            stats = dict(p.stats)
-    assert not failures and made[0].given == [PLAIN]  # the GPU was given every row, then failed
-    assert stats["gpu_rows"] == 0 and stats["gpu_rejected"] == PLAIN and stats["native_rows"] == PLAIN
-    assert torch.equal(got, want)  # decoded natively, the same crops
     with pytest.raises(RuntimeError, match="out of memory"):
         with make_backend("gpu", transform, device="cpu", dtype=None) as p:
             p.run(paths, np.arange(len(paths)), 0)
+    assert made[0].given == [PLAIN]  # the GPU was given every row, then failed
+
 
 def poison_outputs(monkeypatch):
     """Fill every batch output the pipeline allocates with NaN (0xAB for uint8): a row nobody

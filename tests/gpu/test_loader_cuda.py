@@ -30,7 +30,7 @@ def source() -> "fastdata.BytesSource":
 
 def make(source, **kw) -> "fastdata.Loader":
     args = dict(batch_size=B, transform=fastdata.RandomResizedCrop(SIZE), seed=11, threads=2, device="cuda",
-                dtype=torch.uint8, drop_last=False, backend="native")  # the native CUDA path ("auto" may be hybrid)
+                dtype=torch.uint8, drop_last=False, backend="native")  # the native CUDA path
     args.update(kw)
     return fastdata.Loader(source, **args)
 

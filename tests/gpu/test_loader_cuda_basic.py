@@ -20,7 +20,7 @@ def source():
 
 def _batches(source, **kw):
     with fastdata.Loader(source, batch_size=16, transform=fastdata.RandomResizedCrop(96), seed=3,
-                         threads=4, backend="native", **kw) as loader:  # "auto" may be hybrid on CUDA
+                         threads=4, backend="native", **kw) as loader:
         return [(x, y) for x, y in loader]
 
 

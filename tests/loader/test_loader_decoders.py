@@ -371,28 +371,6 @@ def test_the_split_leaves_the_gpu_side_the_least_while_the_consumer_is_slower(tm
         assert ahead[-4:].count(False) >= 3 and given[-6:].count(8) >= 4, (given, ahead)
 
 
-def test_consumer_first_leaves_the_gpu_side_no_rows_while_the_native_threads_keep_the_pace(tmp_path, monkeypatch):
-    # balance.CONSUMER_FIRST: the same slow consumer; once its pace is measured the native threads
-    # alone keep it, so the decoder is not even called (no probe row), and every row is still
-    # delivered (the Loader's batches are whole).
-    from fastdata.loader import balance
-
-    monkeypatch.setattr(balance, "CONSUMER_FIRST", True)
-    fake = TimedOddDecoder(row_seconds=FAST_ROW_SECONDS)
-    rows = 0
-    with _paced_loader(tmp_path, fake) as loader:
-        loader._pipeline.balancer = balancer = balance.SplitBalancer()
-        for k, (x, _) in enumerate(loader):
-            rows += len(x)
-            time.sleep(0.2)
-            if k == 7:
-                called = len(fake.got)
-            if k == 11:
-                break
-    assert rows == 12 * 16 and balancer.handover_rate is not None and balancer.standing_down()
-    assert 0 < called and len(fake.got) == called, [len(r) for _, r in fake.got]  # first balanced, then none
-
-
 def test_a_new_iteration_starts_balanced_whatever_the_last_one_measured(tmp_path):
     # A slow consumer leaves the loader ahead (the GPU side at its probe); the iteration is
     # left, and a new one read as fast as it comes starts from the balanced split, not from
