@@ -1,16 +1,18 @@
 """The hardware JPEG engines' calls as the gpu decoder makes them (``_C.NvImageCodecBatch`` on
-nvImageCodec's HW_GPU_ONLY backend; no Loader), writing interleaved RGB (what the gpu decoder
-asks for) or the files' own planar YCbCr (``planar_ycc``), alone and beside a training-like GPU
-load: ResNet-18 forward + backward, bf16, channels_last, batch 256, one CUDA graph replayed by a
+nvImageCodec's HW_GPU_ONLY backend, RGB out; no Loader), with the files' bytes as read (pageable
+host memory) or copied into pinned host memory first, alone and beside a training-like GPU load:
+ResNet-18 forward + backward, bf16, channels_last, batch 256, one CUDA graph replayed by a
 thread, at most two replays in flight.
 
-The question: beside training, the gpu decoder's calls take ~7x their CPU time alone (H100,
-thirty-fourth session), inside nvJPEG's own waits for work of its own on the GPU. With RGB
-output that work includes a color-conversion kernel on nvJPEG's internal streams, which queues
-behind the model's kernels; with planar output there may be none. Each lane is one thread with
-one decoder object and one stream, decoding one batch at a time and waiting for it asleep (a
-blocking event), so the CPU figures are the calls' own: per image, and the part in the kernel.
-A profile of each format alone lists the GPU work the calls launch.
+The question: beside such a load the calls from pageable bytes ran ~20x slower than alone, their
+thread's CPU busy the whole call (one H100, thirty-ninth session: 583 img/s on one lane against
+13,659, 1,233 us of CPU an image), with CUDA's blocking sync as without. nvJPEG uploads the bytes
+inside the call (the profile's `Memcpy HtoD (Pageable -> Device)`), a copy the driver stages and
+may hold until its stream's earlier work (nvJPEG's color conversion, queued behind the model's
+kernels) is done; from pinned bytes that copy need not wait on the host. Each lane is one thread
+with one decoder object and one stream, decoding one batch at a time and waiting for it asleep
+(a blocking event), so the CPU figures are the calls' own: per image, and the part in the
+kernel. A profile of each kind alone lists the GPU work the calls launch.
 
     python benchmarks/bench_engines_beside_load.py /tmp/set8192 --lanes 1,4 --seconds 5
 """
@@ -30,7 +32,6 @@ import torch.nn.functional as F
 
 import fastdata
 from fastdata import _C
-from fastdata.decoders.gpu_resize import planar_bytes
 from fastdata.decoders.nvimgcodec import BACKEND_KINDS, IMAGE_ALIGN, nvimgcodec_library
 from fastdata.io.host import calling_thread_cpu
 
@@ -38,8 +39,7 @@ from fastdata.io.host import calling_thread_cpu
 class Lane:
     """One decoder object, its stream and its output buffers, decoding fixed batches in turn."""
 
-    def __init__(self, instance, datas: List[bytes], sizes: np.ndarray, subsamplings: List[str], batch: int,
-                 pinned: bool = False):
+    def __init__(self, instance, datas: List[bytes], sizes: np.ndarray, batch: int):
         self.decoder = _C.NvImageCodecBatch(instance, torch.cuda.current_device(), 1,
                                             [BACKEND_KINDS["HW_GPU_ONLY"]], "")
         self.stream = torch.cuda.Stream()
@@ -51,33 +51,31 @@ class Lane:
             slot = (h * w * 3 + IMAGE_ALIGN - 1) // IMAGE_ALIGN * IMAGE_ALIGN
             offsets = np.concatenate([[0], np.cumsum(slot)[:-1]]).astype(np.int64)
             out = torch.empty(int(slot.sum()), dtype=torch.uint8, device="cuda")
-            planes = planar_bytes(h, w, subsamplings[rows])
-            self.batches.append((self._bitstreams(list(datas[rows]), pinned), out, offsets, h.copy(), w.copy(), planes))
+            pageable = list(datas[rows])
+            self.batches.append(({False: pageable, True: self._pinned_views(pageable)}, out, offsets, h.copy(),
+                                 w.copy()))
 
-    def _bitstreams(self, datas: List[bytes], pinned: bool) -> List[Any]:
-        """The batch's files as given (pageable host memory), or as views into one pinned buffer
-        (--bitstreams pinned): then nvJPEG's uploads of them need no staging by the driver."""
-        if not pinned:
-            return datas
+    def _pinned_views(self, datas: List[bytes]) -> List[Any]:
+        """The batch's files as views into one pinned buffer (kept alive with the lane)."""
         sizes = np.array([len(d) for d in datas], np.int64)
         ends = np.cumsum(sizes)
         buf = torch.empty(int(ends[-1]), dtype=torch.uint8, pin_memory=True)
         host = buf.numpy()
         for d, end, size in zip(datas, ends, sizes):
             host[end - size:end] = np.frombuffer(d, np.uint8)
-        self._pinned = getattr(self, "_pinned", []) + [buf]  # alive as long as the lane
+        self._pinned = getattr(self, "_pinned", []) + [buf]
         return [host[end - size:end] for end, size in zip(ends, sizes)]
 
-    def run(self, planar: bool, stop: threading.Event, result: Dict[str, float]) -> None:
+    def run(self, pinned: bool, stop: threading.Event, result: Dict[str, float]) -> None:
         n = calls_wall = calls_cpu = calls_sys = 0.0
         done = torch.cuda.Event(blocking=True)
         t0 = time.perf_counter()
         while not stop.is_set():
-            datas, out, offsets, h, w, planes = self.batches[int(n) % len(self.batches)]
+            datas, out, offsets, h, w = self.batches[int(n) % len(self.batches)]
             c0, s0 = calling_thread_cpu()
             w0 = time.perf_counter()
-            status = self.decoder.decode(datas, out.data_ptr(), out.numel(), offsets, h, w, self.stream.cuda_stream,
-                                         planar, planes if planar else None)
+            status = self.decoder.decode(datas[pinned], out.data_ptr(), out.numel(), offsets, h, w,
+                                         self.stream.cuda_stream)
             calls_wall += time.perf_counter() - w0
             c1, s1 = calling_thread_cpu()
             calls_cpu += c1 - c0
@@ -85,7 +83,7 @@ class Lane:
             done.record(self.stream)
             done.synchronize()
             if (np.asarray(status) != 0).any():  # recorded, not raised: the other rows of the table still run
-                result["error"] = (f"rows not decoded ({'planar' if planar else 'rgb'}): "
+                result["error"] = (f"rows not decoded ({kind(pinned)}): "
                                    f"statuses {sorted(set(np.asarray(status).tolist()))}")
                 break
             n += 1
@@ -147,10 +145,14 @@ class GraphLoad:
         self._thread.join()
 
 
-def measure(lanes: List[Lane], planar: bool, seconds: float) -> Dict[str, float]:
+def kind(pinned: bool) -> str:
+    return "pinned" if pinned else "pageable"
+
+
+def measure(lanes: List[Lane], pinned: bool, seconds: float) -> Dict[str, float]:
     stop = threading.Event()
     results = [dict() for _ in lanes]
-    threads = [threading.Thread(target=lane.run, args=(planar, stop, r)) for lane, r in zip(lanes, results)]
+    threads = [threading.Thread(target=lane.run, args=(pinned, stop, r)) for lane, r in zip(lanes, results)]
     for t in threads:
         t.start()
     time.sleep(seconds)
@@ -165,15 +167,15 @@ def measure(lanes: List[Lane], planar: bool, seconds: float) -> Dict[str, float]
     return total
 
 
-def kernels_launched(lane: Lane, planar: bool, batches: int = 4) -> Dict[str, List[float]]:
+def kernels_launched(lane: Lane, pinned: bool, batches: int = 4) -> Dict[str, List[float]]:
     """GPU work (kernels and copies, by name: count, total µs) of ``batches`` calls alone."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         for k in range(batches):
-            datas, out, offsets, h, w, planes = lane.batches[k % len(lane.batches)]
-            status = lane.decoder.decode(datas, out.data_ptr(), out.numel(), offsets, h, w, lane.stream.cuda_stream,
-                                         planar, planes if planar else None)
+            datas, out, offsets, h, w = lane.batches[k % len(lane.batches)]
+            status = lane.decoder.decode(datas[pinned], out.data_ptr(), out.numel(), offsets, h, w,
+                                         lane.stream.cuda_stream)
             if (np.asarray(status) != 0).any():
                 raise RuntimeError(f"rows not decoded: statuses {sorted(set(np.asarray(status).tolist()))}")
         torch.cuda.synchronize()
@@ -186,35 +188,6 @@ def kernels_launched(lane: Lane, planar: bool, batches: int = 4) -> Dict[str, Li
     return work
 
 
-def planes_check(lane: Lane) -> str:
-    """The engines' planes of the first image against libjpeg's (``_C._decode_planes``): PSNR of
-    each plane, and of each chroma plane's last row and column (a plane size other than ceil(w /
-    2) x ceil(h / 2) would leave them stale); and the bytes after the planes left as they were."""
-    datas, out, offsets, h, w, planes = lane.batches[0]
-    out.fill_(77)
-    status = lane.decoder.decode(datas[:1], out.data_ptr(), out.numel(), offsets[:1], h[:1], w[:1],
-                                 lane.stream.cuda_stream, True, planes[:1])
-    torch.cuda.synchronize()
-    if (np.asarray(status) != 0).any():
-        return f"planar call refused the first image: statuses {np.asarray(status).tolist()}"
-    got = out[: int(planes[0]) + 4096].cpu().numpy()
-    want = _C._decode_planes(datas[0])
-    parts, at = [], 0
-    for k, plane in enumerate(want):
-        mine = got[at: at + plane.size].reshape(plane.shape).astype(np.float64)
-        at += plane.size
-        parts.append(f"plane {k} {plane.shape[1]}x{plane.shape[0]}: {psnr_db(mine, plane):.1f} dB"
-                     + (f" (last row {psnr_db(mine[-1], plane[-1]):.1f}, last column {psnr_db(mine[:, -1], plane[:, -1]):.1f})"
-                        if k else ""))
-    untouched = bool((got[at:] == 77).all())
-    return "planar output against libjpeg's planes: " + "; ".join(parts) + f"; bytes after the planes untouched: {untouched}"
-
-
-def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2).mean())
-    return 10 * np.log10(255 ** 2 / max(mse, 1e-9))
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("data", help="a folder of baseline 4:2:0 JPEGs (bench_gpu_decode.py's 8,192 set)")
@@ -222,11 +195,9 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=8, help="distinct batches per lane, cycled through")
     p.add_argument("--lanes", default="1,4", help="threads calling at once, each its own decoder and stream")
     p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--rounds", type=int, default=2, help="alternating rounds of (rgb, planar)")
-    p.add_argument("--bitstreams", choices=("pageable", "pinned"), default="pageable",
-                   help="the files' bytes as read (pageable) or copied into pinned host memory first")
-    p.add_argument("--hold", choices=("rgb", "planar"),
-                   help="only run one lane of this output beside the load for --seconds, after printing "
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds of (pageable, pinned)")
+    p.add_argument("--hold", choices=("pageable", "pinned"),
+                   help="only run one lane with these bytes beside the load for --seconds, after printing "
                         "'holding' (for a native stack sampler such as py-spy to attach)")
     args = p.parse_args()
     lane_counts = [int(x) for x in args.lanes.split(",")]
@@ -240,41 +211,28 @@ def main() -> None:
             datas[i] = fh.read()
     probes = [fastdata.probe(d) for d in datas]
     sizes = np.array([(s.height, s.width) for s in probes], np.int64)
-    subsamplings = np.array([_C.SUBSAMPLING_NAMES.index(s.subsampling) for s in probes], np.int64)
     instance = _C.NvImageCodecInstance(nvimgcodec_library())
     per = args.batch * args.batches
-    lanes = [Lane(instance, datas[k * per:(k + 1) * per], sizes[k * per:(k + 1) * per],
-                  subsamplings[k * per:(k + 1) * per], args.batch, pinned=args.bitstreams == "pinned")
+    lanes = [Lane(instance, datas[k * per:(k + 1) * per], sizes[k * per:(k + 1) * per], args.batch)
              for k in range(max(lane_counts))]
-    print(f"bitstreams: {args.bitstreams}")
     if args.hold:
         load = GraphLoad()
         load.start()
-        measure(lanes[:1], args.hold == "planar", 1.0)
-        print(f"holding: pid {os.getpid()}, one lane of {args.hold} beside the load", flush=True)
-        res = measure(lanes[:1], args.hold == "planar", args.seconds)
+        measure(lanes[:1], args.hold == "pinned", 1.0)
+        print(f"holding: pid {os.getpid()}, one lane of {args.hold} bytes beside the load", flush=True)
+        res = measure(lanes[:1], args.hold == "pinned", args.seconds)
         load.stop()
         print(f"held: {res['images'] / res['seconds']:,.0f} img/s, calls' CPU "
               f"{1e6 * res['calls_cpu'] / max(res['images'], 1):.0f} us/img")
         return
-    try:
-        print(planes_check(lanes[0]))
-    except Exception as e:  # the measurements below still run
-        print(f"planes check failed: {type(e).__name__}: {e}")
-    outputs = [False, True]
-    for planar in (False, True):
+    for pinned in (False, True):
+        measure(lanes[:1], pinned, 1.0)  # warm-up
         try:
-            measure(lanes[:1], planar, 1.0)  # warm-up
-        except RuntimeError as e:
-            print(f"{'planar' if planar else 'rgb'} output left out: {e}")
-            outputs.remove(planar)
-            continue
-        try:
-            work = kernels_launched(lanes[0], planar)
+            work = kernels_launched(lanes[0], pinned)
         except Exception as e:  # a profiler that cannot attach must not cost the measurements below
-            print(f"no profile ({'planar' if planar else 'rgb'}): {type(e).__name__}: {e}")
+            print(f"no profile ({kind(pinned)}): {type(e).__name__}: {e}")
             continue
-        print(f"GPU work of 4 calls of {args.batch} alone, {'planar YCbCr' if planar else 'RGB'}:")
+        print(f"GPU work of 4 calls of {args.batch} alone, {kind(pinned)} bytes:")
         for name, (count, us) in sorted(work.items(), key=lambda kv: -kv[1][1])[:8]:
             print(f"  {count:5d} x  {us / 1e3:8.2f} ms  {name}")
     load = GraphLoad()
@@ -285,27 +243,27 @@ def main() -> None:
     load_alone = (load.steps - s0) * 256 / (time.perf_counter() - t0)
     load.stop()
     print(f"the load alone: {load_alone:,.0f} img/s")
-    print(f"{'lanes':>5} {'load':>5} {'output':>7} {'img/s':>8} {'call wall us/img':>16} {'call CPU us/img':>15} "
+    print(f"{'lanes':>5} {'load':>5} {'bytes':>8} {'img/s':>8} {'call wall us/img':>16} {'call CPU us/img':>15} "
           f"{'kernel':>6} {'load img/s':>10}")
     for n in lane_counts:
         for beside in (False, True):
             for r in range(args.rounds):
-                for planar in (outputs if r % 2 == 0 else outputs[::-1]):
+                for pinned in ((False, True) if r % 2 == 0 else (True, False)):
                     if beside:
                         load.start()
                         time.sleep(0.5)
                         s0, t0 = load.steps, time.perf_counter()
                     try:
-                        res = measure(lanes[:n], planar, args.seconds)
+                        res = measure(lanes[:n], pinned, args.seconds)
                     except RuntimeError as e:
                         res = {"images": 0, "seconds": 1.0, "calls_wall": 0.0, "calls_cpu": 0.0, "calls_sys": 0.0}
-                        print(f"{n} lanes, {'planar' if planar else 'rgb'}: {e}")
+                        print(f"{n} lanes, {kind(pinned)}: {e}")
                     load_rate = ""
                     if beside:
                         load_rate = f"{(load.steps - s0) * 256 / (time.perf_counter() - t0):,.0f}"
                         load.stop()
                     imgs = max(res["images"], 1)
-                    print(f"{n:>5} {'yes' if beside else 'no':>5} {'planar' if planar else 'rgb':>7} "
+                    print(f"{n:>5} {'yes' if beside else 'no':>5} {kind(pinned):>8} "
                           f"{res['images'] / res['seconds']:>8,.0f} {1e6 * res['calls_wall'] / imgs:>16.0f} "
                           f"{1e6 * res['calls_cpu'] / imgs:>15.0f} "
                           f"{res['calls_sys'] / max(res['calls_cpu'], 1e-9):>6.0%} {load_rate:>10}", flush=True)

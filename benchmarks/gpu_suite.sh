@@ -23,9 +23,6 @@
 #   bash benchmarks/gpu_suite.sh waits_step # that split's largest step, 1/64 of a batch (the default) or 1/16, alone (alternating)
 #   bash benchmarks/gpu_suite.sh blocking # the CUDA context's blocking sync on or CUDA's default, hybrid and gpu-only alone (alternating)
 #   bash benchmarks/gpu_suite.sh blocking_train # the same beside ResNet-18 training as CUDA graphs, synthetic under both (alternating)
-#   bash benchmarks/gpu_suite.sh planar_calls # the engines' calls writing planar YCbCr or RGB, alone and beside a replayed graph (no Loader)
-#   bash benchmarks/gpu_suite.sh planar  # the engines' planar YCbCr + fastdata's conversion or their RGB: hybrid and gpu-only alone (alternating)
-#   bash benchmarks/gpu_suite.sh planar_train # the same switch beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
@@ -64,8 +61,6 @@ else: sys.argv = ['train.py'] + sys.argv[2:]; runpy.run_path('examples/train.py'
 # The setting for an A/B of the CUDA context's scheduling: VALUE True makes the primary context
 # with blocking sync (CU_CTX_SCHED_BLOCKING_SYNC = 4: a wait on the GPU sleeps instead of
 # spinning), before anything uses CUDA; False leaves CUDA's default.
-# The setting for an A/B of the gpu decoder's planar output (nvimgcodec.PLANAR_OUTPUT = VALUE).
-planar_flag="import fastdata.decoders.nvimgcodec as n; n.PLANAR_OUTPUT = VALUE"
 blocking_flag="import ctypes; cu = ctypes.CDLL('libcuda.so.1'); rc = cu.cuInit(0) or (VALUE and cu.cuDevicePrimaryCtxSetFlags(0, 4)); rc and sys.exit(f'CUDA driver call failed: {rc}')"
 # What this machine's CPU side does now: native decode alone on the CPU (16 threads, the 8,192
 # set unless SET), one line, its JSON in $OUT/NAME_host.json. Hosts lent as one kind differ, and
@@ -163,7 +158,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|planar_calls|planar|planar_train|cache_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -374,14 +369,12 @@ PY
       "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
     ;;
   pinned_calls)
-    # The engines' calls (RGB, one lane) with the files' bytes pageable or in pinned memory, alone
-    # and beside a replayed ResNet-18 graph: beside it, pageable calls ran ~20x slower with their
+    # The engines' calls (RGB) with the files' bytes pageable or in pinned memory, alone and beside
+    # a replayed ResNet-18 graph, alternating: beside it, pageable calls ran ~20x slower with their
     # thread's CPU busy the whole call (thirty-ninth session); nvJPEG uploads the bytes inside the call.
     set8192
-    for b in pinned pageable; do
-      python3 benchmarks/bench_engines_beside_load.py /tmp/set8192 --lanes 1 --seconds 3 --rounds 1 --bitstreams $b 2>&1 \
-        | tee "$OUT/engines_beside_load_$b.log" | grep -v '^\[' | grep -v "nvjpeg2k\|nvtiff\|nvTIFF\|nvJPEG2000\|_warn_once\|UserWarning"
-    done
+    python3 benchmarks/bench_engines_beside_load.py /tmp/set8192 --lanes 1,4 --seconds 3 --rounds 2 2>&1 \
+      | tee "$OUT/engines_beside_load.log" | grep -v '^\[' | grep -v "nvjpeg2k\|nvtiff\|nvTIFF\|nvJPEG2000"
     ;;
   lanes)
     # More batches decoding at once beside ResNet-18 training as CUDA graphs: two lanes (three
@@ -439,23 +432,6 @@ PY
     # took ~350 us a GPU row, not the H100's ~850. The True table keeps the copied default-context
     # synthetic row above its own, which is its reference.
     graphs_ab blocking "$blocking_flag" "True|synthetic" "True|hybrid" "False|hybrid" "False|hybrid" "True|hybrid"
-    ;;
-  planar_calls)
-    # The engines' calls writing planar YCbCr or RGB, alone and beside a replayed ResNet-18 graph
-    # (no Loader): their rate, CPU per image and the GPU work they launch.
-    set8192
-    python3 benchmarks/bench_engines_beside_load.py /tmp/set8192 --lanes 1,4 --seconds 3 --rounds 1 2>&1 \
-      | tee "$OUT/engines_beside_load.log" | grep -v '^\['
-    ;;
-  planar)
-    # The engines' calls writing planar YCbCr (fastdata's kernel converts it on the resample
-    # stage's stream) or RGB (nvJPEG's conversion inside the call), in the Loader alone.
-    bench_ab planar "$planar_flag" False True True False
-    BENCH_COMPARE=fastdata-gpu bench_ab planar_gpu "$planar_flag" False True
-    ab_table planar; ab_table planar_gpu
-    ;;
-  planar_train)
-    graphs_ab planar "$planar_flag" "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
     ;;
   cache_train)
     # The same training with hybrid reading the 8,192 set's files or fastdata-convert's LMDB of them

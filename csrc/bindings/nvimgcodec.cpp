@@ -25,49 +25,34 @@ using Ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
 py::array_t<uint8_t> decode_batch_into(NvImageCodecBatch& self, const py::sequence& datas, uintptr_t out,
                                        int64_t out_bytes, const Ints& offsets, const Ints& heights,
-                                       const Ints& widths, uintptr_t cuda_stream, bool planar_ycc,
-                                       const std::optional<Ints>& plane_bytes) {
+                                       const Ints& widths, uintptr_t cuda_stream) {
   const size_t n = static_cast<size_t>(py::len(datas));
   if (offsets.ndim() != 1 || heights.ndim() != 1 || widths.ndim() != 1 || static_cast<size_t>(offsets.size()) != n ||
       static_cast<size_t>(heights.size()) != n || static_cast<size_t>(widths.size()) != n) {
     throw py::value_error("datas, offsets, heights and widths must have one length (1-D arrays)");
   }
   if (out == 0 && n > 0) throw py::value_error("out is a null address");
-  if (planar_ycc != plane_bytes.has_value()) {
-    throw py::value_error("plane_bytes goes with planar_ycc=True, and only with it");
-  }
-  if (plane_bytes && (plane_bytes->ndim() != 1 || static_cast<size_t>(plane_bytes->size()) != n)) {
-    throw py::value_error("plane_bytes must have one entry per row (a 1-D array)");
-  }
-  const int64_t* planar = plane_bytes ? plane_bytes->data() : nullptr;
   const int64_t* off = offsets.data();
   const int64_t* h = heights.data();
   const int64_t* w = widths.data();
   BufferViews views;
   std::vector<EncodedRow> rows(n);
   for (size_t i = 0; i < n; ++i) {
-    // The library writes height * width * 3 bytes at the offset (RGB), or the row's planes
-    // (plane_bytes[i], which the call holds it to): they must lie inside out.
+    // The library writes height * width * 3 bytes at the offset: it must lie inside out.
     if (h[i] <= 0 || w[i] <= 0 || h[i] > 65535 || w[i] > 65535) {
       throw py::value_error("row " + std::to_string(i) + ": size " + std::to_string(h[i]) + "x" +
                             std::to_string(w[i]) + " is not a JPEG's");
     }
-    const int64_t bytes = planar ? planar[i] : h[i] * w[i] * 3;
-    if (planar && (bytes < h[i] * w[i] || bytes > h[i] * w[i] * 3)) {
-      throw py::value_error("row " + std::to_string(i) + ": plane_bytes " + std::to_string(bytes) +
-                            " is not the planes of a " + std::to_string(h[i]) + "x" + std::to_string(w[i]) + " JPEG");
-    }
-    if (off[i] < 0 || out_bytes < bytes || off[i] > out_bytes - bytes) {
+    if (off[i] < 0 || out_bytes < h[i] * w[i] * 3 || off[i] > out_bytes - h[i] * w[i] * 3) {
       throw py::value_error("row " + std::to_string(i) + ": its pixels would lie outside the output buffer");
     }
     const Py_buffer& view = views.add(datas[i]);
-    rows[i] = EncodedRow{static_cast<const uint8_t*>(view.buf), static_cast<size_t>(view.len), off[i], h[i], w[i],
-                         planar ? planar[i] : 0};
+    rows[i] = EncodedRow{static_cast<const uint8_t*>(view.buf), static_cast<size_t>(view.len), off[i], h[i], w[i]};
   }
   std::vector<GpuDecodeStatus> statuses;
   {
     ReleasedGil nogil;
-    statuses = self.decode(rows, reinterpret_cast<uint8_t*>(out), reinterpret_cast<void*>(cuda_stream), planar_ycc);
+    statuses = self.decode(rows, reinterpret_cast<uint8_t*>(out), reinterpret_cast<void*>(cuda_stream));
   }
   py::array_t<uint8_t> result(static_cast<py::ssize_t>(n));
   for (size_t i = 0; i < n; ++i) result.mutable_data()[i] = static_cast<uint8_t>(statuses[i]);
@@ -105,15 +90,10 @@ void register_nvimgcodec(py::module_& m) {
            py::arg("options"))
       .def("decode", &decode_batch_into, py::arg("datas"), py::arg("out"), py::arg("out_bytes"),
            py::arg("offsets"), py::arg("heights"), py::arg("widths"), py::arg("cuda_stream"),
-           py::arg("planar_ycc") = false, py::arg("plane_bytes") = py::none(),
            "Decode datas[i] (stored orientation, HWC RGB uint8, rows of widths[i] * 3 bytes) to address "
            "out + offsets[i] of a buffer of out_bytes (device memory, or host memory for the CPU-only "
            "backend) on CUDA stream cuda_stream (0: default). Returns uint8 statuses per row: 0 decoded, "
-           "1 refused by nvImageCodec, 2 header unreadable, 3 header size differs from heights/widths. "
-           "planar_ycc: the file's planes instead (Y, then Cb and Cr at its chroma subsampling, each "
-           "packed; a gray file's Y alone; gpu_resize.planar_bytes), plane_bytes[i] bytes at offsets[i]; files "
-           "not YCbCr at 4:4:4/4:2:2/4:2:0/4:4:0 or gray are refused (1), planes of another total size "
-           "(another subsampling than planned) come back 3.")
+           "1 refused by nvImageCodec, 2 header unreadable, 3 header size differs from heights/widths.")
       .def_property_readonly("host_buffers", &NvImageCodecBatch::host_buffers,
                              "Whether it decodes into host memory (the CPU-only backend).")
       .def_property_readonly("instance", &NvImageCodecBatch::instance, "The NvImageCodecInstance it was made on.")

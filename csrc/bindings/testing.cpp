@@ -3,17 +3,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <jpeglib.h>
-
 #include <algorithm>
-#include <csetjmp>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "bindings/common.h"
-#include "bindings/jpeg_jump_error.h"
 #include "bindings/released_gil.h"
 #include "bindings/register.h"
 #include "core/augment.h"
@@ -117,73 +112,6 @@ py::array_t<uint16_t> half_bits_py(py::array_t<float, py::array::c_style | py::a
 }
 
 
-// libjpeg's own component planes of a file (raw_data_out, ISLOW IDCT): what the JPEG engines write
-// with planar output, as the oracle of the GPU path's color conversion. One uint8 [h, w] array per
-// component at its stored (subsampled) size.
-py::list decode_planes_py(const py::object& data) {
-  BufferViews views;
-  const Py_buffer& v = views.add(data);
-  // Everything libjpeg's jump may leave behind is made before setjmp (no C++ object is
-  // constructed between it and a longjmp).
-  std::vector<std::vector<uint8_t>> planes;
-  std::vector<int> heights, widths, strides;
-  std::vector<std::vector<JSAMPROW>> rows;
-  std::vector<JSAMPARRAY> arrays;
-  jpeg_decompress_struct cinfo;
-  JumpError err;
-  cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = jump_error_exit;
-  if (setjmp(err.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    throw py::value_error(std::string("libjpeg: ") + err.message);
-  }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, static_cast<const unsigned char*>(v.buf), static_cast<unsigned long>(v.len));
-  jpeg_read_header(&cinfo, TRUE);
-  cinfo.raw_data_out = TRUE;
-  cinfo.dct_method = JDCT_ISLOW;
-  jpeg_start_decompress(&cinfo);
-  const int n = cinfo.num_components;
-  const int imcu_rows = cinfo.max_v_samp_factor * DCTSIZE;
-  const int imcus = (static_cast<int>(cinfo.output_height) + imcu_rows - 1) / imcu_rows;
-  planes.resize(n);
-  rows.resize(n);
-  arrays.resize(n);
-  for (int c = 0; c < n; ++c) {
-    const jpeg_component_info& comp = cinfo.comp_info[c];
-    heights.push_back(static_cast<int>(comp.downsampled_height));
-    widths.push_back(static_cast<int>(comp.downsampled_width));
-    strides.push_back(static_cast<int>(comp.width_in_blocks) * DCTSIZE);
-    const int padded_rows = imcus * comp.v_samp_factor * DCTSIZE;
-    planes[c].assign(static_cast<size_t>(padded_rows) * strides[c], 0);
-    rows[c].resize(static_cast<size_t>(comp.v_samp_factor) * DCTSIZE);
-  }
-  for (int m = 0; m < imcus; ++m) {
-    for (int c = 0; c < n; ++c) {
-      const int per = cinfo.comp_info[c].v_samp_factor * DCTSIZE;
-      for (int r = 0; r < per; ++r) {
-        rows[c][r] = planes[c].data() + static_cast<size_t>(m * per + r) * strides[c];
-      }
-      arrays[c] = rows[c].data();
-    }
-    if (jpeg_read_raw_data(&cinfo, arrays.data(), static_cast<JDIMENSION>(imcu_rows)) == 0) {
-      jpeg_destroy_decompress(&cinfo);
-      throw py::value_error("libjpeg: jpeg_read_raw_data read no rows (suspended input)");
-    }
-  }
-  jpeg_finish_decompress(&cinfo);
-  jpeg_destroy_decompress(&cinfo);
-  py::list out;
-  for (int c = 0; c < n; ++c) {
-    py::array_t<uint8_t> plane({heights[c], widths[c]});
-    for (int y = 0; y < heights[c]; ++y) {
-      std::memcpy(plane.mutable_data(y, 0), planes[c].data() + static_cast<size_t>(y) * strides[c],
-                  static_cast<size_t>(widths[c]));
-    }
-    out.append(plane);
-  }
-  return out;
-}
 }  // namespace
 
 void register_testing(py::module_& m) {
@@ -222,9 +150,6 @@ void register_testing(py::module_& m) {
   m.def("_decode_region", &decode_region_py, py::arg("data"), py::arg("denom"), py::arg("x0"), py::arg("y0"),
         py::arg("x1"), py::arg("y1"), py::arg("strict"),
         "Testing: the decoder's region decode (stored orientation), uint8 [h, w, 3], and the warnings.");
-  m.def("_decode_planes", &decode_planes_py, py::arg("data"),
-        "Testing: libjpeg's component planes of a JPEG (raw data, ISLOW), one uint8 [h, w] array each "
-        "at its stored (subsampled) size.");
 }
 
 }  // namespace fastdata::bindings

@@ -1,7 +1,6 @@
 #include "gpu/nvimgcodec_batch.h"
 
 #include <chrono>
-#include <cstdint>
 #include <stdexcept>
 #include <utility>
 
@@ -25,49 +24,6 @@ struct CallResources {
     for (abi::CodeStream* stream : streams) (void)api->code_stream_destroy(stream);
   }
 };
-
-// The chroma planes' subsampling factors (horizontal, vertical) of a YCbCr file, or {0, 0} for
-// a subsampling the planar output does not take.
-std::pair<uint32_t, uint32_t> chroma_factors(int32_t sampling) {
-  switch (sampling) {
-    case abi::kSamplingNone: return {1, 1};
-    case abi::kSampling422: return {2, 1};
-    case abi::kSampling420: return {2, 2};
-    case abi::kSampling440: return {1, 2};
-    default: return {0, 0};
-  }
-}
-
-// Describes the planar output of one row in `info` (its planes from the code stream) and returns
-// its bytes; 0 when the file is neither YCbCr at a subsampling chroma_factors takes nor gray.
-uint64_t plan_planar_ycc(abi::ImageInfo& info, uint32_t width, uint32_t height) {
-  uint32_t planes = 0;
-  std::pair<uint32_t, uint32_t> factors{1, 1};
-  if (info.color_spec == abi::kColorSpecGray && info.num_planes == 1) {
-    planes = 1;
-    info.sample_format = abi::kSampleFormatPlanarY;
-  } else if (info.color_spec == abi::kColorSpecSycc && info.num_planes == 3) {
-    factors = chroma_factors(info.chroma_subsampling);
-    if (factors.first == 0) return 0;
-    planes = 3;
-    info.sample_format = abi::kSampleFormatPlanarYuv;
-  } else {
-    return 0;
-  }
-  info.num_planes = planes;
-  uint64_t bytes = 0;
-  for (uint32_t c = 0; c < planes; ++c) {
-    abi::ImagePlaneInfo& plane = info.plane_info[c];
-    plane.width = c == 0 ? width : (width + factors.first - 1) / factors.first;
-    plane.height = c == 0 ? height : (height + factors.second - 1) / factors.second;
-    plane.num_channels = 1;
-    plane.row_stride = plane.width;
-    plane.sample_type = abi::kSampleUint8;
-    plane.precision = 0;
-    bytes += static_cast<uint64_t>(plane.width) * plane.height;
-  }
-  return bytes;
-}
 
 }  // namespace
 
@@ -113,7 +69,7 @@ NvImageCodecBatch::~NvImageCodecBatch() {
 }
 
 std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<EncodedRow>& rows, uint8_t* out,
-                                                       void* cuda_stream, bool planar_ycc) {
+                                                       void* cuda_stream) {
   const NvImageCodecApi& api = instance_->api();
   std::vector<GpuDecodeStatus> result(rows.size(), GpuDecodeStatus::kRefused);
   CallResources call{&api, {}, {}, nullptr};
@@ -143,27 +99,15 @@ std::vector<GpuDecodeStatus> NvImageCodecBatch::decode(const std::vector<Encoded
       result[i] = GpuDecodeStatus::kOtherShape;
       continue;
     }
-    if (planar_ycc) {
-      const uint64_t bytes = plan_planar_ycc(info, static_cast<uint32_t>(row.width), static_cast<uint32_t>(row.height));
-      if (bytes == 0) {
-        result[i] = GpuDecodeStatus::kRefused;
-        continue;
-      }
-      if (bytes != static_cast<uint64_t>(row.planar_bytes)) {  // another subsampling than the caller's
-        result[i] = GpuDecodeStatus::kOtherShape;
-        continue;
-      }
-    } else {
-      info.color_spec = abi::kColorSpecSrgb;
-      info.chroma_subsampling = abi::kSamplingNone;
-      info.sample_format = abi::kSampleFormatInterleavedRgb;
-      info.num_planes = 1;
-      abi::ImagePlaneInfo& plane = info.plane_info[0];
-      plane.num_channels = 3;
-      plane.row_stride = static_cast<size_t>(row.width) * 3;
-      plane.sample_type = abi::kSampleUint8;
-      plane.precision = 0;  // the type's full 8 bits
-    }
+    info.color_spec = abi::kColorSpecSrgb;
+    info.chroma_subsampling = abi::kSamplingNone;
+    info.sample_format = abi::kSampleFormatInterleavedRgb;
+    info.num_planes = 1;
+    abi::ImagePlaneInfo& plane = info.plane_info[0];
+    plane.num_channels = 3;
+    plane.row_stride = static_cast<size_t>(row.width) * 3;
+    plane.sample_type = abi::kSampleUint8;
+    plane.precision = 0;  // the type's full 8 bits
     info.buffer = out + row.offset;
     info.buffer_kind = host_buffers_ ? abi::kBufferStridedHost : abi::kBufferStridedDevice;
     info.cuda_stream = cuda_stream;

@@ -34,7 +34,6 @@ struct EncodedRow {
   int64_t offset;  // byte offset of the row's pixels in the output buffer
   int64_t height;  // stored (not EXIF-oriented) size the caller planned for
   int64_t width;
-  int64_t planar_bytes = 0;  // with planar output: the bytes the caller planned for the row's planes
 };
 
 class NvImageCodecBatch {
@@ -57,15 +56,7 @@ class NvImageCodecBatch {
   // alive for the call. Throws std::runtime_error when a call of the API itself fails; work
   // already queued on cuda_stream may then still write `out`: the caller waits for the stream
   // before it frees or reuses `out`.
-  //
-  // planar_ycc: write what the JPEG stores instead of RGB, so that no color conversion runs
-  // inside nvImageCodec's call: planes Y, Cb, Cr one after another at the row's offset, each
-  // packed (rows of its own width), the chroma planes at the file's subsampling (ceil(w / h_factor)
-  // x ceil(h / v_factor)); a gray file writes its Y plane alone. Files in other color spaces or
-  // subsamplings come back kRefused; a file whose planes would not total row.planar_bytes (the
-  // caller planned another subsampling) kOtherShape.
-  std::vector<GpuDecodeStatus> decode(const std::vector<EncodedRow>& rows, uint8_t* out, void* cuda_stream,
-                                      bool planar_ycc = false);
+  std::vector<GpuDecodeStatus> decode(const std::vector<EncodedRow>& rows, uint8_t* out, void* cuda_stream);
 
   bool host_buffers() const { return host_buffers_; }
   const std::shared_ptr<NvImageCodecInstance>& instance() const { return instance_; }

@@ -54,7 +54,7 @@ from ..io.host import THREAD_CPU_SPLIT, calling_thread_cpu
 from ..io.transforms import RandomResizedCrop, Transform
 from .base import DecodedRows, PlannedBatch, stored_sizes
 from .buffer_pool import BufferPool
-from .gpu_resize import GRAY_CODE, ImageLayout, planar_bytes, planar_convertible, planes_to_rgb, resample_batch
+from .gpu_resize import ImageLayout, resample_batch
 from .routing import gpu_decodable
 
 GPU_MISSING = ("backend='gpu' needs NVIDIA nvImageCodec: pip install fastdata[gpu] "
@@ -79,7 +79,7 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # decode every row the engines do not take, are hybrid's bound there (docs/results.md).
 ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4", "gray")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
-_444_CODE = _C.SUBSAMPLING_NAMES.index("4:4:4")  # PLANAR_OUTPUT's plan for a row it has no conversion for
+GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")  # one plane, no chroma
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
@@ -239,17 +239,11 @@ BUFFER_POOL_BYTES = 1024 * 2**20
 # (twenty-third session) and no faster in another (twenty-fifth; docs/results.md). The staging
 # costs a host copy of the rows' bytes on the lane's decode thread before its calls:
 # _stage_bitstreams took 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB)
-# on the 2-core box.
+# on the 2-core box. Beside a replayed ResNet-18 graph the calls from pageable bytes ran ~20x
+# slower than alone, their thread busy the whole call (thirty-ninth session):
+# benchmarks/gpu_suite.sh pinned_calls measures the calls from pinned bytes there, pinned the
+# Loader beside training.
 PINNED_BITSTREAMS = False
-# Have the engines write each file's own planes (Y, then Cb and Cr at its subsampling) and turn
-# them into RGB with fastdata's kernel (gpu_resize.planes_to_rgb: libjpeg's upsampling and color
-# conversion, bit for bit) on the resample stage's stream, instead of asking nvImageCodec for RGB.
-# Why: with RGB, nvJPEG's hardware decode runs its own color conversion kernel inside the call, on
-# its internal streams, and beside training that kernel queues behind the model's while the
-# calling thread spins on a core (about 7x the CPU per GPU row of alone, H100; docs/results.md,
-# thirty-fourth session). An A/B switch, not yet run on a GPU (thirty-fifth session: no machine
-# lent); benchmarks/gpu_suite.sh planar_calls, planar and planar_train measure it.
-PLANAR_OUTPUT = False
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
 BITSTREAM_POOL_BYTES = 256 * 2**20
@@ -368,11 +362,8 @@ class NvImageCodecDecoder:
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False
         self._lock = threading.Lock()
-        self.planar_output = PLANAR_OUTPUT
-        # Finished batches' image buffers (_take_buffer; two a batch with planar output) and
-        # staged bitstreams (PINNED_BITSTREAMS), for later ones
-        self._images = BufferPool((2 if self.planar_output else 1) * (self.depth + 1), BUFFER_POOL_BYTES,
-                                  BUFFER_HEADROOM, BUFFER_ROUNDING)
+        # Finished batches' image buffers (_take_buffer) and staged bitstreams (PINNED_BITSTREAMS), for later ones
+        self._images = BufferPool(self.depth + 1, BUFFER_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         self.pinned_bitstreams = PINNED_BITSTREAMS
         self._bitstreams = BufferPool(self.depth + 1, BITSTREAM_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         # Where the workers' time goes, summed over batches (and lanes; seconds of wall time): the
@@ -465,8 +456,6 @@ class NvImageCodecDecoder:
             decoded = _Decoded(rows, layout, lead=self._lane_leads[lane])
             if rows:
                 decoded.buffer = self._take_buffer(decoded.nbytes, decoded.lead)
-                if self.planar_output:
-                    self._plan_planes(batch, decoded)
                 if self.device.type == "cuda" and len(self._decode_streams) > 1:
                     # The buffer belongs to the lead's stream (torch's allocator): the other instances'
                     # streams write it only after that stream's work so far (a block it reused, say).
@@ -531,11 +520,6 @@ class NvImageCodecDecoder:
                 datas = [batch.datas[r] for r in rows]
                 if rows and batch.plan.subsamplings[rows[0]] == GRAY_CODE:  # a call holds one subsampling (engine_calls)
                     datas = [engine_bytes(data) for data in datas]
-            if decoded.planes is not None:  # PLANAR_OUTPUT: the planes, converted in the resample stage
-                return np.asarray(self._decoders[k].decode(
-                    datas, decoded.planes.data_ptr(), decoded.planes.numel(), decoded.plane_base[positions],
-                    layout.height[positions], layout.width[positions], cuda_stream, True,
-                    decoded.plane_bytes[positions]))
             return np.asarray(self._decoders[k].decode(datas, decoded.buffer.data_ptr(), decoded.nbytes,
                                                        layout.base[positions], layout.height[positions],
                                                        layout.width[positions], cuda_stream))
@@ -559,19 +543,6 @@ class NvImageCodecDecoder:
                 ready.record(stream)
         cpu1, sys1 = calling_thread_cpu()
         return _Share(np.concatenate(calls), np.concatenate(statuses), ready, cpu1 - cpu0, sys1 - sys0)
-
-    def _plan_planes(self, batch: PlannedBatch, decoded: _Decoded) -> None:
-        """PLANAR_OUTPUT: where each row's planes go (``decoded.plane_base``, IMAGE_ALIGN-aligned
-        slots of ``planar_bytes`` at the plan's subsampling) and a buffer for them. A row whose
-        subsampling has no planar conversion is planned as 4:4:4; the call refuses it (it goes
-        native)."""
-        layout = decoded.layout
-        codes = np.asarray(batch.plan.subsamplings, np.int64)[decoded.rows]
-        decoded.subsamplings = np.where(planar_convertible(codes), codes, _444_CODE)
-        decoded.plane_bytes = planar_bytes(layout.height, layout.width, decoded.subsamplings)
-        slots = -(-decoded.plane_bytes // IMAGE_ALIGN) * IMAGE_ALIGN
-        decoded.plane_base = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
-        decoded.planes = self._take_buffer(int(slots.sum()), decoded.lead)
 
     def _take_buffer(self, nbytes: int, lead: int) -> torch.Tensor:
         """A buffer of at least ``nbytes`` for a batch's images (BufferPool), new ones on the
@@ -623,10 +594,9 @@ class NvImageCodecDecoder:
                     done.synchronize()  # complete before the buffer goes and before finish hands the pixels on
                     self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
         self._images.give(decoded.buffer)  # the kernels are done with it (synchronized above)
-        self._images.give(decoded.planes)
         # and the engines with the bitstreams: the kernels ran after the decode streams' work
         self._bitstreams.give(decoded.staging)
-        decoded.buffer = decoded.planes = decoded.staging = decoded.bitstreams = None
+        decoded.buffer = decoded.staging = decoded.bitstreams = None
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch,
         # the decode stage's counted as its share of the time it overlapped other lanes' batches.
         result.seconds = max(decoded.charged, time.perf_counter() - t0)
@@ -642,9 +612,6 @@ class NvImageCodecDecoder:
             return DecodedRows(rejected=rejected)
         t0 = time.perf_counter()
         plan, sel = batch.plan, rows[good]
-        if decoded.planes is not None:  # PLANAR_OUTPUT: the engines wrote planes; RGB into the buffer first
-            planes_to_rgb(decoded.planes, decoded.plane_base[good], decoded.buffer, decoded.layout.select(good),
-                          decoded.subsamplings[good])
         into = batch.output  # the batch's output, where the pipeline gives one: the rows go straight there
         pixels = resample_batch(decoded.buffer, decoded.layout.select(good), plan.boxes[sel], plan.flips[sel], plan.orientations[sel],
                                 self.out_hw, clip_to_box=isinstance(self.transform, RandomResizedCrop),
@@ -803,10 +770,6 @@ class _Decoded:
     buffer: Optional[torch.Tensor] = None
     lead: int = 0  # the decoder instance whose stream the buffer was taken on (its lane's first)
     allocated: Optional[Any] = None  # torch.cuda.Event on the lead's stream after the buffer was taken
-    planes: Optional[torch.Tensor] = None  # PLANAR_OUTPUT: the engines' planes of every row, then ``buffer`` their RGB
-    plane_base: Optional[np.ndarray] = None  # each row's planes in ``planes`` (int64 byte offsets)
-    plane_bytes: Optional[np.ndarray] = None  # and their bytes (planar_bytes)
-    subsamplings: Optional[np.ndarray] = None  # each row's subsampling code the planes were planned for
     staging: Optional[torch.Tensor] = None  # PINNED_BITSTREAMS: the pinned buffer holding the rows' bitstreams
     bitstreams: Optional[List[np.ndarray]] = None  # and a view of each row's, by position
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))

@@ -1,7 +1,6 @@
 """The Triton kernels behind ``gpu_resize``: Pillow's separable resample of a whole ragged
 batch, one launch per pass (``resample_batch``), rows decoded elsewhere placed into the output
-(``place_rows``), and the engines' planar YCbCr converted to RGB (``ycc_to_rgb``, libjpeg's
-arithmetic; ``planes_to_rgb``).
+(``place_rows``).
 
 Arithmetic is the native engine's (csrc/core/resize.cpp), integer for integer: weights in
 fixed point with ``BITS`` fractional bits (gpu_resize.FIXED_BITS), int32 sums started at one
@@ -198,91 +197,6 @@ def place_rows(src, out, images, out_h, row_len, o_image, o_y, o_x, o_ch, s0, s1
     value = tl.load(src + (j * out_h + i)[:, None] * row_len + c[None, :], mask=ok, other=0).to(tl.int32)
     _store_values(out, image, i, c, value, ok, o_image, o_y, o_x, o_ch, s0, s1, s2, b0, b1, b2, NORMALIZE,
                   INTERLEAVED)
-
-
-# Fields of one image's row of ``ycc_to_rgb``'s ``meta`` (int64).
-YCC_SRC: tl.constexpr = tl.constexpr(0)      # element offset of the image's Y plane in ``planes``
-YCC_DST: tl.constexpr = tl.constexpr(1)      # element offset of its RGB pixel (0, 0) in ``rgb``
-YCC_HEIGHT: tl.constexpr = tl.constexpr(2)
-YCC_WIDTH: tl.constexpr = tl.constexpr(3)
-YCC_H_SHIFT: tl.constexpr = tl.constexpr(4)  # log2 of the chroma's horizontal factor (0 or 1)
-YCC_V_SHIFT: tl.constexpr = tl.constexpr(5)  # log2 of its vertical factor (0 or 1)
-YCC_GRAY: tl.constexpr = tl.constexpr(6)     # 1: Y alone (R = G = B = Y)
-YCC_FIELDS: tl.constexpr = tl.constexpr(7)
-
-
-@triton.jit
-def _upsampled(plane, j, jn, i, i_n, cw, ok, h2, v2, odd_x, odd_y):
-    # libjpeg's fancy upsampling of one chroma plane at full-size pixels: ``j``/``i`` the
-    # chroma row/column under the pixel, ``jn``/``i_n`` the neighbouring ones the triangle
-    # filter takes (the edge sample where there is none), in integer steps with its biases.
-    near = tl.load(plane + j * cw + i, mask=ok, other=128).to(tl.int32)
-    side = tl.load(plane + j * cw + i_n, mask=ok, other=128).to(tl.int32)
-    below = tl.load(plane + jn * cw + i, mask=ok, other=128).to(tl.int32)
-    corner = tl.load(plane + jn * cw + i_n, mask=ok, other=128).to(tl.int32)
-    this_sum = 3 * near + below
-    other_sum = 3 * side + corner
-    h2v2 = (3 * this_sum + other_sum + tl.where(odd_x, 7, 8)) >> 4  # h2v2_fancy_upsample
-    h2v1 = (3 * near + side + tl.where(odd_x, 2, 1)) >> 2           # h2v1_fancy_upsample
-    h1v2 = (3 * near + below + tl.where(odd_y, 2, 1)) >> 2          # h1v2_fancy_upsample
-    # libjpeg-turbo's jinit_upsampler takes the triangle filter for a horizontal factor of 2 only
-    # where the chroma is more than 2 samples wide; else it replicates (h2v1_upsample, h2v2_upsample).
-    box = h2 & (cw <= 2)
-    return tl.where(box, near, tl.where(h2, tl.where(v2, h2v2, h2v1), tl.where(v2, h1v2, near)))
-
-
-@triton.jit
-def ycc_to_rgb(planes, rgb, meta, block_start, num_images, search_steps,
-               BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
-    """The JPEG engines' planar YCbCr to interleaved RGB with libjpeg's arithmetic: its "fancy"
-    (triangle-filter) chroma upsampling and fixed-point color conversion (libjpeg-turbo's
-    jdsample.c and jdcolor.c), so the RGB is what libjpeg makes from the same planes, bit for bit.
-    Image b's planes start at ``planes[YCC_SRC]``: Y (height x width), then Cb and Cr
-    (ceil(height / vertical factor) x ceil(width / horizontal factor) each, factors 1 or 2), each
-    packed; a gray image has Y alone. Its RGB goes to ``rgb[YCC_DST]``, height x width x 3 packed.
-
-    Program (p, q): BLOCK_R rows x BLOCK_W columns of one image; images own consecutive runs of
-    row blocks (``block_start``, B + 1 prefix sums), found by binary search."""
-    pid = tl.program_id(0)
-    b = _image_of_block(block_start, pid, num_images, search_steps)
-    m = meta + b * YCC_FIELDS
-    src = tl.load(m + YCC_SRC)
-    dst = tl.load(m + YCC_DST)
-    h = tl.load(m + YCC_HEIGHT)
-    w = tl.load(m + YCC_WIDTH)
-    hs = tl.load(m + YCC_H_SHIFT)
-    vs = tl.load(m + YCC_V_SHIFT)
-    gray = tl.load(m + YCC_GRAY)
-
-    y = (pid - tl.load(block_start + b)) * BLOCK_R + tl.arange(0, BLOCK_R)
-    x = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    ok = (y < h)[:, None] & (x < w)[None, :]
-    luma = tl.load(planes + src + y[:, None] * w + x[None, :], mask=ok, other=0).to(tl.int32)
-
-    cw = (w + (1 << hs) - 1) >> hs
-    ch = (h + (1 << vs) - 1) >> vs
-    i = x >> hs
-    odd_x = (x & 1) == 1
-    i_n = tl.where(hs == 1, tl.where(odd_x, tl.minimum(i + 1, cw - 1), tl.maximum(i - 1, 0)), i)
-    j = y >> vs
-    odd_y = (y & 1) == 1
-    j_n = tl.where(vs == 1, tl.where(odd_y, tl.minimum(j + 1, ch - 1), tl.maximum(j - 1, 0)), j)
-    c_ok = ok & (gray == 0)  # a gray image's chroma reads as 128: no color
-    cb_plane = planes + src + h * w
-    cr_plane = cb_plane + ch * cw
-    args = (j[:, None], j_n[:, None], i[None, :], i_n[None, :], cw, c_ok, hs == 1, vs == 1, odd_x[None, :],
-            odd_y[:, None])
-    cb = _upsampled(cb_plane, *args) - 128
-    cr = _upsampled(cr_plane, *args) - 128
-
-    # jdcolor.c's ycc_rgb_convert: FIX(x) = round(x * 2**16), ONE_HALF = 2**15, arithmetic shifts.
-    red = luma + ((91881 * cr + 32768) >> 16)
-    green = luma + ((-22554 * cb + 32768 - 46802 * cr) >> 16)
-    blue = luma + ((116130 * cb + 32768) >> 16)
-    out = rgb + dst + (y[:, None] * w + x[None, :]) * 3
-    tl.store(out, tl.minimum(tl.maximum(red, 0), 255).to(tl.uint8), mask=ok)
-    tl.store(out + 1, tl.minimum(tl.maximum(green, 0), 255).to(tl.uint8), mask=ok)
-    tl.store(out + 2, tl.minimum(tl.maximum(blue, 0), 255).to(tl.uint8), mask=ok)
 
 
 # True when TRITON_INTERPRET=1 was set before this module was imported: the kernels then run

@@ -146,7 +146,7 @@ def gpu_decodable(batch: PlannedBatch) -> np.ndarray:
 
     RGB-coded files (an Adobe marker's transform 0, or component IDs 'R', 'G', 'B': libjpeg
     reads them as RGB) decode natively: nvImageCodec's parser takes every three-component JPEG
-    for YCbCr, and so does fastdata's planar conversion (nvimgcodec.PLANAR_OUTPUT).
+    for YCbCr.
 
     Files without EOI (truncated) decode natively: libjpeg reports or grey-fills them as
     ``strict`` asks, while GPU decoders fail the whole batch or return garbage for them.

@@ -68,16 +68,8 @@ CONSTANTS = {
     "kBackendHwGpuOnly": "NVIMGCODEC_BACKEND_KIND_HW_GPU_ONLY",
     "kLoadHintPolicyFixed": "NVIMGCODEC_LOAD_HINT_POLICY_FIXED",
     "kColorSpecSrgb": "NVIMGCODEC_COLORSPEC_SRGB",
-    "kColorSpecGray": "NVIMGCODEC_COLORSPEC_GRAY",
-    "kColorSpecSycc": "NVIMGCODEC_COLORSPEC_SYCC",
     "kSamplingNone": "NVIMGCODEC_SAMPLING_NONE",
-    "kSampling422": "NVIMGCODEC_SAMPLING_422",
-    "kSampling420": "NVIMGCODEC_SAMPLING_420",
-    "kSampling440": "NVIMGCODEC_SAMPLING_440",
-    "kSamplingGray": "NVIMGCODEC_SAMPLING_GRAY",
-    "kSampleFormatPlanarY": "NVIMGCODEC_SAMPLEFORMAT_P_Y",
     "kSampleFormatInterleavedRgb": "NVIMGCODEC_SAMPLEFORMAT_I_RGB",
-    "kSampleFormatPlanarYuv": "NVIMGCODEC_SAMPLEFORMAT_P_YUV",
     "kSampleUint8": "NVIMGCODEC_SAMPLE_DATA_TYPE_UINT8",
     "kBufferStridedDevice": "NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_DEVICE",
     "kBufferStridedHost": "NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_HOST",
@@ -210,41 +202,6 @@ def test_bad_arguments_raise_before_anything_is_written():
     assert not out.any()
     assert batch.decode([], out.ctypes.data, 0, np.zeros(0, np.int64), np.zeros(0, np.int64),
                         np.zeros(0, np.int64), 0).tolist() == []
-
-
-def test_planar_output_writes_libjpegs_planes_and_holds_rows_to_the_planned_bytes():
-    # The stand-in (nvImageCodec's CPU backend) writes planes for 4:4:4 and gray files only and
-    # refuses subsampled ones (status 1); the engines take 4:2:0 and 4:2:2 as well (tests/gpu).
-    # Its planes equal libjpeg's own (_C._decode_planes); a file whose planes would total other
-    # bytes than planned is not decoded (3), and plane_bytes is checked before anything is written.
-    color, sub = jpeg(37, 53, 0, 0), jpeg(37, 53, 1, 2)
-    gray = io.BytesIO()
-    Image.open(io.BytesIO(color)).convert("L").save(gray, "JPEG", quality=90)
-    gray = gray.getvalue()
-    datas = [color, gray, sub, color]
-    plane_bytes = np.array([37 * 53 * 3, 37 * 53, 37 * 53 + 2 * 19 * 27, 37 * 53 + 2 * 19 * 27])
-    offsets = np.concatenate([[0], np.cumsum(-(-plane_bytes // 256) * 256)[:-1]])
-    total = int(offsets[-1] + plane_bytes[-1])
-    out = np.full(total, 7, np.uint8)
-    hw = np.array([37] * 4)
-    status = cpu_batch().decode(datas, out.ctypes.data, total, offsets, hw, np.array([53] * 4), 0, True, plane_bytes)
-    assert status.tolist() == [0, 0, 1, 3]  # row 3: a 4:4:4 file planned as 4:2:0
-    for row in (0, 1):
-        want = np.concatenate([p.reshape(-1) for p in _C._decode_planes(datas[row])])
-        assert np.array_equal(out[offsets[row]:offsets[row] + plane_bytes[row]], want)
-    assert (out[offsets[2]:] == 7).all()  # rows 2 and 3 untouched
-    batch, one = cpu_batch(), np.array([16])
-    small = np.zeros(1024, np.uint8)
-    data16 = jpeg(16, 16, 1, 0)
-    with pytest.raises(ValueError, match="plane_bytes goes with planar_ycc"):
-        batch.decode([data16], small.ctypes.data, 1024, np.array([0]), one, one, 0, False, np.array([768]))
-    with pytest.raises(ValueError, match="plane_bytes goes with planar_ycc"):
-        batch.decode([data16], small.ctypes.data, 1024, np.array([0]), one, one, 0, True)
-    with pytest.raises(ValueError, match="not the planes of a 16x16"):
-        batch.decode([data16], small.ctypes.data, 1024, np.array([0]), one, one, 0, True, np.array([769]))
-    with pytest.raises(ValueError, match="outside the output buffer"):
-        batch.decode([data16], small.ctypes.data, 1024, np.array([300]), one, one, 0, True, np.array([768]))
-    assert not small.any()
 
 
 def test_construction_errors_name_the_problem():

@@ -1,4 +1,4 @@
-"""The resampler's Triton kernels (and the planar color conversion) compile for Hopper (sm_90) without a GPU.
+"""The resampler's Triton kernels compile for Hopper (sm_90) without a GPU.
 
 The interpreter (how the other tests run the kernels without CUDA) executes them as numpy and
 lets through what the compiler rejects (types that change in a loop, unsupported ops). Triton
@@ -43,9 +43,6 @@ for meta in ("*i32", "*i64"):
         place = {"src": "*u8", "out": out, "images": meta, "out_h": "i32", "row_len": "i32", **scalars,
                  "BLOCK_H": "constexpr", "BLOCK_C": "constexpr", "NORMALIZE": "constexpr", "INTERLEAVED": "constexpr"}
         jobs.append((K.place_rows, place, {"BLOCK_H": 4, "BLOCK_C": 256, **consts}))
-ycc = {"planes": "*u8", "rgb": "*u8", "meta": "*i64", "block_start": "*i32", "num_images": "i32",
-       "search_steps": "i32", "BLOCK_R": "constexpr", "BLOCK_W": "constexpr"}
-jobs.append((K.ycc_to_rgb, ycc, {"BLOCK_R": 8, "BLOCK_W": 128}))
 for fn, sig, consts in jobs:
     compiled = triton.compile(triton.compiler.ASTSource(fn, sig, consts), target=target, options=options)
     if not compiled.asm.get("cubin"):

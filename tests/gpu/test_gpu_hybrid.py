@@ -37,14 +37,12 @@ def mixed(tmp_path_factory):
     return str(root), fastdata.ImageFolder(str(root))
 
 
-@pytest.mark.parametrize("pinned, planar", [(False, False), (True, False), (False, True)],
-                         ids=["pageable", "pinned-bitstreams", "planar-output"])
-def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned, planar):
+@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned-bitstreams"])
+def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned):
     from fastdata.decoders import nvimgcodec
 
-    # The A/B switches: the same rows and boxes, and pixels as close to native, either way
+    # The A/B switch: the same rows and boxes, and pixels as close to native, either way
     monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)
-    monkeypatch.setattr(nvimgcodec, "PLANAR_OUTPUT", planar)
 
     _, source = mixed
     paths = [source.fetch([i])[0] for i in range(len(source))]
@@ -64,16 +62,8 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
             seen[-1] += [np.array(boxes), np.array(flips)]
             return real_resample(flat, layout, boxes, flips, *args, **kwargs)
 
-        converted = []  # planar output: the rows each planes_to_rgb call converted
-        real_convert = nvimgcodec.planes_to_rgb
-
-        def recording_convert(planes, plane_base, rgb, layout, subsamplings):
-            converted.append(len(subsamplings))  # codes, one per row
-            return real_convert(planes, plane_base, rgb, layout, subsamplings)
-
         decoder._resample_rows = recording_rows
         monkeypatch.setattr(nvimgcodec, "resample_batch", recording_resample)
-        monkeypatch.setattr(nvimgcodec, "planes_to_rgb", recording_convert)
         a, fa, _ = gpu.run(paths, indices, 1)
         torch.cuda.current_stream().wait_stream(gpu.stream)
         a = a.cpu()
@@ -81,7 +71,6 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
         stats = dict(gpu.stats)
         staged = decoder._bitstreams.spare  # the switch took effect: the batch's pinned buffer, back in the pool
     assert [bool(staged), all(t.is_pinned() for t in staged)] == [pinned, True]
-    assert decoder.planar_output is planar and sum(converted) == (stats["gpu_rows"] if planar else 0)
     assert not fa and not fb and len(seen) == 1
     rows, refused, boxes, flips = seen[0]
     engine = Engine(2)
@@ -108,12 +97,8 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
     assert gray and min(scores[r] for r in gray) >= 35, [scores[r] for r in gray]
 
 
-@pytest.mark.parametrize("backend, planar", [("gpu", False), ("hybrid", False), ("hybrid", True)],
-                         ids=["gpu", "hybrid", "hybrid-planar-output"])
-def test_loader_over_mixed_and_damaged_files_skip_and_raise(tmp_path, monkeypatch, backend, planar):
-    from fastdata.decoders import nvimgcodec
-
-    monkeypatch.setattr(nvimgcodec, "PLANAR_OUTPUT", planar)
+@pytest.mark.parametrize("backend", ["gpu", "hybrid"])
+def test_loader_over_mixed_and_damaged_files_skip_and_raise(tmp_path, backend):
     paths = hard_case_folder(tmp_path)
     source = fastdata.FileList(paths, list(range(len(paths))))
 
@@ -271,52 +256,3 @@ def test_ctrl_c_exits_with_a_keyboard_interrupt(mixed, backend, delay):
     assert proc.returncode in (-2, 1), (proc.returncode, proc.stderr[-2000:])
     assert proc.stderr.rstrip().splitlines()[-1] == "KeyboardInterrupt", proc.stderr[-2000:]
     assert "Exception in thread" not in proc.stderr, proc.stderr[-2000:]
-
-
-@pytest.mark.parametrize("subsampling", ["4:2:0", "4:2:2", "4:4:4", "gray"])
-def test_the_engines_planes_are_libjpegs_at_odd_sizes_and_stay_in_their_slots(subsampling):
-    # PLANAR_OUTPUT's call: each plane within 35 dB of libjpeg's own planes (the IDCTs differ),
-    # the chroma planes' last row and column too (a plane size other than ceil(w / 2) x ceil(h / 2)
-    # would leave them stale), and not a byte written past a row's planes.
-    import io
-
-    from PIL import Image
-
-    from fastdata import _C
-    from fastdata.decoders.gpu_resize import planar_bytes
-    from fastdata.decoders.nvimgcodec import BACKEND_KINDS, nvimgcodec_library
-    from imagegen import photo_like
-
-    sizes = [(375, 500), (33, 47), (17, 9), (64, 48)]
-    datas = []
-    for k, (h, w) in enumerate(sizes):
-        img = photo_like(max(8, h), max(8, w), seed=k).resize((w, h))
-        buf = io.BytesIO()
-        if subsampling == "gray":
-            img.convert("L").save(buf, "JPEG", quality=90)
-        else:
-            img.save(buf, "JPEG", quality=90, subsampling=subsampling)
-        datas.append(buf.getvalue())
-    hs = np.array([h for h, _ in sizes])
-    ws = np.array([w for _, w in sizes])
-    plane_bytes = planar_bytes(hs, ws, [_C.SUBSAMPLING_NAMES.index(subsampling)] * len(sizes))
-    offsets = np.concatenate([[0], np.cumsum(-(-(plane_bytes + 64) // 256) * 256)[:-1]])  # 64+ guard bytes each
-    total = int(offsets[-1] + plane_bytes[-1] + 64)
-    out = torch.full((total,), 77, dtype=torch.uint8, device="cuda")
-    batch = _C.NvImageCodecBatch(_C.NvImageCodecInstance(nvimgcodec_library()), torch.cuda.current_device(), 1,
-                                 [BACKEND_KINDS["HW_GPU_ONLY"]], "")
-    stream = torch.cuda.current_stream()
-    status = batch.decode(datas, out.data_ptr(), total, offsets, hs, ws, stream.cuda_stream, True, plane_bytes)
-    stream.synchronize()
-    assert status.tolist() == [0] * len(sizes)
-    got = out.cpu().numpy()
-    for k, data in enumerate(datas):
-        at = int(offsets[k])
-        for c, want in enumerate(_C._decode_planes(data)):
-            mine = got[at:at + want.size].reshape(want.shape)
-            at += want.size
-            assert psnr(mine, want) >= 35, (sizes[k], c, psnr(mine, want))
-            if c:
-                assert psnr(mine[-1], want[-1]) >= 30 and psnr(mine[:, -1], want[:, -1]) >= 30, (sizes[k], c)
-        assert at == offsets[k] + plane_bytes[k]
-        assert (got[at:at + 64] == 77).all(), sizes[k]  # nothing past the planes
