@@ -114,7 +114,7 @@ def _set_defaults(args: argparse.Namespace, gpu: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    gpu = args.backend in ("gpu", "hybrid", "auto")
+    gpu = args.backend in ("gpu", "hybrid")
     _set_defaults(args, gpu)
     _wrap_steps(gpu)
     loader = make_loader(args)

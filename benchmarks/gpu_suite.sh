@@ -306,6 +306,8 @@ PY
       --json "$OUT/bench_decode_progressive.json" 2>&1 | tail -30 | tee -a "$OUT/progressive.log"
     ;;
   train)
+    # --loader fastdata takes the Loader's default backend: native since the thirty-ninth session
+    # (hybrid on CUDA with the gpu extra before); train18 and the *_train stages name theirs.
     python3 -m fastdata.cli.demo --count 10000 --classes 100 --out /tmp/demo10k >/dev/null
     rm -f "$OUT/runs.jsonl"
     for arch in resnet50 resnet18; do

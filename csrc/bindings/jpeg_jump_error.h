@@ -1,4 +1,4 @@
-// A libjpeg error manager for the test-only bindings (test_encoder.cpp, testing.cpp): an error
+// A libjpeg error manager for the test-only bindings (test_encoder.cpp): an error
 // formats its message and jumps back to the caller's setjmp, which raises it. (The library's own
 // decoder, core/decoder.cpp, counts warnings and throws DecodeError: it has its own.)
 #pragma once

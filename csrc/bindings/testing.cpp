@@ -111,7 +111,6 @@ py::array_t<uint16_t> half_bits_py(py::array_t<float, py::array::c_style | py::a
   return out;
 }
 
-
 }  // namespace
 
 void register_testing(py::module_& m) {

@@ -79,7 +79,7 @@ ENGINE_KINDS = ("HW_GPU_ONLY",)
 # decode every row the engines do not take, are hybrid's bound there (docs/results.md).
 ENGINE_SUBSAMPLINGS = ("4:2:0", "4:2:2", "4:4:4", "gray")
 ENGINE_SUBSAMPLING_CODES = [_C.SUBSAMPLING_NAMES.index(name) for name in ENGINE_SUBSAMPLINGS]
-GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")  # one plane, no chroma
+GRAY_CODE = _C.SUBSAMPLING_NAMES.index("gray")  # the gray files' calls, whose bytes engine_bytes rewrites
 # Largest image (pixels) the engines are given: 16 MP, 48 MB decoded; ImageNet-like photos are
 # ~0.2 MP. Larger ones are decoded (and cropped before they are expanded) by the native threads.
 MAX_GPU_PIXELS = 4096 * 4096
@@ -241,8 +241,8 @@ BUFFER_POOL_BYTES = 1024 * 2**20
 # _stage_bitstreams took 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB)
 # on the 2-core box. Beside a replayed ResNet-18 graph the calls from pageable bytes ran ~20x
 # slower than alone, their thread busy the whole call (thirty-ninth session):
-# benchmarks/gpu_suite.sh pinned_calls measures the calls from pinned bytes there, pinned the
-# Loader beside training.
+# benchmarks/gpu_suite.sh pinned_calls measures the calls from pinned bytes there, and its stage
+# pinned this switch in the Loader beside training.
 PINNED_BITSTREAMS = False
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.

@@ -212,7 +212,7 @@ class BatchPipeline:
             asked, backend = backend, resolve_backend(backend, self.device)
             if asked in ("auto", "hybrid") and backend == "native" and backend_options:
                 # native (the default, or hybrid without CUDA or the gpu extra) drops what only the GPU decoder takes
-                _warn_once(f"{asked} options", f"fastdata: backend={asked!r} decodes on the CPU here; backend_options "
+                _warn_once(f"{asked} options", f"fastdata: backend={asked!r} decodes on the CPU (native); backend_options "
                                                f"{sorted(backend_options)} are for the GPU decoder and are ignored")
                 backend_options = None
             gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
@@ -597,13 +597,14 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     """The backend a name means on ``device``.
 
     "auto" (the Loader's default): "native", on every device. Beside a training step that keeps
-    the GPU busy, the GPU decoder's rows slowed the step more than they relieved the CPU: ResNet-18
-    as CUDA graphs on H100s trained faster with native alone than with hybrid in every call that
-    ran both (docs/results.md, sixth, thirty-eighth and thirty-ninth sessions: by 3.5 to 21
-    points of synthetic-data speed, from the files and from fastdata-convert's LMDB), and the
-    engines' calls beside such a step ran ~20x slower, their thread's CPU busy the whole call.
-    "hybrid" and "gpu" are for a GPU with room: a loader measured alone, preprocessing, a light
-    model (alone on the 8,192 set hybrid ran 1.7x native, H100, thirty-second session).
+    the GPU busy, the GPU decoder's rows slowed the step more than they relieved the CPU:
+    ResNet-18 as CUDA graphs on H100s, reading fastdata-convert's LMDB, trained faster with native
+    alone than with hybrid in each of the four calls that ran both (docs/results.md,
+    thirty-eighth and thirty-ninth sessions; by 0.7 to 21 points of synthetic-data speed), and the
+    engines' calls beside a replayed graph of that step ran ~20x slower than alone, their thread's
+    CPU busy the whole call. "hybrid" and "gpu" are for a GPU with room to spare, such as a loader
+    measured alone or preprocessing (alone on the 8,192 set hybrid ran 1.7x native, H100,
+    thirty-second session); beside a model that leaves the GPU idle they may help (not measured).
     "hybrid" without the gpu extra (nvImageCodec) says so once (a warning) and runs native.
     Other names are returned as given."""
     if backend == "auto":

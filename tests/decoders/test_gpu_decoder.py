@@ -926,7 +926,7 @@ def test_hybrid_without_the_gpu_extra_warns_once_and_runs_native(monkeypatch):
     # the native decoder takes none). The device is the CPU here, so resolve as on a CUDA box.
     monkeypatch.setattr(pipeline, "resolve_backend", lambda name, device: "native")
     transform = fastdata.RandomResizedCrop(32)
-    with pytest.warns(RuntimeWarning, match=r"backend='hybrid' decodes on the CPU here; backend_options \['depth'\]"):
+    with pytest.warns(RuntimeWarning, match=r"backend='hybrid' decodes on the CPU \(native\); backend_options \['depth'\]"):
         make_backend("hybrid", transform, device="cpu", dtype=None, depth=3).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once only
@@ -957,7 +957,7 @@ def test_auto_is_native_even_with_cuda_and_the_extra_and_drops_gpu_options(monke
     monkeypatch.setattr(pipeline, "make_decoder", recording)
     transform = fastdata.RandomResizedCrop(32)
     paths = hard_case_folder(tmp_path)[:2]
-    with pytest.warns(RuntimeWarning, match=r"backend='auto' decodes on the CPU here; backend_options \['cpu_threads'\]"):
+    with pytest.warns(RuntimeWarning, match=r"backend='auto' decodes on the CPU \(native\); backend_options \['cpu_threads'\]"):
         with make_backend("auto", transform, device="cpu", dtype=None, cpu_threads=2) as p:
             images, failures, _ = p.run(paths, np.arange(2), 0)
     assert made == ["native"] and len(p.decoders) == 1 and images.shape[0] == 2 and not failures
