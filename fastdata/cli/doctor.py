@@ -54,8 +54,8 @@ def _rate(fn: Callable[[bytes], Any], datas: Sequence[bytes]) -> float:
 
 
 def check_gpu_jpeg_engines() -> List[Finding]:
-    """Whether backend="gpu"/"hybrid" would decode on the GPU's hardware JPEG engines: the gpu extra installed, a CUDA device, and a batch of 32
-    baseline JPEGs decoded there."""
+    """Whether backend="gpu"/"hybrid" would decode on the GPU's hardware JPEG engines: the gpu
+    extra installed, a CUDA device, and a batch of 32 baseline JPEGs decoded there."""
     from ..decoders.nvimgcodec import ENGINE_KINDS, gpu_extra_installed, nvimgcodec_module
     from .demo import photo_like_jpeg
 

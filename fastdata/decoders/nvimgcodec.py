@@ -241,8 +241,8 @@ BUFFER_POOL_BYTES = 1024 * 2**20
 # _stage_bitstreams took 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB)
 # on the 2-core box. Beside a replayed ResNet-18 graph the calls from pageable bytes ran ~20x
 # slower than alone, their thread busy the whole call (thirty-ninth session):
-# benchmarks/gpu_suite.sh pinned_calls measures the calls from pinned bytes there, and its stage
-# pinned this switch in the Loader beside training.
+# benchmarks/gpu_suite.sh pinned_calls measures the calls from pinned bytes there, and
+# gpu_suite.sh pinned measures this switch in the Loader beside training.
 PINNED_BITSTREAMS = False
 # The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
 # bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
