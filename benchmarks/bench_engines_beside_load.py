@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 import fastdata
 from fastdata import _C
-from fastdata.decoders.nvimgcodec import BACKEND_KINDS, IMAGE_ALIGN, nvimgcodec_library
+from fastdata.decoders.nvimgcodec import BACKEND_KINDS, IMAGE_ALIGN, nvimgcodec_library, pack_bitstreams
 from fastdata.io.host import calling_thread_cpu
 
 
@@ -46,6 +46,7 @@ class Lane:
         self.stream = torch.cuda.Stream()
         self.datas, self.batch = datas, batch
         self.batches = []
+        self._pinned = []  # the pinned buffers the batches' pinned views point into
         for k in range(len(datas) // batch):
             rows = slice(k * batch, (k + 1) * batch)
             h, w = sizes[rows, 0], sizes[rows, 1]
@@ -53,19 +54,10 @@ class Lane:
             offsets = np.concatenate([[0], np.cumsum(slot)[:-1]]).astype(np.int64)
             out = torch.empty(int(slot.sum()), dtype=torch.uint8, device="cuda")
             pageable = list(datas[rows])
-            self.batches.append(({False: pageable, True: self._pinned_views(pageable)}, out, offsets, h.copy(),
-                                 w.copy()))
-
-    def _pinned_views(self, datas: List[bytes]) -> List[Any]:
-        """The batch's files as views into one pinned buffer (kept alive with the lane)."""
-        sizes = np.array([len(d) for d in datas], np.int64)
-        ends = np.cumsum(sizes)
-        buf = torch.empty(int(ends[-1]), dtype=torch.uint8, pin_memory=True)
-        host = buf.numpy()
-        for d, end, size in zip(datas, ends, sizes):
-            host[end - size:end] = np.frombuffer(d, np.uint8)
-        self._pinned = getattr(self, "_pinned", []) + [buf]
-        return [host[end - size:end] for end, size in zip(ends, sizes)]
+            buffer, pinned = pack_bitstreams([np.frombuffer(d, np.uint8) for d in pageable],
+                                             lambda n: torch.empty(n, dtype=torch.uint8, pin_memory=True))
+            self._pinned.append(buffer)
+            self.batches.append(({False: pageable, True: pinned}, out, offsets, h.copy(), w.copy()))
 
     def run(self, pinned: bool, stop: threading.Event, result: Dict[str, float]) -> None:
         n = calls_wall = calls_cpu = calls_sys = 0.0

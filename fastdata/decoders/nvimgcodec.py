@@ -44,7 +44,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -561,12 +561,8 @@ class NvImageCodecDecoder:
         only once the batch's kernels are done (``_resample_stage``)."""
         gray = np.asarray(batch.plan.subsamplings)[rows] == GRAY_CODE
         sources = [engine_bytes(batch.datas[r]) if g else batch.datas[r] for r, g in zip(rows, gray)]
-        ends = np.cumsum([len(d) for d in sources])
-        staging = self._bitstreams.take(int(ends[-1]), lambda size: torch.empty(
-            size, dtype=torch.uint8, pin_memory=self.device.type == "cuda"))
-        host = staging.numpy()[: ends[-1]]
-        np.concatenate(sources, out=host)  # one copy in C, no Python per row
-        return staging, np.split(host, ends[:-1])
+        return pack_bitstreams(sources, lambda size: self._bitstreams.take(size, lambda n: torch.empty(
+            n, dtype=torch.uint8, pin_memory=self.device.type == "cuda")))
 
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
                         stream: Optional[torch.cuda.Stream]) -> DecodedRows:
@@ -624,6 +620,17 @@ class NvImageCodecDecoder:
 
 # SOF markers of Huffman JPEGs (baseline, extended, progressive): what gpu_decodable lets through.
 _SOF_HUFFMAN = (0xC0, 0xC1, 0xC2)
+
+
+def pack_bitstreams(sources: Sequence[np.ndarray],
+                    allocate: Callable[[int], torch.Tensor]) -> Tuple[torch.Tensor, List[np.ndarray]]:
+    """``sources`` (uint8 arrays) copied one after another into one host buffer of at least their
+    total bytes (``allocate(total)``: pinned memory for the engines' uploads), and a view of each."""
+    ends = np.cumsum([len(d) for d in sources])
+    buffer = allocate(int(ends[-1]))
+    host = buffer.numpy()[: ends[-1]]
+    np.concatenate(sources, out=host)  # one copy in C, no Python per row
+    return buffer, np.split(host, ends[:-1])
 
 
 def engine_bytes(data: np.ndarray) -> np.ndarray:

@@ -79,8 +79,9 @@ Tried and taken out (docs/results.md, thirty-ninth session): a consumer-first sp
 only what the native threads lack of 1.05 times a pace kept through stretches behind and epoch
 ends, none while they keep it. Beside ResNet-18 training as CUDA graphs from the LMDB it ran
 82.6-84.0% of synthetic against this split's 78.2-90.2% and native alone's 90.9-93.6% on the
-same H100; from the files 81.8-84.4% against 81.2-81.9%. Beside such a step a GPU row is not
-cheap however few there are, which is why the Loader's default is native (resolve_backend).
+same H100; from the files 81.8-84.4% against 81.2-81.9%. Beside such a step a GPU row was not
+cheap at any share measured (9-26% of the rows from the LMDB), which is why the Loader's default
+is native (resolve_backend).
 
 Measured on H100s (docs/results.md, thirtieth and thirty-first sessions; ``gpu_suite.sh waits``,
 ``waits_train``, ``waits_mix``, ``waits_step``): the waits' share ran the 8,192 set +10% against
