@@ -101,8 +101,11 @@ def thread_cpu_seconds() -> Dict[str, float]:
 def calling_thread_cpu() -> Tuple[float, float]:
     """The calling thread's CPU seconds so far (``time.thread_time``, exact), and the part of
     them spent in the kernel (``getrusage(RUSAGE_THREAD)``; 0.0 where ``THREAD_CPU_SPLIT`` is
-    False). The kernel splits a thread's time by sampling it at each clock tick, so only the sum
-    over many short windows is a fair split. Take differences over a window."""
+    False). The kernel splits a thread's time by sampling it at each clock tick and scales that
+    split to the thread's whole history, so only the sum over many short windows is a fair
+    split; on a busy machine, where the ticks undercount a thread's run time, a window's
+    difference on a long-lived thread also carries its earlier work's split (the test measures
+    on fresh threads for that reason). Take differences over a window."""
     total = time.thread_time()
     return total, resource.getrusage(resource.RUSAGE_THREAD).ru_stime if THREAD_CPU_SPLIT else 0.0
 
