@@ -77,7 +77,7 @@ def _check(s: dict, inp: str) -> None:
     if inp != "synthetic":
         # Colour decides the class, so wrong labels or pixels score ~0.5; 39 of 48 by chance has
         # p < 1e-5. Not 0.9: after 20 steps the eval-mode BatchNorm statistics are rough, and
-        # fp16 with GradScaler skips its first steps (43 of 48 on an H100, fortieth session)
+        # fp16 with GradScaler can skip early steps (43 of 48 once on an H100, fortieth session)
         assert s["val_images"] == 48 and s["top1"] >= 0.8, s
 
 
