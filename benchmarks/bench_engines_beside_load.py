@@ -8,9 +8,11 @@ The question: beside such a load the calls from pageable bytes ran ~20x slower t
 thread's CPU busy the whole call (one H100, thirty-ninth session: 583 img/s on one lane against
 13,659, 1,233 us of CPU an image; in the Loader beside training CUDA's blocking sync did not
 change that CPU). nvJPEG uploads the bytes inside the call (the profile's `Memcpy HtoD (Pageable
--> Device)`). My reading, not traced: the driver stages that copy and holds it until its stream's
-earlier work (nvJPEG's color conversion, queued behind the model's kernels) is done, so from
-pinned bytes the copy would not wait on the host. Each lane is one thread
+-> Device)`), a copy the driver may hold until its stream's earlier work is done. The answer (one
+H100, fortieth session): no. From pinned bytes (`Memcpy HtoD (Pinned -> Device)`) the calls ran
+as slowly beside the load, busy the whole call: one lane 361 and 347 img/s against pageable's 407
+and 382, four lanes 1,088 and 1,071 against 1,151 and 1,110 (about 19,000 and 20,800 alone
+either way). Whatever the calls wait for inside nvJPEG, it is not that copy. Each lane is one thread
 with one decoder object and one stream, decoding one batch at a time and waiting for it asleep
 (a blocking event), so the CPU figures are the calls' own: per image, and the part in the
 kernel. A profile of each kind alone lists the GPU work the calls launch.
@@ -25,7 +27,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -33,8 +35,17 @@ import torch.nn.functional as F
 
 import fastdata
 from fastdata import _C
-from fastdata.decoders.nvimgcodec import BACKEND_KINDS, IMAGE_ALIGN, nvimgcodec_library, pack_bitstreams
+from fastdata.decoders.nvimgcodec import BACKEND_KINDS, IMAGE_ALIGN, nvimgcodec_library
 from fastdata.io.host import calling_thread_cpu
+
+
+def pinned_copies(datas: List[bytes]) -> Tuple[torch.Tensor, List[np.ndarray]]:
+    """``datas`` copied one after another into one pinned host buffer, and a view of each."""
+    ends = np.cumsum([len(d) for d in datas])
+    buffer = torch.empty(int(ends[-1]), dtype=torch.uint8, pin_memory=True)
+    host = buffer.numpy()
+    np.concatenate([np.frombuffer(d, np.uint8) for d in datas], out=host)
+    return buffer, np.split(host, ends[:-1])
 
 
 class Lane:
@@ -54,8 +65,7 @@ class Lane:
             offsets = np.concatenate([[0], np.cumsum(slot)[:-1]]).astype(np.int64)
             out = torch.empty(int(slot.sum()), dtype=torch.uint8, device="cuda")
             pageable = list(datas[rows])
-            buffer, pinned = pack_bitstreams([np.frombuffer(d, np.uint8) for d in pageable],
-                                             lambda n: torch.empty(n, dtype=torch.uint8, pin_memory=True))
+            buffer, pinned = pinned_copies(pageable)
             self._pinned.append(buffer)
             self.batches.append(({False: pageable, True: pinned}, out, offsets, h.copy(), w.copy()))
 

@@ -14,7 +14,6 @@
 #   bash benchmarks/gpu_suite.sh train18 # the issue's training target: ResNet-18 on the 8,192 set, synthetic vs hybrid, eager and CUDA graphs
 #   bash benchmarks/gpu_suite.sh kernels # the input's GPU busy time per batch: the resampler and the fused assembly, per kernel
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
-#   bash benchmarks/gpu_suite.sh pinned  # the GPU rows' bitstreams in pinned memory or not, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh pinned_calls # the engines' calls with the bytes pageable or pinned, alone and beside a replayed graph
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
 #   bash benchmarks/gpu_suite.sh waits   # the hybrid split from the producer's waits (balance.WAIT_SPLIT) or from the rates, alone (alternating)
@@ -159,7 +158,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|default_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|default_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -365,16 +364,12 @@ PY
         --compare $contender 2>&1 | grep -E "backend=|GPU side|JPEG" | grep -v '^\['
     done
     ;;
-  pinned)
-    # The A/B of nvimgcodec.PINNED_BITSTREAMS (the GPU rows' bitstreams staged in pinned memory)
-    # beside ResNet-18 training as CUDA graphs, hybrid, alternating.
-    graphs_ab pinned "import fastdata.decoders.nvimgcodec as n; n.PINNED_BITSTREAMS = VALUE" \
-      "False|hybrid" "True|hybrid" "True|hybrid" "False|hybrid"
-    ;;
   pinned_calls)
     # The engines' calls (RGB) with the files' bytes pageable or in pinned memory, alone and beside
     # a replayed ResNet-18 graph, alternating: beside it, pageable calls ran ~20x slower with their
-    # thread's CPU busy the whole call (thirty-ninth session); nvJPEG uploads the bytes inside the call.
+    # thread's CPU busy the whole call (thirty-ninth session); nvJPEG uploads the bytes inside the
+    # call. Fortieth session, H100: pinned bytes no faster beside it (one lane 361/347 img/s against
+    # 407/382), so the Loader's A/B switch for them (PINNED_BITSTREAMS) was taken out.
     set8192
     python3 benchmarks/bench_engines_beside_load.py /tmp/set8192 --lanes 1,4 --seconds 3 --rounds 2 2>&1 \
       | tee "$OUT/engines_beside_load.log" | grep -v '^\[' | grep -v "nvjpeg2k\|nvtiff\|nvTIFF\|nvJPEG2000"

@@ -1,5 +1,5 @@
 """Spare byte buffers of finished batches, handed to later ones (the GPU decoder's image
-buffers on the device, and its staged bitstreams in pinned host memory).
+buffers on the device).
 
 Batches' byte counts vary (the hybrid split, image sizes), and a caching allocator left to
 itself let free device memory fall 67-78 MB from a Loader's second epoch to its third (batch 32,

@@ -44,7 +44,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -231,22 +231,6 @@ BUFFER_ROUNDING = 2 * 2**20
 # The spare buffers of one decoder hold at most this many bytes together (three batches of
 # 256 photo-like 500x375 images, 144 MB each, fit with room to spare).
 BUFFER_POOL_BYTES = 1024 * 2**20
-# Copy each batch's GPU rows' bitstreams into pinned host memory before the nvImageCodec calls.
-# An A/B switch, not yet measured in the loader on a GPU: the engines' uploads come from pageable
-# memory (the profile's `Memcpy HtoD (Pageable -> Device)` on nvJPEG's own streams), a copy CUDA
-# may hold until its stream's earlier work is done. nvJPEG's hardware decode alone (one thread,
-# H100, bitstreams pinned before timing) ran 6-13% faster from pinned bitstreams in one harness
-# (twenty-third session) and no faster in another (twenty-fifth; docs/results.md). The staging
-# costs a host copy of the rows' bytes on the lane's decode thread before its calls:
-# _stage_bitstreams took 1.8 ms for 128 rows of the 8,192 set (15 MB) and 3.6 ms for 256 (31 MB)
-# on the 2-core box. Beside a replayed ResNet-18 graph the calls from pageable bytes ran ~20x
-# slower than alone, their thread busy the whole call (thirty-ninth session):
-# benchmarks/gpu_suite.sh pinned_calls measures the calls from pinned bytes there, and
-# gpu_suite.sh pinned measures this switch in the Loader beside training.
-PINNED_BITSTREAMS = False
-# The spare staged bitstream buffers of one decoder (pinned host memory) hold at most this many
-# bytes together: a batch of 256 rows of the 8,192 set stages 31 MB.
-BITSTREAM_POOL_BYTES = 256 * 2**20
 # _C.NvImageCodecBatch.decode's per-row statuses; NOT_CALLED: none given (the row was in no call).
 DECODED = 0
 NOT_CALLED = 255
@@ -362,10 +346,8 @@ class NvImageCodecDecoder:
                                 if device.type == "cuda" else [None] * instances)
         self._closed = False
         self._lock = threading.Lock()
-        # Finished batches' image buffers (_take_buffer) and staged bitstreams (PINNED_BITSTREAMS), for later ones
+        # Finished batches' image buffers (_take_buffer), for later ones
         self._images = BufferPool(self.depth + 1, BUFFER_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
-        self.pinned_bitstreams = PINNED_BITSTREAMS
-        self._bitstreams = BufferPool(self.depth + 1, BITSTREAM_POOL_BYTES, BUFFER_HEADROOM, BUFFER_ROUNDING)
         # Where the workers' time goes, summed over batches (and lanes; seconds of wall time): the
         # nvImageCodec calls (wall time of the stage, and decode_cpu: the CPU time of every
         # calling thread, summed over the instances: near the number of instances called x the wall time means
@@ -437,7 +419,6 @@ class NvImageCodecDecoder:
         self._decoders = []
         self._instances = []
         self._images.clear()  # their memory goes back to torch now, not when this object does
-        self._bitstreams.clear()
 
     # ---- the two stages ----
     # Each stage has its own thread, so the ``depth`` batches in flight overlap: while batch N
@@ -462,8 +443,6 @@ class NvImageCodecDecoder:
                     decoded.allocated = torch.cuda.Event()
                     decoded.allocated.record(self._decode_streams[decoded.lead])
             try:
-                if rows and self.pinned_bitstreams:  # on this thread, before any call: on the batch's critical path
-                    decoded.staging, decoded.bitstreams = self._stage_bitstreams(batch, rows)
                 work = engine_calls(np.asarray(batch.plan.subsamplings)[rows], self._lane_instances[lane])
                 for k in range(len(work)):
                     if work[k] and k != decoded.lead:
@@ -490,7 +469,6 @@ class NvImageCodecDecoder:
             for stream in self._decode_streams:
                 if stream is not None:
                     stream.synchronize()
-            self._bitstreams.give(decoded.staging)  # the uploads from it are done (synchronized above)
             raise error
         # Every row is in exactly one call (engine_calls); one that were not would keep NOT_CALLED
         # and go back to the native threads, never be resampled from an unwritten buffer.
@@ -514,12 +492,9 @@ class NvImageCodecDecoder:
 
         def call(positions: np.ndarray, cuda_stream: int) -> np.ndarray:
             rows = [decoded.rows[p] for p in positions]
-            if decoded.bitstreams is not None:  # staged (PINNED_BITSTREAMS), engine_bytes applied
-                datas = [decoded.bitstreams[p] for p in positions]
-            else:
-                datas = [batch.datas[r] for r in rows]
-                if rows and batch.plan.subsamplings[rows[0]] == GRAY_CODE:  # a call holds one subsampling (engine_calls)
-                    datas = [engine_bytes(data) for data in datas]
+            datas = [batch.datas[r] for r in rows]
+            if rows and batch.plan.subsamplings[rows[0]] == GRAY_CODE:  # a call holds one subsampling (engine_calls)
+                datas = [engine_bytes(data) for data in datas]
             return np.asarray(self._decoders[k].decode(datas, decoded.buffer.data_ptr(), decoded.nbytes,
                                                        layout.base[positions], layout.height[positions],
                                                        layout.width[positions], cuda_stream))
@@ -554,16 +529,6 @@ class NvImageCodecDecoder:
                 return torch.empty(size, dtype=torch.uint8, device=self.device)
         return self._images.take(nbytes, allocate)
 
-    def _stage_bitstreams(self, batch: PlannedBatch, rows: List[int]) -> Tuple[torch.Tensor, List[np.ndarray]]:
-        """The rows' bitstreams (gray ones as ``engine_bytes`` gives them) copied one after
-        another into a pinned host buffer (plain memory off CUDA: the CPU stand-in), and a view
-        of each. The buffer must outlive the uploads queued from it: it goes back to its pool
-        only once the batch's kernels are done (``_resample_stage``)."""
-        gray = np.asarray(batch.plan.subsamplings)[rows] == GRAY_CODE
-        sources = [engine_bytes(batch.datas[r]) if g else batch.datas[r] for r, g in zip(rows, gray)]
-        return pack_bitstreams(sources, lambda size: self._bitstreams.take(size, lambda n: torch.empty(
-            n, dtype=torch.uint8, pin_memory=self.device.type == "cuda")))
-
     def _resample_stage(self, batch: PlannedBatch, pending: "Future[_Decoded]",
                         stream: Optional[torch.cuda.Stream]) -> DecodedRows:
         decoded = pending.result()
@@ -590,9 +555,7 @@ class NvImageCodecDecoder:
                     done.synchronize()  # complete before the buffer goes and before finish hands the pixels on
                     self.stage_seconds["gpu_wait"] += time.perf_counter() - t1
         self._images.give(decoded.buffer)  # the kernels are done with it (synchronized above)
-        # and the engines with the bitstreams: the kernels ran after the decode streams' work
-        self._bitstreams.give(decoded.staging)
-        decoded.buffer = decoded.staging = decoded.bitstreams = None
+        decoded.buffer = None
         # Pipelined, the slowest stage sets the rate: the hybrid split's GPU time for the batch,
         # the decode stage's counted as its share of the time it overlapped other lanes' batches.
         result.seconds = max(decoded.charged, time.perf_counter() - t0)
@@ -620,17 +583,6 @@ class NvImageCodecDecoder:
 
 # SOF markers of Huffman JPEGs (baseline, extended, progressive): what gpu_decodable lets through.
 _SOF_HUFFMAN = (0xC0, 0xC1, 0xC2)
-
-
-def pack_bitstreams(sources: Sequence[np.ndarray],
-                    allocate: Callable[[int], torch.Tensor]) -> Tuple[torch.Tensor, List[np.ndarray]]:
-    """``sources`` (uint8 arrays) copied one after another into one host buffer of at least their
-    total bytes (``allocate(total)``: pinned memory for the engines' uploads), and a view of each."""
-    ends = np.cumsum([len(d) for d in sources])
-    buffer = allocate(int(ends[-1]))
-    host = buffer.numpy()[: ends[-1]]
-    np.concatenate(sources, out=host)  # one copy in C, no Python per row
-    return buffer, np.split(host, ends[:-1])
 
 
 def engine_bytes(data: np.ndarray) -> np.ndarray:
@@ -777,8 +729,6 @@ class _Decoded:
     buffer: Optional[torch.Tensor] = None
     lead: int = 0  # the decoder instance whose stream the buffer was taken on (its lane's first)
     allocated: Optional[Any] = None  # torch.cuda.Event on the lead's stream after the buffer was taken
-    staging: Optional[torch.Tensor] = None  # PINNED_BITSTREAMS: the pinned buffer holding the rows' bitstreams
-    bitstreams: Optional[List[np.ndarray]] = None  # and a view of each row's, by position
     status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     ready: List[Any] = field(default_factory=list)  # torch.cuda.Event per decoder instance used
     seconds: float = 0.0  # stage 1's wall time

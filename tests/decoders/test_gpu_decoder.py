@@ -50,9 +50,7 @@ class CpuEngines(NvImageCodecDecoder):
                          decode_threads=decode_threads, lanes=lanes, depth=depth)
         self.hardware_only = True  # route as for the engines: progressive files go native up front
         self.given = []
-        self.given_datas = []  # every row's bytes as given to nvImageCodec (the arrays)
-        self.given_bytes = []  # and their contents at the call
-        self.read_from_spare = 0  # rows whose staged bytes were in a buffer given back to the pool
+        self.given_bytes = []  # every row's bytes as given to nvImageCodec
         self.subsamplings = []  # per call, the subsamplings of the rows given
         self.instances = []  # per call, the decoder instance called
         self.overlapping_calls = 0  # calls that found their instance in another thread's call
@@ -73,15 +71,9 @@ class CpuEngines(NvImageCodecDecoder):
                 finally:
                     in_call.release()
                 ptr, _, offsets, heights, widths = args[:5]
-                # a staged buffer back in its pool while a call still reads from it would be
-                # handed to another batch: count any view of this call found in a spare one
-                spans = [(b.data_ptr(), b.data_ptr() + b.numel()) for b in self._bitstreams.spare]
-                in_spare = sum(any(lo <= d.ctypes.data < hi for lo, hi in spans) for d in datas)
                 with lock:
                     self.given.append(len(datas))
-                    self.given_datas.extend(datas)
-                    self.given_bytes.extend(bytes(memoryview(d)) for d in datas)  # as read now (staged buffers are reused)
-                    self.read_from_spare += in_spare
+                    self.given_bytes.extend(bytes(memoryview(d)) for d in datas)
                     self.subsamplings.append({fastdata.probe(d).subsampling for d in datas})
                     self.instances.append(k)
                 for i in range(len(datas)):
@@ -122,58 +114,6 @@ def test_gpu_decoder_matches_native_and_takes_what_the_engines_can(tmp_path, tra
             assert (a[row] == 0).all()
         else:  # same crop box (the plan's): a box one pixel off scores far below this
             assert psnr(a[row], b[row]) >= 35, (name, psnr(a[row], b[row]))
-
-
-@needs_interpreter
-def test_pinned_bitstreams_are_staged_in_one_buffer_per_batch_and_decode_the_same(tmp_path):
-    # PINNED_BITSTREAMS (an A/B switch): each batch's GPU rows' bytes are copied into one staged
-    # buffer (pinned on CUDA; plain memory for this stand-in), gray rows as engine_bytes gives
-    # them (a 2x2 gray file here: its bytes change), and that buffer goes back to its pool only
-    # once the batch is resampled. Several batches over two lanes, against the same run unstaged.
-    from fastdata.decoders.nvimgcodec import engine_bytes
-
-    paths = hard_case_folder(tmp_path)
-    gray = gray_jpeg_2x2(photo_like(40, 56, seed=3))
-    assert bytes(engine_bytes(np.frombuffer(gray, np.uint8).copy())) != gray
-    (tmp_path / "gray22.jpg").write_bytes(gray)
-    paths = (paths + [str(tmp_path / "gray22.jpg")]) * 3
-    transform = fastdata.RandomResizedCrop(48)
-    cfg = dict(transform=transform, device="cpu", dtype=torch.uint8, batch_size=8, threads=2, seed=4,
-               shuffle=False, prefetch=4, on_error="skip")
-    out = {}
-    stagings = []  # every staged buffer, kept alive so that addresses stay unique
-
-    def recording_stage(stage):
-        def staged(batch, rows):
-            staging, views = stage(batch, rows)
-            stagings.append(staging)
-            return staging, views
-        return staged
-
-    for pinned in (False, True):
-        decoder = CpuEngines(transform, lanes=2)
-        decoder.pinned_bitstreams = pinned
-        decoder._stage_bitstreams = recording_stage(decoder._stage_bitstreams)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the damaged files' skip warnings
-            with fastdata.Loader(fastdata.FileList(paths, list(range(len(paths)))), backend=decoder, **cfg) as loader:
-                batches = list(loader)
-                spare = decoder._bitstreams.spare  # before close() empties the pools
-        out[pinned] = (torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]), decoder, spare)
-    (a, la, plain, plain_spare), (b, lb, staged, staged_spare) = out[False], out[True]
-    assert torch.equal(a, b) and la.tolist() == lb.tolist()
-    assert plain_spare == [] and 1 <= len(staged_spare) <= staged.depth + 1
-    assert staged.read_from_spare == 0  # no call read from a buffer already back in the pool
-    assert len(staged.given_datas) == len(plain.given_datas) >= 20
-    # each row the calls got lies in one of the staged buffers (one per batch), not in the file's own array
-    spans = [(t.data_ptr(), t.data_ptr() + t.numel()) for t in stagings]
-    assert len(stagings) >= len(batches)  # a batch's replacement rows (on_error="skip") are staged in a call of their own
-    assert all(any(lo <= d.ctypes.data and d.ctypes.data + d.nbytes <= hi for lo, hi in spans)
-               for d in staged.given_datas)
-    # the same bytes reached nvImageCodec either way, the 2x2 gray file's rewritten by engine_bytes
-    assert sorted(staged.given_bytes) == sorted(plain.given_bytes)
-    assert gray not in set(staged.given_bytes)
-    assert bytes(engine_bytes(np.frombuffer(gray, np.uint8).copy())) in set(staged.given_bytes)
 
 
 def test_the_engines_take_baseline_files_of_their_subsamplings_only():

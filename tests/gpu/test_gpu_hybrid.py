@@ -37,12 +37,8 @@ def mixed(tmp_path_factory):
     return str(root), fastdata.ImageFolder(str(root))
 
 
-@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned-bitstreams"])
-def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch, pinned):
+def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed, monkeypatch):
     from fastdata.decoders import nvimgcodec
-
-    # The A/B switch: the same rows and boxes, and pixels as close to native, either way
-    monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)
 
     _, source = mixed
     paths = [source.fetch([i])[0] for i in range(len(source))]
@@ -69,8 +65,6 @@ def test_gpu_decoder_uses_the_native_plans_boxes_and_matches_native_pixels(mixed
         a = a.cpu()
         b, fb, _ = native.run(paths, indices, 1)
         stats = dict(gpu.stats)
-        staged = decoder._bitstreams.spare  # the switch took effect: the batch's pinned buffer, back in the pool
-    assert [bool(staged), all(t.is_pinned() for t in staged)] == [pinned, True]
     assert not fa and not fb and len(seen) == 1
     rows, refused, boxes, flips = seen[0]
     engine = Engine(2)
@@ -147,24 +141,6 @@ def test_hybrid_rebalances_and_three_epochs_do_not_grow_memory(mixed):
     free_drop = marks[1][0] - marks[2][0]
     rss_growth = marks[2][1] - marks[1][1]
     assert free_drop < 64 * 2**20 and rss_growth < 64 * 2**20, marks
-
-
-def test_pinned_bitstreams_give_the_same_batches_over_an_epoch(mixed, monkeypatch):
-    # PINNED_BITSTREAMS (an A/B switch) reuses its pinned buffers across batches and lanes: an
-    # epoch of 6 batches, two lanes, three in flight, bit for bit against the pageable bytes.
-    from fastdata.decoders import nvimgcodec
-
-    out = {}
-    for pinned in (False, True):
-        monkeypatch.setattr(nvimgcodec, "PINNED_BITSTREAMS", pinned)
-        with fastdata.Loader(mixed[1], batch_size=16, transform=fastdata.RandomResizedCrop(64), threads=4, seed=2,
-                             device="cuda", dtype=torch.uint8, backend="gpu", shuffle=False) as loader:
-            out[pinned] = [(x.cpu(), y.cpu()) for x, y in loader]
-            assert loader._pipeline.decoders[0].pinned_bitstreams is pinned
-            assert loader.stats().gpu_rows > 0
-    assert len(out[True]) == len(out[False]) == 6
-    for (a, la), (b, lb) in zip(out[False], out[True]):
-        assert torch.equal(a, b) and torch.equal(la, lb)
 
 
 LEAVE_AND_EXIT = """
