@@ -203,7 +203,8 @@ def check_cpu() -> List[Finding]:
         if per_gpu < 8:
             status = "warn"
             advice = (f"{per_gpu:.1f} cores per GPU: CPU decoding tops out near (decode rate x cores); for fast models "
-                      "consider GPU decoding (DALI/nvJPEG) or pre-shrunk images (fastdata-convert --max-side)")
+                      "consider an LMDB made with fastdata-convert (restart-indexed crops), the CPU+GPU split "
+                      "(backend='hybrid') or pre-shrunk images (fastdata-convert --max-side)")
     return [Finding("cpu_cores", status, value, advice)]
 
 

@@ -204,7 +204,14 @@ def test_next_action_follows_the_bottleneck():
     reads = _rep(loader_stages={"read_seconds": 4.0, "decode_seconds": 5.0})
     assert "RAMCache" in next_action(reads, is_fastdata=True)
     busy = _rep(cpu_cores_used=1.95, loader_stages={"read_seconds": 0.1, "decode_seconds": 5.0})
-    assert "GPU" in next_action(busy, is_fastdata=True)
+    advice = next_action(busy, is_fastdata=True)
+    assert "saturated" in advice and "fastdata-convert" in advice and "hybrid" not in advice  # no CUDA step timed
+    on_cuda = dataclasses.replace(busy, timing="cuda-events")
+    assert "backend='hybrid'" in next_action(on_cuda, is_fastdata=True)
+    # already decoding part of each batch on the GPU: not offered again
+    splitting = dataclasses.replace(on_cuda, loader_stages={"read_seconds": 0.1, "decode_seconds": 5.0, "gpu_rows": 900.0})
+    advice = next_action(splitting, is_fastdata=True)
+    assert "saturated" in advice and "hybrid" not in advice
     idle = _rep(cpu_cores_used=0.6, loader_stages={"read_seconds": 0.1, "decode_seconds": 5.0, "threads": 1})
     assert "threads" in next_action(idle, is_fastdata=True)
     assert "fastdata.Loader" in next_action(_rep(cpu_cores_used=1.9), is_fastdata=False)
