@@ -10,7 +10,7 @@ thread's CPU busy the whole call (one H100, thirty-ninth session: 583 img/s on o
 change that CPU). nvJPEG uploads the bytes inside the call (the profile's `Memcpy HtoD (Pageable
 -> Device)`), a copy the driver may hold until its stream's earlier work is done. The answer (one
 H100, fortieth session): no. From pinned bytes (`Memcpy HtoD (Pinned -> Device)`) the calls ran
-as slowly beside the load, busy the whole call: one lane 361 and 347 img/s against pageable's 407
+no faster beside the load, somewhat slower, busy the whole call: one lane 361 and 347 img/s against pageable's 407
 and 382, four lanes 1,088 and 1,071 against 1,151 and 1,110 (about 19,000 and 20,800 alone
 either way). Whatever the calls wait for inside nvJPEG, it is not that copy. Each lane is one thread
 with one decoder object and one stream, decoding one batch at a time and waiting for it asleep

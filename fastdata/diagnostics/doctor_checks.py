@@ -203,8 +203,9 @@ def check_cpu() -> List[Finding]:
         if per_gpu < 8:
             status = "warn"
             advice = (f"{per_gpu:.1f} cores per GPU: CPU decoding tops out near (decode rate x cores); for fast models "
-                      "consider an LMDB made with fastdata-convert (restart-indexed crops), the CPU+GPU split "
-                      "(backend='hybrid') or pre-shrunk images (fastdata-convert --max-side)")
+                      "consider an LMDB made with fastdata-convert (restart-indexed crops) or pre-shrunk images "
+                      "(fastdata-convert --max-side); where fastdata.profile finds the loader input-bound "
+                      "from files, try the CPU+GPU split (backend='hybrid')")
     return [Finding("cpu_cores", status, value, advice)]
 
 

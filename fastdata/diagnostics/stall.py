@@ -562,13 +562,15 @@ def next_action(rep: StallReport, *, is_fastdata: bool) -> str:
     if cpu_busy:
         # LMDB first: the cheapest change (fastdata-convert's records carry a restart index, so
         # native crops decode ~1.36x faster per core, thirty-sixth session). The engines' split
-        # only where a CUDA step is timed and no GPU decoder is in use yet: beside a step that
-        # keeps the GPU busy it helped only while native alone was input-bound (docs/results.md,
-        # thirty-ninth and fortieth sessions), which is the case this branch is for.
+        # only for an input-bound CUDA step with no GPU decoder in use yet: beside a step that
+        # keeps the GPU busy, hybrid lost to native from the LMDB in four calls and led from the
+        # files in one, where native alone was input-bound (docs/results.md, thirty-eighth to
+        # fortieth sessions), so it is offered as something to try.
         options = ["read crops from an LMDB made with fastdata-convert (restart-indexed: native crops "
                    "decode ~1.36x faster per core)"]
-        if rep.timing == "cuda-events" and not st.get("gpu_rows"):
-            options.append("split each batch with the GPU's JPEG engines (backend='hybrid', pip install fastdata[gpu])")
+        if rep.timing != "host" and rep.verdict == "input-bound" and not st.get("gpu_rows"):
+            options.append("try splitting each batch with the GPU's JPEG engines (backend='hybrid', "
+                           "pip install fastdata[gpu])")
         options += ["pre-shrink the images (fastdata-convert --max-side)", "use a machine with more cores per GPU"]
         return "CPU is saturated decoding: " + ", ".join(options[:-1]) + ", or " + options[-1]
     threads = st.get("threads")

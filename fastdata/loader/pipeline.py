@@ -597,16 +597,17 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     """The backend a name means on ``device``.
 
     "auto" (the Loader's default): "native", on every device. Beside a training step that keeps
-    the GPU busy, the GPU decoder's rows slowed the step about as much as they relieved the CPU:
-    ResNet-18 as CUDA graphs on H100s, reading fastdata-convert's LMDB, trained faster with native
-    alone than with hybrid in each of the four calls that ran both (docs/results.md,
-    thirty-eighth and thirty-ninth sessions; by 0.7 to 21 points of synthetic-data speed); from
-    the files the two were even (fortieth session: native ahead by 3.5 points in one call, hybrid
-    by 6 in the next, where the host's CPU ran slower and native alone was input-bound). The
-    engines' calls beside a replayed graph of that step ran ~20x slower than alone, their
-    thread's CPU busy the whole call, from pinned bytes too. "hybrid" and "gpu" are for a GPU with
-    room to spare, such as a loader measured alone or preprocessing (alone on the 8,192 set hybrid
-    ran 1.7x native, H100, thirty-second session), or a CPU side that cannot keep up from files;
+    the GPU busy, the GPU decoder's rows relieve the CPU but slow the step, and native came out
+    ahead or even: ResNet-18 as CUDA graphs on H100s, reading fastdata-convert's LMDB, trained
+    faster with native alone than with hybrid in each of the four calls that ran both
+    (docs/results.md, thirty-eighth and thirty-ninth sessions; by 0.7 to 21 points of
+    synthetic-data speed); from the files the two were even (fortieth session: native ahead by
+    3.5 points in one call, hybrid by 6 in the next, where the host's CPU ran slower and native
+    alone was input-bound). The engines' calls beside a replayed graph of that step ran ~20x
+    slower than alone, their thread's CPU busy the whole call, from pinned bytes too (no faster,
+    somewhat slower). "hybrid" and "gpu" are for a GPU with room to spare, such as a loader
+    measured alone or preprocessing (alone on the 8,192 set hybrid ran 1.7x native, H100,
+    thirty-second session), and worth a try where the CPU side cannot keep up from files;
     beside a model that leaves the GPU idle they may help (not measured).
     "hybrid" without the gpu extra (nvImageCodec) says so once (a warning) and runs native.
     Other names are returned as given."""

@@ -288,17 +288,22 @@ def test_calling_thread_cpu_splits_the_kernels_part_from_user_code():
         # thread was skewed by pytest's own work before it (0.12-0.92 kernel share for the
         # /dev/zero reads beside three busy loops on the 2-core box; 0.98-1.00 on fresh threads)
         def run():
-            cpu0, sys0 = calling_thread_cpu()
-            end = time.perf_counter() + 10.0
-            while time.thread_time() - cpu0 < 0.3 and time.perf_counter() < end:
-                work()
-            cpu1, sys1 = calling_thread_cpu()
-            result.extend((cpu1 - cpu0, sys1 - sys0))
+            try:
+                cpu0, sys0 = calling_thread_cpu()
+                end = time.perf_counter() + 10.0
+                while time.thread_time() - cpu0 < 0.3 and time.perf_counter() < end:
+                    work()
+                cpu1, sys1 = calling_thread_cpu()
+                result.extend((cpu1 - cpu0, sys1 - sys0))
+            except BaseException as e:  # raised below, in the test's own thread
+                result.append(e)
 
         result = []
         thread = threading.Thread(target=run)
         thread.start()
         thread.join()
+        if isinstance(result[0], BaseException):
+            raise result[0]
         return tuple(result)
 
     fd = os.open("/dev/zero", os.O_RDONLY)

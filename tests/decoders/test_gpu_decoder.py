@@ -203,6 +203,31 @@ def test_engine_bytes_give_a_gray_file_1x1_sampling_and_the_same_pixels(kind):
     assert np.array_equal(a, b) and a.any()
 
 
+@needs_interpreter
+def test_the_decoders_calls_give_a_gray_2x2_file_as_engine_bytes_makes_it(tmp_path):
+    # The call path itself, not just the helper: nvImageCodec gets the 1x1 copy of a gray 2x2
+    # file (never its own bytes) and the other rows as they are, and the gray row matches native
+    # (the plain rows' pixels: test_gpu_decoder_matches_native_and_takes_what_the_engines_can).
+    from fastdata.decoders.nvimgcodec import engine_bytes
+
+    paths = hard_case_folder(tmp_path)[:PLAIN]
+    gray = gray_jpeg_2x2(photo_like(40, 56, seed=3))
+    (tmp_path / "gray22.jpg").write_bytes(gray)
+    paths.append(str(tmp_path / "gray22.jpg"))
+    transform = fastdata.RandomResizedCrop(48)
+    cfg = dict(device="cpu", dtype=None, seed=2, threads=2)
+    decoder = CpuEngines(transform)
+    with make_backend(decoder, transform, **cfg) as gpu, make_backend("native", transform, **cfg) as native:
+        a, fa, _ = gpu.run(paths, np.arange(len(paths)), 0)
+        b, _, _ = native.run(paths, np.arange(len(paths)), 0)
+        stats = dict(gpu.stats)
+    assert not fa and stats["gpu_rows"] == len(paths) and stats["gpu_rejected"] == 0
+    fixed = bytes(engine_bytes(np.frombuffer(gray, np.uint8).copy()))
+    assert fixed != gray and fixed in decoder.given_bytes and gray not in decoder.given_bytes
+    assert sorted(decoder.given_bytes) == sorted([Path(p).read_bytes() for p in paths[:PLAIN]] + [fixed])
+    assert psnr(a[-1], b[-1]) >= 35, psnr(a[-1], b[-1])
+
+
 def test_engine_bytes_leave_other_files_as_they_are():
     from fastdata.decoders.nvimgcodec import engine_bytes
 

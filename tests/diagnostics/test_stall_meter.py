@@ -208,6 +208,11 @@ def test_next_action_follows_the_bottleneck():
     assert "saturated" in advice and "fastdata-convert" in advice and "hybrid" not in advice  # no CUDA step timed
     on_cuda = dataclasses.replace(busy, timing="cuda-events")
     assert "backend='hybrid'" in next_action(on_cuda, is_fastdata=True)
+    assert "backend='hybrid'" in next_action(dataclasses.replace(busy, timing="cuda-sync"), is_fastdata=True)
+    # keeping up barely (balanced), the CPU busy: no GPU rows offered
+    balanced = dataclasses.replace(on_cuda, verdict="balanced", data_wait_fraction=0.1, wait_ms_p95=60.0)
+    advice = next_action(balanced, is_fastdata=True)
+    assert "saturated" in advice and "hybrid" not in advice
     # already decoding part of each batch on the GPU: not offered again
     splitting = dataclasses.replace(on_cuda, loader_stages={"read_seconds": 0.1, "decode_seconds": 5.0, "gpu_rows": 900.0})
     advice = next_action(splitting, is_fastdata=True)
