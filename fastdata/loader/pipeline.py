@@ -105,6 +105,23 @@ INLINE_THREAD_NAME = "fastdata-inline"
 # 9-15% fewer while five busy loops did (docs/results.md).
 GPU_NATIVE_NICE = 10
 GPU_NATIVE_IDLE = True
+# The native threads under SCHED_IDLE also with no GPU decoder, wherever the batches go to a CUDA
+# device (the native default there since the thirty-ninth session). An A/B switch, off, not yet
+# measured: beside ResNet-18 training as CUDA graphs native alone reached 96.5-97.8% of synthetic
+# from the LMDB with no data wait (thirty-eighth session) and ran 16.0-16.4 cores of 16 from the
+# files (fortieth), so part of the rest may be the training loop's and the producer's threads
+# waiting for a core behind decode threads of the same priority. The A/B:
+# `bash benchmarks/gpu_suite.sh native_idle_train`.
+NATIVE_IDLE_ON_CUDA = False
+
+
+def native_priority(feeds_gpu_decoder: bool, cuda: bool) -> Tuple[int, bool]:
+    """The native threads' (nice increment, SCHED_IDLE) for a pipeline: lowered beside a GPU
+    decoder that feeds CUDA (GPU_NATIVE_IDLE, else GPU_NATIVE_NICE), and with NATIVE_IDLE_ON_CUDA
+    whenever the output is on CUDA; left as the creator's otherwise."""
+    if feeds_gpu_decoder and cuda:
+        return (0, True) if GPU_NATIVE_IDLE else (GPU_NATIVE_NICE, False)
+    return (0, NATIVE_IDLE_ON_CUDA and cuda)
 
 # A GPU decoder that resamples on the GPU (``writes_output``) writes its rows normalized into the
 # batch's output, and the host's rows are placed beside them by one kernel: no float32 batch in
@@ -224,9 +241,8 @@ class BatchPipeline:
             gpu = backend
             check_plugged_decoder(gpu)
         self._closed = False
-        feeds_gpu = gpu is not None and cuda
-        idle = GPU_NATIVE_IDLE and feeds_gpu
-        self.engine = Engine(threads, nice=GPU_NATIVE_NICE if feeds_gpu and not idle else 0, idle=idle)
+        nice, idle = native_priority(gpu is not None, cuda)
+        self.engine = Engine(threads, nice=nice, idle=idle)
         # Named apart from the decode threads, so per-thread CPU figures tell planning from decoding.
         self.inline_engine = Engine(min(INLINE_THREADS_GPU, threads) if gpu is not None else 1,
                                     thread_name=INLINE_THREAD_NAME)
