@@ -8,14 +8,14 @@ The question: beside such a load the calls from pageable bytes ran ~20x slower t
 thread's CPU busy the whole call (one H100, thirty-ninth session: 583 img/s on one lane against
 13,659, 1,233 us of CPU an image; in the Loader beside training CUDA's blocking sync did not
 change that CPU). nvJPEG uploads the bytes inside the call (the profile's `Memcpy HtoD (Pageable
--> Device)`), a copy the driver may hold until its stream's earlier work is done. The answer (one
-H100, fortieth session): no. From pinned bytes (`Memcpy HtoD (Pinned -> Device)`) the calls ran
-no faster beside the load, somewhat slower, busy the whole call: one lane 361 and 347 img/s against pageable's 407
-and 382, four lanes 1,088 and 1,071 against 1,151 and 1,110 (about 19,000 and 20,800 alone
-either way). Whatever the calls wait for inside nvJPEG, it is not that copy. Each lane is one thread
-with one decoder object and one stream, decoding one batch at a time and waiting for it asleep
-(a blocking event), so the CPU figures are the calls' own: per image, and the part in the
-kernel. A profile of each kind alone lists the GPU work the calls launch.
+-> Device)`), a copy the driver may hold until its stream's earlier work is done: is that the
+wait? No (one H100, fortieth session). From pinned bytes (`Memcpy HtoD (Pinned -> Device)`) the
+calls ran no faster beside the load, somewhat slower, busy the whole call: one lane 361 and 347
+img/s against pageable's 407 and 382, four lanes 1,088 and 1,071 against 1,151 and 1,110 (about
+19,000 and 20,800 alone either way). Whatever the calls wait for inside nvJPEG, it is not that
+copy. Each lane is one thread with one decoder object and one stream, decoding one batch at a time
+and waiting for it asleep (a blocking event), so the CPU figures are the calls' own: per image,
+and the part in the kernel. A profile of each kind alone lists the GPU work the calls launch.
 
     python benchmarks/bench_engines_beside_load.py /tmp/set8192 --lanes 1,4 --seconds 5
 """
@@ -55,7 +55,7 @@ class Lane:
         self.decoder = _C.NvImageCodecBatch(instance, torch.cuda.current_device(), 1,
                                             [BACKEND_KINDS["HW_GPU_ONLY"]], "")
         self.stream = torch.cuda.Stream()
-        self.datas, self.batch = datas, batch
+        self.batch = batch
         self.batches = []
         self._pinned = []  # the pinned buffers the batches' pinned views point into
         for k in range(len(datas) // batch):

@@ -100,7 +100,7 @@ class Loader:
         rank, world_size: shard of this process; default from ``torch.distributed`` when it
             is initialized, else a single process.
         backend: "auto" (the default: "native"; beside a training step that keeps the GPU busy
-            the GPU decoders' rows slowed the step more than they relieved the CPU, see
+            hybrid trained no faster, slower from fastdata-convert's LMDB, see
             ``resolve_backend``), "native" (libjpeg-turbo threads), "hybrid" (every batch split
             between the native threads and the GPU's hardware JPEG engines so that both finish
             together, re-balanced every batch; the gpu extra), "gpu" (nvImageCodec on the engines; the

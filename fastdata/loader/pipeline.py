@@ -115,11 +115,12 @@ GPU_NATIVE_IDLE = True
 NATIVE_IDLE_ON_CUDA = False
 
 
-def native_priority(feeds_gpu_decoder: bool, cuda: bool) -> Tuple[int, bool]:
-    """The native threads' (nice increment, SCHED_IDLE) for a pipeline: lowered beside a GPU
-    decoder that feeds CUDA (GPU_NATIVE_IDLE, else GPU_NATIVE_NICE), and with NATIVE_IDLE_ON_CUDA
-    whenever the output is on CUDA; left as the creator's otherwise."""
-    if feeds_gpu_decoder and cuda:
+def native_priority(gpu_decoder: bool, cuda: bool) -> Tuple[int, bool]:
+    """The native threads' (nice increment, SCHED_IDLE) for a pipeline with or without a GPU
+    decoder, its output on CUDA or not: lowered beside a GPU decoder that feeds CUDA
+    (GPU_NATIVE_IDLE, else GPU_NATIVE_NICE), and with NATIVE_IDLE_ON_CUDA whenever the output is
+    on CUDA; left as the creator's otherwise."""
+    if gpu_decoder and cuda:
         return (0, True) if GPU_NATIVE_IDLE else (GPU_NATIVE_NICE, False)
     return (0, NATIVE_IDLE_ON_CUDA and cuda)
 
