@@ -29,6 +29,8 @@
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
 #   bash benchmarks/gpu_suite.sh cache   # native, gpu and hybrid from files and from fastdata-convert's LMDB (restart-indexed records), alternating
+#   bash benchmarks/gpu_suite.sh proof   # the proof: one fastdata-bench run per set (8,192 set, demo mix) with every contender, DALI included
+#   bash benchmarks/gpu_suite.sh dali_part N # copy the carried part .dali/pN of DALI's wheels to /tmp/dali; the last (03) joins them
 #   bash benchmarks/gpu_suite.sh ddp     # two-GPU torchrun/NCCL loader test (needs the nvidia-h200-x2 kind)
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -159,7 +161,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|default_train|native_idle_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|default_train|native_idle_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -168,6 +170,16 @@ case "$stage" in
     python3 -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3
     python3 -c "import fastdata, torch; print('fastdata', fastdata.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
     lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket)" | tee "$OUT/lscpu.txt"
+    ;;
+  dali_part)
+    # DALI and its CUDA libraries (~230 MB of wheels) travel as four tar parts of 58 MiB, one a call
+    # (a call carries at most 64 MiB), into .dali/p00..p03; each call copies its part out of the tree
+    # and the last joins them into /tmp/dali/wheels, which setup installs with .whl's wheels.
+    part=${2:?dali_part N: 00..03}
+    mkdir -p /tmp/dali && cp ".dali/p$part/"* /tmp/dali/ && ls -la /tmp/dali
+    if [ "$part" = 03 ]; then
+      mkdir -p /tmp/dali/wheels && cat /tmp/dali/dali.tar.0[0-3] | tar xf - -C /tmp/dali/wheels && ls /tmp/dali/wheels
+    fi
     ;;
   decode)
     python3 -m pytest tests/io/test_fast_huffman.py tests/io/test_decode.py tests/io/test_decode_batch.py \
@@ -494,6 +506,18 @@ PY
       native=fastdata; [ "${data%.lmdb}" != "$data" ] && native=lmdb  # on an LMDB the native row is "lmdb"
       fastdata-bench "$data" --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds 60 --rounds 1 \
         --compare $native,fastdata-gpu,fastdata-hybrid --json "$OUT/cache_$k.json" 2>&1 | grep -v '^\[' | tail -8
+    done
+    ;;
+  proof)
+    # The proof: one run per set with every contender, each its own share of the seconds,
+    # img/s and CPU cores per contender, and the gpu + native ceiling of the same run (the report's
+    # last lines). Needs DALI's wheels (dali_part 00..03, then setup) for the last two contenders.
+    set8192; mixedset
+    for data in /tmp/set8192 /tmp/mixed; do
+      echo "== proof $data"
+      fastdata-bench "$data" --device cuda --dtype float16 --batch-size 256 --threads 16 --seconds ${PROOF_SECONDS:-90} \
+        --rounds 1 --settle-max 5 --compare dataloader,fastdata,fastdata-gpu,fastdata-hybrid,fastdata-dali,dali \
+        --json "$OUT/proof_$(basename $data).json" 2>&1 | grep -v '^\[' | tail -16
     done
     ;;
   ddp)
