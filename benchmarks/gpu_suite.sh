@@ -24,7 +24,6 @@
 #   bash benchmarks/gpu_suite.sh blocking_train # the same beside ResNet-18 training as CUDA graphs, synthetic under both (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh default_train # native (the default) against hybrid beside that training, from the files (alternating)
-#   bash benchmarks/gpu_suite.sh native_idle_train # native's threads under SCHED_IDLE or not beside that training, from the files (alternating)
 #   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
 #   bash benchmarks/gpu_suite.sh shared  # a process's gpu decoders on one nvImageCodec instance or one each, beside that training (alternating)
@@ -161,7 +160,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|default_train|native_idle_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|default_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -460,13 +459,6 @@ PY
     # (from the LMDB native led by 0.7-21 points in four calls). Fortieth session, one H100, two
     # calls: native 96.8/84.7% and 76.5/74.4% of synthetic, hybrid 90.2/84.2% and 81.2/81.6%: even.
     graphs_ab default "pass  # VALUE: the backend" "native|native" "hybrid|hybrid" "hybrid|hybrid" "native|native"
-    ;;
-  native_idle_train)
-    # pipeline.NATIVE_IDLE_ON_CUDA: native alone (the default) with its decode threads under
-    # SCHED_IDLE or at the creator's priority, beside ResNet-18 training as CUDA graphs from the
-    # 8,192 set's files (where native ran 16.0-16.4 cores of 16, fortieth session), alternating.
-    graphs_ab native_idle "import fastdata.loader.pipeline as p; p.NATIVE_IDLE_ON_CUDA = VALUE" \
-      "False|native" "True|native" "True|native" "False|native"
     ;;
   stream_train)
     # Whether the step loses to an implicit sync with the legacy default stream (which torch

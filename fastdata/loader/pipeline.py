@@ -105,24 +105,20 @@ INLINE_THREAD_NAME = "fastdata-inline"
 # 9-15% fewer while five busy loops did (docs/results.md).
 GPU_NATIVE_NICE = 10
 GPU_NATIVE_IDLE = True
-# The native threads under SCHED_IDLE also with no GPU decoder, wherever the batches go to a CUDA
-# device (the native default there since the thirty-ninth session). An A/B switch, off, not yet
-# measured: beside ResNet-18 training as CUDA graphs native alone reached 96.5-97.8% of synthetic
-# from the LMDB with no data wait (thirty-eighth session) and ran 16.0-16.4 cores of 16 from the
-# files (fortieth), so part of the rest may be the training loop's and the producer's threads
-# waiting for a core behind decode threads of the same priority. The A/B:
-# `bash benchmarks/gpu_suite.sh native_idle_train`.
-NATIVE_IDLE_ON_CUDA = False
+# Native alone keeps the creator's priority, also to CUDA. Under SCHED_IDLE there (so that the
+# training loop and the producer never wait for a core behind decode threads) it trained slower:
+# ResNet-18 as CUDA graphs beside it, 8,192 set's files, one H100 (forty-first session, alternating)
+# 11,359 and 11,354 img/s at the creator's priority (69.8% of synthetic) against 10,030 and 9,752
+# under SCHED_IDLE (61.6%, 59.9%); the switch is gone (docs/results.md, "forty-first session").
 
 
 def native_priority(gpu_decoder: bool, cuda: bool) -> Tuple[int, bool]:
     """The native threads' (nice increment, SCHED_IDLE) for a pipeline with or without a GPU
     decoder, its output on CUDA or not: lowered beside a GPU decoder that feeds CUDA
-    (GPU_NATIVE_IDLE, else GPU_NATIVE_NICE), and with NATIVE_IDLE_ON_CUDA whenever the output is
-    on CUDA; left as the creator's otherwise."""
+    (GPU_NATIVE_IDLE, else GPU_NATIVE_NICE); left as the creator's otherwise."""
     if gpu_decoder and cuda:
         return (0, True) if GPU_NATIVE_IDLE else (GPU_NATIVE_NICE, False)
-    return (0, NATIVE_IDLE_ON_CUDA and cuda)
+    return (0, False)
 
 # A GPU decoder that resamples on the GPU (``writes_output``) writes its rows normalized into the
 # batch's output, and the host's rows are placed beside them by one kernel: no float32 batch in

@@ -156,16 +156,12 @@ def test_native_priority_follows_the_decoder_and_the_device(monkeypatch):
     from fastdata.loader import pipeline
 
     monkeypatch.setattr(pipeline, "GPU_NATIVE_IDLE", True)
-    monkeypatch.setattr(pipeline, "NATIVE_IDLE_ON_CUDA", False)
     # beside a GPU decoder feeding CUDA: SCHED_IDLE; anywhere else the creator's priority
     assert [pipeline.native_priority(g, c) for g, c in ((True, True), (False, True), (True, False), (False, False))] \
         == [(0, True), (0, False), (0, False), (0, False)]
     monkeypatch.setattr(pipeline, "GPU_NATIVE_IDLE", False)
     assert pipeline.native_priority(True, True) == (pipeline.GPU_NATIVE_NICE, False)
-    # the A/B switch: native alone to CUDA under SCHED_IDLE too, never off CUDA
-    monkeypatch.setattr(pipeline, "NATIVE_IDLE_ON_CUDA", True)
-    assert pipeline.native_priority(False, True) == (0, True)
-    assert pipeline.native_priority(False, False) == (0, False)
+    assert pipeline.native_priority(False, True) == (0, False)
 
 
 def test_engines_of_a_cpu_pipeline_with_a_plugged_decoder(folder):
