@@ -107,9 +107,10 @@ GPU_NATIVE_NICE = 10
 GPU_NATIVE_IDLE = True
 # Native alone keeps the creator's priority, also to CUDA. Under SCHED_IDLE there (so that the
 # training loop and the producer never wait for a core behind decode threads) it trained slower:
-# ResNet-18 as CUDA graphs beside it, 8,192 set's files, one H100 (forty-first session, alternating)
-# 11,359 and 11,354 img/s at the creator's priority (69.8% of synthetic) against 10,030 and 9,752
-# under SCHED_IDLE (61.6%, 59.9%); the switch is gone (docs/results.md, "forty-first session").
+# ResNet-18 as CUDA graphs beside it, the 8,192 set's files, one H100 of a slow host (native decode
+# alone ~10,500 img/s; forty-first session, alternating): 11,359 and 11,354 img/s at the creator's
+# priority (69.8% of synthetic) against 10,030 and 9,752 under SCHED_IDLE (61.6%, 59.9%). That
+# switch is gone (docs/results.md, "forty-first session").
 
 
 def native_priority(gpu_decoder: bool, cuda: bool) -> Tuple[int, bool]:
