@@ -562,11 +562,10 @@ def next_action(rep: StallReport, *, is_fastdata: bool) -> str:
     if cpu_busy:
         # LMDB first: the cheapest change (fastdata-convert's records carry a restart index, so
         # native crops decode faster: the Loader 1.36-1.37x on photo-like 500x375 JPEGs, 2-core
-        # box, thirty-sixth session). The engines' split
-        # only for an input-bound CUDA step with no GPU decoder in use yet: beside a step that
-        # keeps the GPU busy, hybrid lost to native from the LMDB in four calls and led from the
-        # files in one, where native alone was input-bound (docs/results.md, thirty-eighth to
-        # fortieth sessions), so it is offered as something to try.
+        # box, thirty-sixth session). The engines' split only for an input-bound CUDA step with no
+        # GPU decoder in use yet: beside a step that keeps the GPU busy, hybrid lost to native from
+        # the LMDB in four calls and led from the files in one, where native alone was input-bound
+        # (docs/results.md, thirty-eighth to fortieth sessions), so it is offered as something to try.
         options = ["read crops from an LMDB made with fastdata-convert (restart-indexed records: crops "
                    "decode faster, 1.36x on 500x375 photos)"]
         if rep.timing != "host" and rep.verdict == "input-bound" and not st.get("gpu_rows"):

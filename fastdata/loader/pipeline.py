@@ -121,6 +121,7 @@ def native_priority(gpu_decoder: bool, cuda: bool) -> Tuple[int, bool]:
         return (0, True) if GPU_NATIVE_IDLE else (GPU_NATIVE_NICE, False)
     return (0, False)
 
+
 # A GPU decoder that resamples on the GPU (``writes_output``) writes its rows normalized into the
 # batch's output, and the host's rows are placed beside them by one kernel: no float32 batch in
 # between, no placing pass, no separate normalize. For a batch of 256 at 224x224 in float16 that

@@ -161,6 +161,7 @@ def test_native_priority_follows_the_decoder_and_the_device(monkeypatch):
         == [(0, True), (0, False), (0, False), (0, False)]
     monkeypatch.setattr(pipeline, "GPU_NATIVE_IDLE", False)
     assert pipeline.native_priority(True, True) == (pipeline.GPU_NATIVE_NICE, False)
+    # native alone keeps the creator's priority on CUDA too (SCHED_IDLE there trained slower)
     assert pipeline.native_priority(False, True) == (0, False)
 
 
