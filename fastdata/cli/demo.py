@@ -5,7 +5,8 @@ side 200-600 px, camera aspect ratios, some portrait), natural-image statistics 
 1/f amplitude spectrum, correlated colour channels, a few smooth shapes and gradients,
 sensor-like fine grain), about 0.5-1 byte per pixel at JPEG quality 90, and the mix of
 kinds found in ImageNet-like folders: a few grayscale, CMYK, progressive, EXIF-rotated
-(orientations 2..8) and 4:4:4 / 4:2:2 files among the usual baseline 4:2:0 ones.
+(orientations 2..8), 4:4:4 / 4:2:2 and restart-marked (one marker per MCU row, as many cameras
+write) files among the usual baseline 4:2:0 ones.
 
 Everything comes from ``numpy.random.Generator(PCG64(SeedSequence([seed, index])))``, so
 image ``index`` does not depend on the build order or the number of worker threads, and
@@ -34,7 +35,9 @@ from PIL import Image
 
 from ..io.host import usable_cores
 
-DEMO_VERSION = 1
+# 2 (2026-12-07): 5% of the files carry restart markers, which the GPU proof's mixed set needs
+# (issue 14); a new version is a new cache folder, so a set built by an older version is not reused.
+DEMO_VERSION = 2
 DEFAULT_COUNT = 500
 DEFAULT_CLASSES = 8
 DEFAULT_SEED = 0
@@ -42,12 +45,12 @@ QUALITY = 90
 MANIFEST = "fastdata-demo.json"
 
 # Kinds repeat every len(_KIND_CYCLE) images so that even a small set holds each of them
-# (5% gray, 5% CMYK, 10% progressive, 10% EXIF-rotated, 5% 4:4:4, 5% 4:2:2).
+# (5% gray, 5% CMYK, 10% progressive, 10% EXIF-rotated, 5% 4:4:4, 5% 4:2:2, 5% restart markers).
 _KIND_CYCLE = ("gray", "cmyk", "progressive", "exif", "444", "baseline", "baseline",
-               "baseline", "progressive", "baseline", "baseline", "exif", "422",
+               "baseline", "progressive", "baseline", "restart", "exif", "422",
                "baseline", "baseline", "baseline", "baseline", "baseline", "baseline",
                "baseline")
-KINDS = ("baseline", "gray", "cmyk", "progressive", "exif", "444", "422")
+KINDS = ("baseline", "gray", "cmyk", "progressive", "exif", "444", "422", "restart")
 
 # (aspect ratio long/short, weight): camera and ImageNet-typical shapes.
 _ASPECTS = ((4 / 3, 0.50), (3 / 2, 0.25), (1.0, 0.08), (5 / 4, 0.09), (16 / 9, 0.08))
@@ -203,6 +206,13 @@ def exif_orientation(index: int) -> int:
     return 2 + occurrence % 7
 
 
+def has_restart_interval(data: bytes) -> bool:
+    """True when the JPEG's headers (before its first scan) define a restart interval (a DRI
+    marker, 0xFFDD). Searched only before the scan: headers are where DRI lives."""
+    sos = data.find(b"\xff\xda")
+    return b"\xff\xdd" in data[:sos if sos >= 0 else len(data)]
+
+
 def demo_image(seed: int, index: int, classes: int) -> Tuple[DemoImage, bytes]:
     """Generate sample ``index`` of the set: its manifest entry and its encoded bytes."""
     rng = _rng(seed, index)
@@ -224,9 +234,13 @@ def demo_image(seed: int, index: int, classes: int) -> Tuple[DemoImage, bytes]:
         params["progressive"] = True
     elif kind == "exif":
         params["exif"] = _exif_bytes(orientation)
+    elif kind == "restart":
+        params["restart_marker_rows"] = 1
     buf = io.BytesIO()
     img.save(buf, "JPEG", **params)
     data = buf.getvalue()
+    if kind == "restart" and not has_restart_interval(data):
+        kind = "baseline"  # a Pillow too old for restart_marker_rows ignores it: the manifest says so
     path = f"{class_names(classes)[label]}/{index:06d}.jpg"
     return DemoImage(path, label, kind, width, height, orientation, len(data)), data
 

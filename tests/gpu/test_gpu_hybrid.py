@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.gpu, needs_gpu_extra]
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
-    """The demo set's mix (baseline 4:2:0/4:2:2/4:4:4, gray, CMYK, progressive, EXIF 2..8):
-    96 images. Returns (folder, ImageFolder)."""
+    """The demo set's mix (baseline 4:2:0/4:2:2/4:4:4, gray, CMYK, progressive, EXIF 2..8, a
+    restart marker per MCU row): 96 images. Returns (folder, ImageFolder)."""
     root = build_demo(tmp_path_factory.mktemp("mixed") / "demo", count=96, seed=3, classes=4)
     return str(root), fastdata.ImageFolder(str(root))
 
