@@ -10,6 +10,7 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from fastdata.cli import demo
+from imagegen import has_marker, sos_offset
 
 
 def _digest_tree(root: Path) -> dict:
@@ -51,9 +52,9 @@ def test_statistics_and_kinds_within_stated_ranges(tmp_path: Path) -> None:
             assert manifest["classes"][entry["label"]] == path.parent.name
             kind = entry["kind"]
             kinds.append(kind)
-            # Restart markers (a DRI in the headers, RSTn in the scan) exactly in the restart kind.
-            assert demo.has_restart_interval(data) == (kind == "restart"), path
-            assert (b"\xff\xd0" in data[data.index(b"\xff\xda"):]) == (kind == "restart"), path
+            # Restart markers (a DRI segment in the headers, RSTn in the scan) exactly in the restart kind.
+            assert has_marker(data, 0xDD) == (kind == "restart"), path
+            assert (b"\xff\xd0" in data[sos_offset(data):]) == (kind == "restart"), path
             orientation = im.getexif().get(0x0112, 1)
             assert orientation == entry["orientation"]
             if kind == "gray":
