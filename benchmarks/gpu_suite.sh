@@ -23,6 +23,7 @@
 #   bash benchmarks/gpu_suite.sh blocking # the CUDA context's blocking sync on or CUDA's default, hybrid and gpu-only alone (alternating)
 #   bash benchmarks/gpu_suite.sh blocking_train # the same beside ResNet-18 training as CUDA graphs, synthetic under both (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
+#   bash benchmarks/gpu_suite.sh priority # hybrid's native threads under SCHED_IDLE (13, 16 or 19) or at nice 19, alone (alternating)
 #   bash benchmarks/gpu_suite.sh default_train # native (the default) against hybrid beside that training, from the files (alternating)
 #   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh preempt # no GPU: SCHED_IDLE native decode per CPU-second beside often-waking threads, floating or partitioned
@@ -160,7 +161,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|default_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|priority|default_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -452,6 +453,27 @@ PY
     set8192_lmdb
     graphs_ab cache_train "pass  # VALUE: which input" "files|hybrid" "lmdb|hybrid@/tmp/set8192.lmdb" \
       "lmdb|hybrid@/tmp/set8192.lmdb" "files|hybrid"
+    ;;
+  priority)
+    # Hybrid's native threads under SCHED_IDLE, 13 of them (the default: HYBRID_HOST_CORES = 3),
+    # 16 or 19, or 13 at nice 19 instead, alternating on the 8,192 set. The forty-second session's
+    # proof (one H100) left 2.7 of 16 cores unused while 2.3 native threads on average sat runnable
+    # behind the GPU side's threads; the mix 2.3 and 1.8. My reading, not measured: the GPU side's
+    # threads wake in bursts (the planning threads eight at once), preempting native threads then,
+    # while between bursts 13 native threads cannot fill 16 cores. If so, more native threads fill
+    # the quiet moments (idle16, idle19). nice 19 tests the other reading, that the scheduler puts
+    # a woken SCHED_IDLE thread on a core running SCHED_IDLE work as if it were idle: on the 2-core
+    # box (kernel 6.18, no GPU) a SCHED_IDLE thread woken by another never landed on its waker's core.
+    bench_ab priority "import fastdata.loader.pipeline as p; v = 'VALUE'; p.GPU_NATIVE_IDLE = v != 'nice19'; \
+p.GPU_NATIVE_NICE = 19; p.HYBRID_HOST_CORES = {'idle16': 0, 'idle19': -3}.get(v, 3)" \
+      idle13 idle16 nice19 idle19 idle19 nice19 idle16 idle13
+    ab_table priority
+    python3 - "$OUT" <<'PY'
+import glob, json, sys
+from fastdata.cli.bench_report import gpu_side_lines
+for f in sorted(glob.glob(sys.argv[1] + "/priority_*.json"), key=lambda f: int(f.split("_")[-2])):
+    print(f.split("/")[-1], *gpu_side_lines(json.load(open(f))))
+PY
     ;;
   default_train)
     # The default's evidence from the files: native (backend="auto" since the thirty-ninth session)

@@ -250,7 +250,10 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     as 100%); the share of their CPU time the GPU decoder's threads spent runnable
     but waiting for a core (``thread_runqueue_seconds``); the cores of the native decode threads
     and of the planning (inline engine) threads, with how busy the native threads were within
-    their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life); hybrid's share
+    their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life) and how many of them
+    were runnable but waiting for a core on average; the cores the whole process kept busy out of the
+    machine's usable ones (a hybrid run with unused cores while its native threads wait for one
+    left CPU on the table: forty-second session, 2.7 of 16 unused beside 2.3 waiting); hybrid's share
     from the producer's waits where it ended, and how often it moved up and down. The stage
     seconds and rows are the decoder's totals since it was made, so per-row figures include
     the warm-up batches; the thread figures are the timed window's. Last, what making the
@@ -285,6 +288,13 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
                 if kind == "fastdata-native" and detail.get("native_busy_in_runs"):
                     # the rest of their time in runs they waited for a run's last rows (LoaderStats)
                     line += f", busy {detail['native_busy_in_runs']:.0%} within their runs"
+                if kind == "fastdata-native" and waits and waits.get(kind, 0.0) >= 0.05 * seconds:
+                    # runnable but preempted (SCHED_IDLE beside the GPU side's threads): beside the
+                    # process's unused cores below, the CPU the native side could have had
+                    line += f", {waits[kind] / seconds:.1f} more waiting for a core"
+        usable, busy = (report.get("machine") or {}).get("cores_usable"), r.get("cpu_cores_busy")
+        if usable and busy is not None:
+            line += f"; the process {busy:.1f} of {usable} cores busy"
         split = detail.get("split_from_waits")
         if split:  # many moves both ways: the share swings around the balance (balance.py says why)
             rates = f" (the rates' {split['rates']:.0%})" if "rates" in split else ""

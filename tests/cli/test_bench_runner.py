@@ -336,7 +336,13 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     # 12,000 GPU rows/s at 75 us of stage wall per row: 90% busy; feeders 4 of 10 CPU-s waiting
     assert lines == ["hybrid: GPU side 12,000 rows/s; its decode calls 75 us of wall and 50 us of CPU per row, "
                      "the stage busy 90%; its threads waited for a core 40% of their CPU time; "
-                     "native decode threads 10.0 cores, busy 83% within their runs; planning threads 0.8 cores"]
+                     "native decode threads 10.0 cores, busy 83% within their runs, 5.0 more waiting for a core; "
+                     "planning threads 0.8 cores"]
+    # the whole process's cores out of the machine's usable ones (the report's machine info)
+    hybrid["cpu_cores_busy"] = 13.26
+    assert bench_report.gpu_side_lines({"machine": {"cores_usable": 16}, "results": [hybrid]})[0].endswith(
+        "planning threads 0.8 cores; the process 13.3 of 16 cores busy")
+    del hybrid["cpu_cores_busy"]
     hybrid["thread_runqueue_seconds"] = None  # not kept by the kernel (or an older result): left out, not 0%
     hybrid["detail"]["gpu_stage_seconds"]["decode"] = 12.0  # 100 us per row at 12,000 rows/s: capped
     del hybrid["thread_cpu_seconds"]["fastdata-native"]  # gpu-only: no native decode threads busy
