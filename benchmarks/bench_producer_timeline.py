@@ -5,7 +5,10 @@ Issue 14's hybrid loses a third of its GPU side beside busy native threads (H200
 threads 81% of the time). Whether the producer thread's own loop (plan, route, start, wait, upload) is the
 pace, or one side keeps the other waiting, is what this prints: each step's wall time per batch and its share
 of the timed window, per thread kind, from clocks wrapped around the steps (this script only: the Loader
-itself is not changed).
+itself is not changed), and the calling thread's CPU time in the step; then each thread kind's whole CPU
+time in the window, per batch (``thread_cpu_seconds``), so that the CPU outside the wrapped steps shows too.
+The forty-second session's proof put gpu-only's producer thread at 0.89 cores (53 us per row) against
+hybrid's 21 us per row: the CPU column is there to say where that goes.
 
     python benchmarks/bench_producer_timeline.py /tmp/set8192 --device cuda --backend hybrid --seconds 10
     python benchmarks/bench_producer_timeline.py /tmp/set8192 --device cuda --backend hybrid --depth 5
@@ -42,10 +45,11 @@ from loader_window import add_loader_args, make_loader, timed_window  # noqa: E4
 
 from fastdata.decoders import native as native_decoder  # noqa: E402
 from fastdata.loader import pipeline as pipeline_mod  # noqa: E402
+from fastdata.io.host import thread_cpu_seconds  # noqa: E402
 from fastdata.loader import producer as producer_mod  # noqa: E402
 
-# (thread name, step, start, end) of every step that ended inside the timed window
-_SPANS: List[Tuple[str, str, float, float]] = []
+# (thread name, step, start, end, the thread's CPU seconds in it) of every step that ended inside the timed window
+_SPANS: List[Tuple[str, str, float, float, float]] = []
 _TIMING = [False]
 
 
@@ -55,12 +59,12 @@ def _clock(owner: Any, attr: str, step: str) -> None:
 
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
             if _TIMING[0]:
-                _SPANS.append((threading.current_thread().name, step, t0, time.perf_counter()))
+                _SPANS.append((threading.current_thread().name, step, t0, time.perf_counter(), time.thread_time() - c0))
     setattr(owner, attr, timed)
 
 
@@ -86,17 +90,20 @@ def thread_kind(name: str) -> str:
     return re.sub(r"([-_][0-9a-f]{6,}|_[0-9]+)$", "", name)
 
 
-def step_table(spans: List[Tuple[str, str, float, float]], batches: int, wall: float) -> List[Dict[str, Any]]:
-    """Per (thread kind, step): calls, milliseconds per batch, share of the window (over 100% where
-    several threads of a kind run the step at once), the largest first within each kind."""
+def step_table(spans: List[Tuple[str, str, float, float, float]], batches: int, wall: float) -> List[Dict[str, Any]]:
+    """Per (thread kind, step): calls, milliseconds per batch of wall and of the calling threads' CPU,
+    share of the window (over 100% where several threads of a kind run the step at once), the
+    largest first within each kind. Steps nest (submit holds plan and route): each is inclusive."""
     seconds: Dict[Tuple[str, str], float] = collections.defaultdict(float)
+    cpu: Dict[Tuple[str, str], float] = collections.defaultdict(float)
     calls: collections.Counter = collections.Counter()
-    for thread, step, t0, t1 in spans:
+    for thread, step, t0, t1, c in spans:
         key = (thread_kind(thread), step)
         seconds[key] += t1 - t0
+        cpu[key] += c
         calls[key] += 1
     return [{"thread": kind, "step": step, "calls": calls[(kind, step)], "ms_per_batch": 1000 * s / batches,
-             "share": s / wall}
+             "cpu_ms_per_batch": 1000 * cpu[(kind, step)] / batches, "share": s / wall}
             for (kind, step), s in sorted(seconds.items(), key=lambda kv: (kv[0][0], -kv[1]))]
 
 
@@ -118,17 +125,24 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     _set_defaults(args, gpu)
     _wrap_steps(gpu)
     loader = make_loader(args)
+    cpu_at: List[Dict[str, float]] = []  # every thread kind's CPU seconds at the window's two ends
+
+    def mark(timing: bool) -> None:
+        cpu_at.append(thread_cpu_seconds())
+        _TIMING[0] = timing
     try:
         s0, s1, batches, wall = timed_window(loader, args.warmup, args.seconds,
-                                             on_start=lambda: _TIMING.__setitem__(0, True),
-                                             on_end=lambda: _TIMING.__setitem__(0, False))
+                                             on_start=lambda: mark(True), on_end=lambda: mark(False))
     finally:
         loader.close()
+    threads_cpu = {k: 1000 * (v - cpu_at[0].get(k, 0.0)) / batches for k, v in cpu_at[1].items()
+                   if v - cpu_at[0].get(k, 0.0) > 0}
     return {"backend": args.backend, "label": args.label, "images_per_s": batches * args.batch_size / wall,
             "ms_per_batch": 1000 * wall / batches, "batches": batches, "wall": wall,
             "gpu_rows": s1.gpu_rows - s0.gpu_rows, "native_rows": s1.native_rows - s0.native_rows,
             "native_occupancy": (s1.native_run_seconds - s0.native_run_seconds) / wall,
-            "steps": step_table(_SPANS, batches, wall)}
+            "steps": step_table(_SPANS, batches, wall),
+            "thread_cpu_ms_per_batch": dict(sorted(threads_cpu.items(), key=lambda kv: -kv[1]))}
 
 
 def main() -> None:
@@ -144,10 +158,15 @@ def main() -> None:
     print(f"{r['backend']} {r['label']}: {r['images_per_s']:,.0f} img/s, {r['ms_per_batch']:.2f} ms per batch over "
           f"{r['wall']:.1f} s; GPU rows {r['gpu_rows']}, native rows {r['native_rows']}, native threads had a run "
           f"{100 * r['native_occupancy']:.0f}% of the time")
-    print("| thread | step | calls | ms per batch | share of the window |")
-    print("|---|---|---:|---:|---:|")
+    print("| thread | step | calls | ms per batch | CPU ms per batch | share of the window |")
+    print("|---|---|---:|---:|---:|---:|")
     for s in r["steps"]:
-        print(f"| {s['thread']} | {s['step']} | {s['calls']} | {s['ms_per_batch']:.2f} | {100 * s['share']:.0f}% |")
+        print(f"| {s['thread']} | {s['step']} | {s['calls']} | {s['ms_per_batch']:.2f} | {s['cpu_ms_per_batch']:.2f} "
+              f"| {100 * s['share']:.0f}% |")
+    print("\n| thread (OS name) | CPU ms per batch, whole window |")
+    print("|---|---:|")
+    for name, ms in r["thread_cpu_ms_per_batch"].items():
+        print(f"| {name} | {ms:.2f} |")
 
 
 if __name__ == "__main__":

@@ -25,12 +25,16 @@ def test_steps_add_up_per_thread_kind():
     m = _module()
     assert m.thread_kind("fastdata-gpu-decode_1") == m.thread_kind("fastdata-gpu-decode_0") == "fastdata-gpu-decode"
     assert m.thread_kind("fastdata-loader-7f2823882bd0") == "fastdata-loader"
-    spans = [("fastdata-gpu-decode_0", "gpu_decode_stage", 0.0, 0.004), ("fastdata-gpu-decode_1", "gpu_decode_stage", 0.001, 0.007),
-             ("fastdata-loader-7f2823882bd0", "plan", 0.0, 0.002), ("fastdata-loader-7f2823882bd0", "deliver", 0.003, 0.004)]
+    spans = [("fastdata-gpu-decode_0", "gpu_decode_stage", 0.0, 0.004, 0.003),
+             ("fastdata-gpu-decode_1", "gpu_decode_stage", 0.001, 0.007, 0.001),
+             ("fastdata-loader-7f2823882bd0", "plan", 0.0, 0.002, 0.0005),
+             ("fastdata-loader-7f2823882bd0", "deliver", 0.003, 0.004, 0.001)]
     rows = {(r["thread"], r["step"]): r for r in m.step_table(spans, batches=2, wall=0.01)}
     decode = rows[("fastdata-gpu-decode", "gpu_decode_stage")]
     assert decode["calls"] == 2 and decode["ms_per_batch"] == pytest.approx(5.0) and decode["share"] == pytest.approx(1.0)
+    assert decode["cpu_ms_per_batch"] == pytest.approx(2.0)  # 4 ms of the threads' CPU over 2 batches
     assert rows[("fastdata-loader", "plan")]["ms_per_batch"] == pytest.approx(1.0)
+    assert rows[("fastdata-loader", "plan")]["cpu_ms_per_batch"] == pytest.approx(0.25)
     assert [r["step"] for r in m.step_table(spans, 2, 0.01) if r["thread"] == "fastdata-loader"] == ["plan", "deliver"]
 
 
@@ -46,3 +50,6 @@ def test_runs_on_the_cpu(tmp_path):
     # the producer's own loop, each step a row: the native run waited for, the hand-over
     for step in ("wait_native", "deliver", "queue_native", "fetch"):
         assert f"| fastdata-loader | {step} |" in out, out
+    # every thread kind's CPU in the window: the native threads decoded, so theirs is there and not 0
+    native = [line for line in out.splitlines() if line.startswith("| fastdata-native |")]
+    assert len(native) == 1 and float(native[0].split("|")[2]) > 0, out
