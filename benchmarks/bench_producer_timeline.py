@@ -6,7 +6,9 @@ threads 81% of the time). Whether the producer thread's own loop (plan, route, s
 pace, or one side keeps the other waiting, is what this prints: each step's wall time per batch and its share
 of the timed window, per thread kind, from clocks wrapped around the steps (this script only: the Loader
 itself is not changed), and the calling thread's CPU time in the step; then each thread kind's whole CPU
-time in the window, per batch (``thread_cpu_seconds``), so that the CPU outside the wrapped steps shows too.
+time in the window, per batch (``thread_cpu_seconds``), so that the CPU outside the wrapped steps shows too,
+with its minor page faults (``thread_minor_faults``: fresh memory touched, such as file buffers malloc
+gave back to the kernel and took again).
 The forty-second session's proof put gpu-only's producer thread at 0.89 cores (53 us per row) against
 hybrid's 21 us per row: the CPU column is there to say where that goes.
 
@@ -45,7 +47,7 @@ from loader_window import add_loader_args, make_loader, timed_window  # noqa: E4
 
 from fastdata.decoders import native as native_decoder  # noqa: E402
 from fastdata.loader import pipeline as pipeline_mod  # noqa: E402
-from fastdata.io.host import thread_cpu_seconds  # noqa: E402
+from fastdata.io.host import thread_cpu_seconds, thread_minor_faults  # noqa: E402
 from fastdata.loader import producer as producer_mod  # noqa: E402
 
 # (thread name, step, start, end, the thread's CPU seconds in it) of every step that ended inside the timed window
@@ -126,9 +128,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     _wrap_steps(gpu)
     loader = make_loader(args)
     cpu_at: List[Dict[str, float]] = []  # every thread kind's CPU seconds at the window's two ends
+    faults_at: List[Dict[str, int]] = []  # and its minor page faults
 
     def mark(timing: bool) -> None:
         cpu_at.append(thread_cpu_seconds())
+        faults_at.append(thread_minor_faults())
         _TIMING[0] = timing
     try:
         s0, s1, batches, wall = timed_window(loader, args.warmup, args.seconds,
@@ -137,12 +141,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         loader.close()
     threads_cpu = {k: 1000 * (v - cpu_at[0].get(k, 0.0)) / batches for k, v in cpu_at[1].items()
                    if v - cpu_at[0].get(k, 0.0) > 0}
+    faults = {k: (v - faults_at[0].get(k, 0)) / batches for k, v in faults_at[1].items()}
     return {"backend": args.backend, "label": args.label, "images_per_s": batches * args.batch_size / wall,
             "ms_per_batch": 1000 * wall / batches, "batches": batches, "wall": wall,
             "gpu_rows": s1.gpu_rows - s0.gpu_rows, "native_rows": s1.native_rows - s0.native_rows,
             "native_occupancy": (s1.native_run_seconds - s0.native_run_seconds) / wall,
             "steps": step_table(_SPANS, batches, wall),
-            "thread_cpu_ms_per_batch": dict(sorted(threads_cpu.items(), key=lambda kv: -kv[1]))}
+            "thread_cpu_ms_per_batch": dict(sorted(threads_cpu.items(), key=lambda kv: -kv[1])),
+            "thread_minor_faults_per_batch": {k: faults.get(k, 0.0) for k in threads_cpu}}
 
 
 def main() -> None:
@@ -163,10 +169,10 @@ def main() -> None:
     for s in r["steps"]:
         print(f"| {s['thread']} | {s['step']} | {s['calls']} | {s['ms_per_batch']:.2f} | {s['cpu_ms_per_batch']:.2f} "
               f"| {100 * s['share']:.0f}% |")
-    print("\n| thread (OS name) | CPU ms per batch, whole window |")
-    print("|---|---:|")
+    print("\n| thread (OS name) | CPU ms per batch, whole window | minor page faults per batch |")
+    print("|---|---:|---:|")
     for name, ms in r["thread_cpu_ms_per_batch"].items():
-        print(f"| {name} | {ms:.2f} |")
+        print(f"| {name} | {ms:.2f} | {r['thread_minor_faults_per_batch'][name]:.0f} |")
 
 
 if __name__ == "__main__":

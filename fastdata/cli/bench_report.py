@@ -251,7 +251,9 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
     but waiting for a core (``thread_runqueue_seconds``); the cores of the native decode threads
     and of the planning (inline engine) threads, with how busy the native threads were within
     their runs (``LoaderStats.native_busy_in_runs``, over the Loader's life) and how many of them
-    were runnable but waiting for a core on average; the cores the whole process kept busy out of the
+    were runnable but waiting for a core on average; the planning threads' minor page faults per row
+    read (``thread_minor_faults``; an underestimate: the rows are counted over the Loader's life,
+    and the producer thread, which reads a share of them, is left out); the cores the whole process kept busy out of the
     machine's usable ones (a hybrid run with unused cores while its native threads wait for one
     left CPU on the table: forty-second session, 2.7 of 16 unused beside 2.3 waiting); hybrid's share
     from the producer's waits where it ended, and how often it moved up and down. The stage
@@ -282,9 +284,14 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         # The native engine's threads decode the CPU's rows; the inline engine's read and plan every
         # row for the GPU decoder (and decode the rows it hands back).
         seconds = r.get("timed_seconds") or 0.0
+        faults = r.get("thread_minor_faults") or {}
         for kind, what in (("fastdata-native", "native decode"), ("fastdata-inline", "planning")):
             if threads.get(kind, 0.0) > 0 and seconds > 0:
                 line += f"; {what} threads {threads[kind] / seconds:.1f} cores"
+                if kind == "fastdata-inline" and faults.get(kind) and detail.get("rows_read_to_route"):
+                    # the planning threads read every GPU row's file into fresh memory: page faults
+                    # there say malloc handed that memory back to the kernel and took it again
+                    line += f" ({faults[kind] / detail['rows_read_to_route']:.1f} minor page faults per row read)"
                 if kind == "fastdata-native" and detail.get("native_busy_in_runs"):
                     # the rest of their time in runs they waited for a run's last rows (LoaderStats)
                     line += f", busy {detail['native_busy_in_runs']:.0%} within their runs"

@@ -26,7 +26,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fastdata.diagnostics.gpu_counters import PeriodicSampler, jpeg_util_reader
-from fastdata.io.host import process_cpu_seconds, thread_cpu_seconds, thread_runqueue_seconds, usable_cores
+from fastdata.io.host import (process_cpu_seconds, thread_cpu_seconds, thread_minor_faults, thread_runqueue_seconds,
+                              usable_cores)
 
 MAX_WINDOWS = 5
 
@@ -76,6 +77,10 @@ class Usage:
     def thread_waits(self) -> Dict[str, float]:
         """Run-queue seconds by thread kind (``thread_runqueue_seconds``)."""
         return _contenders(thread_runqueue_seconds())
+
+    def thread_faults(self) -> Dict[str, float]:
+        """Minor page faults by thread kind (``thread_minor_faults``)."""
+        return _contenders(thread_minor_faults())
 
     def stop(self) -> None:
         self._stop.set()
@@ -247,6 +252,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
         t_begin = clock()
         cpu0 = usage.cpu_seconds()
         threads0, waits0 = _usage_figures(usage, "thread_seconds"), _usage_figures(usage, "thread_waits")
+        faults0 = _usage_figures(usage, "thread_faults")
         times: List[float] = []
         counts: List[int] = []
         waits: List[float] = []
@@ -267,6 +273,7 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
                 sleep(step_seconds)
         cpu1 = usage.cpu_seconds()
         threads1, waits1 = _usage_figures(usage, "thread_seconds"), _usage_figures(usage, "thread_waits")
+        faults1 = _usage_figures(usage, "thread_faults")
         engine_samples = engines.take() if engines is not None else []
     except Exception as e:  # a contender failing mid-run is reported, not fatal to the tool
         result.update(status="failed", reason=f"{type(e).__name__}: {e}")
@@ -291,6 +298,9 @@ def measure(contender: Any, job: Any, budget: float, *, status: Callable[[str], 
         # (None where the kernel keeps no such figures)
         thread_runqueue_seconds=None if not waits0 else
         {k: v - waits0.get(k, 0.0) for k, v in waits1.items() if v - waits0.get(k, 0.0) > 0},
+        # minor page faults of each thread kind over the timed window (fresh memory touched:
+        # buffers malloc trimmed and took again, say)
+        thread_minor_faults={k: v - faults0.get(k, 0) for k, v in faults1.items() if v - faults0.get(k, 0) > 0},
         peak_rss_mb=usage.peak_rss / 2**20,
         jpeg_engines_busy_percent=statistics.fmean(engine_samples) if engine_samples else None,
         output=output,
@@ -332,6 +342,7 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         "thread_cpu_seconds": _summed([r.get("thread_cpu_seconds", {}) for r in runs]),
         "thread_runqueue_seconds": None if any(r.get("thread_runqueue_seconds") is None for r in runs)
         else _summed([r["thread_runqueue_seconds"] for r in runs]),
+        "thread_minor_faults": _summed([r.get("thread_minor_faults", {}) for r in runs]),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "jpeg_engines_busy_percent": _time_weighted([(r.get("jpeg_engines_busy_percent"), r["timed_seconds"])
                                                      for r in runs]),
@@ -344,8 +355,9 @@ def pool(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def _usage_figures(usage: Any, name: str) -> Dict[str, float]:
-    """Per thread kind, ``Usage.thread_seconds`` (CPU) or ``Usage.thread_waits`` (run queue), or
-    nothing where the usage sampler does not tell (a test's stand-in)."""
+    """Per thread kind, ``Usage.thread_seconds`` (CPU), ``Usage.thread_waits`` (run queue) or
+    ``Usage.thread_faults`` (minor page faults), or nothing where the usage sampler does not tell
+    (a test's stand-in)."""
     read = getattr(usage, name, None)
     return read() if read is not None else {}
 

@@ -138,6 +138,30 @@ def thread_runqueue_seconds() -> Dict[str, float]:
     return totals
 
 
+def thread_minor_faults() -> Dict[str, int]:
+    """Minor page faults of this process's live threads, summed by the labels of
+    ``thread_cpu_seconds`` (``/proc/self/task/*/stat``): pages touched for the first time since
+    the kernel handed them over (fresh memory from malloc, or memory malloc gave back and took
+    again), each a trap and a page zeroed by the kernel: about 2 us each on the 2-core box
+    (reading 121 kB files into fresh buffers, forty-third session). Take differences over a
+    window, as for ``thread_cpu_seconds``. Linux only (empty elsewhere)."""
+    totals: Dict[str, int] = {}
+    try:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        return totals
+    for tid, label in _thread_labels(tids).items():
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended between listing and reading
+        fields = stat.rsplit(")", 1)[-1].split()  # after the name, which may hold spaces and ')'
+        if len(fields) > 7:  # state, ppid, pgrp, session, tty, tpgid, flags, minflt
+            totals[label] = totals.get(label, 0) + int(fields[7])
+    return totals
+
+
 def _thread_labels(tids: List[int]) -> Dict[int, str]:
     """What each thread is (see ``thread_cpu_seconds``), by native thread id; threads that
     ended before their OS name was read are left out."""

@@ -47,6 +47,8 @@ def _check_measured(r: dict) -> None:
     # latter None only where the kernel keeps no run-queue figures)
     assert isinstance(r["thread_cpu_seconds"], dict)
     assert (r["thread_runqueue_seconds"] is None) == (not thread_runqueue_seconds()), r["thread_runqueue_seconds"]
+    # and minor page faults per thread kind over the same window (absent kinds faulted none)
+    assert isinstance(r["thread_minor_faults"], dict) and all(v > 0 for v in r["thread_minor_faults"].values())
 
 
 def test_compare_json_table_and_plot(tiny_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -189,6 +189,48 @@ def test_thread_cpu_seconds_names_python_and_native_threads():
     assert "fastdata-native" in seconds  # the engine's second thread, named by the C++ pool (its time may round to 0)
 
 
+def test_thread_minor_faults_counts_fresh_pages_touched_by_each_thread():
+    """fastdata-bench's per-thread minor page faults: a thread that writes one byte in each page
+    of 32 MiB of fresh anonymous memory (huge pages refused, so that each 4 KiB page is its own
+    fault) faults at least once per page, under its own label; an idle thread beside it does not."""
+    import mmap
+    import threading
+
+    from fastdata.io.host import thread_minor_faults
+
+    page = mmap.PAGESIZE
+    pages = (32 << 20) // page
+    go, done, idle_stop = threading.Event(), threading.Event(), threading.Event()
+
+    def toucher() -> None:
+        go.wait()
+        fresh = mmap.mmap(-1, pages * page)
+        fresh.madvise(mmap.MADV_NOHUGEPAGE)
+        for k in range(pages):
+            fresh[k * page] = 1
+        done.set()
+        idle_stop.wait()  # alive while the counts are read
+        fresh.close()
+
+    threads = [threading.Thread(target=toucher, name="page-toucher_0"),
+               threading.Thread(target=idle_stop.wait, name="page-idler_0")]
+    for t in threads:
+        t.start()
+    try:
+        before = thread_minor_faults()
+        go.set()
+        assert done.wait(30)
+        after = thread_minor_faults()
+    finally:
+        go.set()
+        idle_stop.set()
+        for t in threads:
+            t.join()
+    touched = after["py:page-toucher"] - before.get("py:page-toucher", 0)
+    assert touched >= pages, (touched, pages)
+    assert after.get("py:page-idler", 0) - before.get("py:page-idler", 0) < 64
+
+
 def test_thread_runqueue_seconds_is_time_runnable_without_a_core():
     """fastdata-bench's per-thread run-queue wait: more busy threads than cores wait, per CPU
     second, at least half a second more than one busy thread does (hashlib hashes with the GIL
@@ -338,6 +380,12 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
                      "the stage busy 90%; its threads waited for a core 40% of their CPU time; "
                      "native decode threads 10.0 cores, busy 83% within their runs, 5.0 more waiting for a core; "
                      "planning threads 0.8 cores"]
+    # the planning threads' minor page faults per row they read (bench_runner's thread_minor_faults)
+    hybrid["thread_minor_faults"] = {"fastdata-inline": 30000.0, "fastdata-native": 5.0}
+    hybrid["detail"]["rows_read_to_route"] = 120000
+    assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
+        "planning threads 0.8 cores (0.2 minor page faults per row read)")
+    del hybrid["thread_minor_faults"], hybrid["detail"]["rows_read_to_route"]
     # the whole process's cores out of the machine's usable ones (the report's machine info)
     hybrid["cpu_cores_busy"] = 13.26
     assert bench_report.gpu_side_lines({"machine": {"cores_usable": 16}, "results": [hybrid]})[0].endswith(

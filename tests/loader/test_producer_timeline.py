@@ -52,4 +52,4 @@ def test_runs_on_the_cpu(tmp_path):
         assert f"| fastdata-loader | {step} |" in out, out
     # every thread kind's CPU in the window: the native threads decoded, so theirs is there and not 0
     native = [line for line in out.splitlines() if line.startswith("| fastdata-native |")]
-    assert len(native) == 1 and float(native[0].split("|")[2]) > 0, out
+    assert len(native) == 1 and float(native[0].split("|")[2]) > 0 and float(native[0].split("|")[3]) >= 0, out
