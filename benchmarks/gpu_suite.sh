@@ -463,8 +463,11 @@ PY
     # threads wake in bursts (the planning threads eight at once), preempting native threads then,
     # while between bursts 13 native threads cannot fill 16 cores. If so, more native threads fill
     # the quiet moments (idle16, idle19). nice 19 tests the other reading, that the scheduler puts
-    # a woken SCHED_IDLE thread on a core running SCHED_IDLE work as if it were idle: on the 2-core
-    # box (kernel 6.18, no GPU) a SCHED_IDLE thread woken by another never landed on its waker's core.
+    # a woken SCHED_IDLE thread on a core running SCHED_IDLE work as if it were idle, which
+    # wake_placement.c asks this host's kernel first (the 2-core box's: 0-1% of wakes there).
+    uname -r
+    gcc -O2 -pthread -o /tmp/wake_placement benchmarks/wake_placement.c && for policy in idle nice19 normal; do
+      /tmp/wake_placement $policy 2; done | tee "$OUT/wake_placement.txt"
     bench_ab priority "import fastdata.loader.pipeline as p; v = 'VALUE'; p.GPU_NATIVE_IDLE = v != 'nice19'; \
 p.GPU_NATIVE_NICE = 19; p.HYBRID_HOST_CORES = {'idle16': 0, 'idle19': -3}.get(v, 3)" \
       idle13 idle16 nice19 idle19 idle19 nice19 idle16 idle13

@@ -40,3 +40,27 @@ def test_probe_runs_and_keeps_native_threads_off_the_reserved_cores():
         # cannot exceed the cores left to them, whatever else the machine runs.
         assert r["kept_alone"][3] <= cores - 1 + 0.05 and r["partitioned"][3] <= cores - 1 + 0.05, r
     assert "floating: rows per native CPU-second" in proc.stdout and "partitioned: rows per native" in proc.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("gcc") is None,
+                    reason="needs Linux (SCHED_IDLE, sched_getcpu) and gcc")
+def test_wake_placement_probe_builds_runs_and_refuses_bad_arguments(tmp_path):
+    """benchmarks/wake_placement.c (gpu_suite.sh priority runs it first): where a thread woken by
+    a busy SCHED_IDLE thread lands. Checked: it runs under each policy and what it prints holds
+    together (2 ms of CPU never take less than 2 ms of wall; a post every 5 ms gives about
+    seconds / 5 ms wakes); not where this machine's kernel puts the thread."""
+    exe = tmp_path / "wake_placement"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(exe),
+                    str(ROOT / "benchmarks" / "wake_placement.c")], check=True)
+    for policy in ("idle", "nice19", "normal"):
+        proc = subprocess.run([str(exe), policy, "0.5"], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        words = proc.stdout.split()
+        assert words[0] == policy, proc.stdout
+        wakes = int(words[2].rstrip(","))
+        share = float(proc.stdout.split("waker's core ")[1].split("%")[0])
+        took_ms = float(proc.stdout.split("took ")[1].split(" ms")[0])
+        assert 20 <= wakes <= 110, proc.stdout  # 100 posts in 0.5 s; a slow box misses some
+        assert 0 <= share <= 100 and took_ms >= 2.0, proc.stdout
+    for bad in (["busy"], ["idle", "0"], []):
+        assert subprocess.run([str(exe), *bad], capture_output=True, timeout=10).returncode == 2, bad
