@@ -460,14 +460,15 @@ PY
     # 16 or 19, or 13 at nice 19 instead, alternating on the 8,192 set. The forty-second session's
     # proof (one H100) left 2.7 of 16 cores unused while 2.3 native threads on average sat runnable
     # behind the GPU side's threads; the mix 2.3 and 1.8. My reading, not measured: the GPU side's
-    # threads wake in bursts (the planning threads eight at once), preempting native threads then,
+    # threads wake in bursts (the planning engine's seven workers at once), preempting native threads then,
     # while between bursts 13 native threads cannot fill 16 cores. If so, more native threads fill
     # the quiet moments (idle16, idle19). nice 19 tests the other reading, that the scheduler puts
     # a woken SCHED_IDLE thread on a core running SCHED_IDLE work as if it were idle, which
-    # wake_placement.c asks this host's kernel first (the 2-core box's: 0-1% of wakes there).
+    # wake_placement.c asks this host's kernel first, with all cores but one kept busy by a crowd
+    # of spinning threads (the case the 2-core box cannot make).
     uname -r
-    gcc -O2 -pthread -o /tmp/wake_placement benchmarks/wake_placement.c && for policy in idle nice19 normal; do
-      /tmp/wake_placement $policy 2; done | tee "$OUT/wake_placement.txt"
+    gcc -O2 -pthread -o /tmp/wake_placement benchmarks/wake_placement.c && for crowd in 0 $(( $(nproc) - 2 )); do
+      for policy in idle nice19 normal; do /tmp/wake_placement $policy 2 $crowd; done; done | tee "$OUT/wake_placement.txt"
     bench_ab priority "import fastdata.loader.pipeline as p; v = 'VALUE'; p.GPU_NATIVE_IDLE = v != 'nice19'; \
 p.GPU_NATIVE_NICE = 19; p.HYBRID_HOST_CORES = {'idle16': 0, 'idle19': -3}.get(v, 3)" \
       idle13 idle16 nice19 idle19 idle19 nice19 idle16 idle13

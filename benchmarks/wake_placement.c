@@ -7,14 +7,20 @@
 // 16 cores unused while 2.3 native threads on average sat runnable. If woken native threads were
 // stacked on busy cores, this probe would show it without a GPU.
 //
-// Two threads of the given policy: A spins and, every 5 ms, posts a semaphore; B waits on it, then
-// uses 2 ms of CPU. Printed: B's wakes, the share of them on A's core, the mean delay from the
-// post to B running, and the wall time B's 2 ms of CPU took (~4 ms when B shares A's core).
-// 2-core box (kernel 6.18, forty-third session, six 2-s runs): 0-1% on the waker's core under
-// every policy, the 2 ms taking 2.02-2.08 ms.
+// Threads of the given policy: A spins and, every 5 ms, posts a semaphore; B waits on it, then
+// uses 2 ms of CPU; CROWD more threads only spin. Printed: B's wakes, the share of them on A's
+// core, the mean delay from the post to B running, and the wall time B's 2 ms of CPU took (~4 ms
+// when B shares a core with a spinning thread).
+// With no crowd, B's own core is free while it sleeps, so the kernel puts it back there whatever
+// it thinks of cores that run SCHED_IDLE work: 2-core box (kernel 6.18, forty-third session, six
+// 2-s runs), 0-1% on the waker's core under every policy, the 2 ms taking 2.02-2.08 ms. The case
+// that would cost hybrid cores needs a crowd of cores - 2 (all cores busy but one, which B's
+// wake should find): with SCHED_IDLE, B's 2 ms taking ~4 ms there against ~2 ms with the
+// other policies would mean B was put beside a spinning thread while a core idled. That needs
+// three cores or more, so it has not run on the 2-core box.
 //
 //   gcc -O2 -pthread -o /tmp/wake_placement benchmarks/wake_placement.c
-//   /tmp/wake_placement idle|nice19|normal [SECONDS]
+//   /tmp/wake_placement idle|nice19|normal [SECONDS [CROWD]]
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -87,6 +93,13 @@ static void* waker(void* unused) {
   return NULL;
 }
 
+static void* crowd_member(void* unused) {
+  (void)unused;
+  lower_priority();
+  while (!atomic_load(&stop)) spin(0.001);
+  return NULL;
+}
+
 static void* woken(void* unused) {
   (void)unused;
   lower_priority();
@@ -104,24 +117,26 @@ static void* woken(void* unused) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3 || (strcmp(argv[1], "idle") && strcmp(argv[1], "nice19") && strcmp(argv[1], "normal"))) {
-    fprintf(stderr, "usage: %s idle|nice19|normal [SECONDS]\n", argv[0]);
+  if (argc < 2 || argc > 4 || (strcmp(argv[1], "idle") && strcmp(argv[1], "nice19") && strcmp(argv[1], "normal"))) {
+    fprintf(stderr, "usage: %s idle|nice19|normal [SECONDS [CROWD]]\n", argv[0]);
     return 2;
   }
   policy_idle = strcmp(argv[1], "idle") == 0;
   nice_value = strcmp(argv[1], "nice19") == 0 ? 19 : 0;
-  const double seconds = argc == 3 ? atof(argv[2]) : 3.0;
-  if (!(seconds > 0 && seconds <= 600)) {
-    fprintf(stderr, "SECONDS must be in (0, 600]\n");
+  const double seconds = argc >= 3 ? atof(argv[2]) : 3.0;
+  const long crowd = argc == 4 ? strtol(argv[3], NULL, 10) : 0;
+  if (!(seconds > 0 && seconds <= 600) || crowd < 0 || crowd > 1024) {
+    fprintf(stderr, "SECONDS must be in (0, 600], CROWD in 0..1024\n");
     return 2;
   }
   if (sem_init(&posted_sem, 0, 0) != 0) {
     perror("sem_init");
     return 1;
   }
-  pthread_t a, b;
+  pthread_t a, b, crowd_ids[1024];
   int rc = pthread_create(&a, NULL, waker, NULL);
   if (rc == 0) rc = pthread_create(&b, NULL, woken, NULL);
+  for (long i = 0; rc == 0 && i < crowd; i++) rc = pthread_create(&crowd_ids[i], NULL, crowd_member, NULL);
   if (rc != 0) {
     fprintf(stderr, "pthread_create failed: %s\n", strerror(rc));
     return 1;
@@ -132,12 +147,13 @@ int main(int argc, char** argv) {
   sem_post(&posted_sem);
   pthread_join(a, NULL);
   pthread_join(b, NULL);
+  for (long i = 0; i < crowd; i++) pthread_join(crowd_ids[i], NULL);
   if (wakes == 0) {
     fprintf(stderr, "no wake in %.1f s\n", seconds);
     return 1;
   }
-  printf("%-6s wakes %ld, on the waker's core %.0f%%, post to running %.0f us, 2 ms of CPU took %.2f ms\n",
-         argv[1], wakes, 100.0 * (double)on_waker_core / (double)wakes, 1e6 * delay_sum / (double)wakes,
+  printf("%-6s crowd %ld: wakes %ld, on the waker's core %.0f%%, post to running %.0f us, 2 ms of CPU took %.2f ms\n",
+         argv[1], crowd, wakes, 100.0 * (double)on_waker_core / (double)wakes, 1e6 * delay_sum / (double)wakes,
          1e3 * work_wall_sum / (double)wakes);
   return 0;
 }

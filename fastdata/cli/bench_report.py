@@ -298,7 +298,7 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
                 if kind == "fastdata-native" and waits and waits.get(kind, 0.0) >= 0.05 * seconds:
                     # runnable but preempted (SCHED_IDLE beside the GPU side's threads): beside the
                     # process's unused cores below, the CPU the native side could have had
-                    line += f", {waits[kind] / seconds:.1f} more waiting for a core"
+                    line += f", {waits[kind] / seconds:.1f} threads runnable but waiting for a core"
         usable, busy = (report.get("machine") or {}).get("cores_usable"), r.get("cpu_cores_busy")
         if usable and busy is not None:
             line += f"; the process {busy:.1f} of {usable} cores busy"

@@ -142,8 +142,8 @@ def thread_minor_faults() -> Dict[str, int]:
     """Minor page faults of this process's live threads, summed by the labels of
     ``thread_cpu_seconds`` (``/proc/self/task/*/stat``): pages touched for the first time since
     the kernel handed them over (fresh memory from malloc, or memory malloc gave back and took
-    again), each a trap and a page zeroed by the kernel: about 2 us each on the 2-core box
-    (reading 121 kB files into fresh buffers, forty-third session). Take differences over a
+    again), each a trap and a page zeroed by the kernel: up to about 2.6 us each on the 2-core
+    box (reading 121 kB files into fresh buffers, forty-third session). Take differences over a
     window, as for ``thread_cpu_seconds``. Linux only (empty elsewhere)."""
     totals: Dict[str, int] = {}
     try:

@@ -47,8 +47,8 @@ def _check_measured(r: dict) -> None:
     # latter None only where the kernel keeps no run-queue figures)
     assert isinstance(r["thread_cpu_seconds"], dict)
     assert (r["thread_runqueue_seconds"] is None) == (not thread_runqueue_seconds()), r["thread_runqueue_seconds"]
-    # and minor page faults per thread kind over the same window (absent kinds faulted none)
-    assert isinstance(r["thread_minor_faults"], dict) and all(v > 0 for v in r["thread_minor_faults"].values())
+    # and minor page faults per thread kind over the same window (kinds that faulted none left out)
+    assert isinstance(r["thread_minor_faults"], dict)
 
 
 def test_compare_json_table_and_plot(tiny_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -65,6 +65,8 @@ def test_compare_json_table_and_plot(tiny_folder: Path, tmp_path: Path, capsys: 
         else:
             _check_measured(r)
     by = {r["name"]: r for r in report["results"]}
+    # decoding into fresh batches touches fresh pages somewhere: some contender counted faults
+    assert any(r.get("thread_minor_faults") for r in report["results"]), report["results"]
     assert by["dataloader"]["status"] == "ok" or by["simd"]["status"] == "ok"
     assert by["dali"]["status"] == "skipped" and "cuda" in by["dali"]["reason"].lower()
     assert report["dataset"]["images"] == 48 and report["config"]["batch_size"] == 8

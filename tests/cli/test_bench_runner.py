@@ -378,13 +378,17 @@ def test_gpu_side_line_says_where_a_gpu_decoders_time_goes():
     # 12,000 GPU rows/s at 75 us of stage wall per row: 90% busy; feeders 4 of 10 CPU-s waiting
     assert lines == ["hybrid: GPU side 12,000 rows/s; its decode calls 75 us of wall and 50 us of CPU per row, "
                      "the stage busy 90%; its threads waited for a core 40% of their CPU time; "
-                     "native decode threads 10.0 cores, busy 83% within their runs, 5.0 more waiting for a core; "
-                     "planning threads 0.8 cores"]
+                     "native decode threads 10.0 cores, busy 83% within their runs, 5.0 threads runnable but "
+                     "waiting for a core; planning threads 0.8 cores"]
+    # under 5% of the window's thread-seconds waiting is left out (it would print as 0.0)
+    hybrid["thread_runqueue_seconds"]["fastdata-native"] = 0.4
+    assert "waiting for a core; planning" not in bench_report.gpu_side_lines({"results": [hybrid]})[0]
+    hybrid["thread_runqueue_seconds"]["fastdata-native"] = 50.0
     # the planning threads' minor page faults per row they read (bench_runner's thread_minor_faults)
-    hybrid["thread_minor_faults"] = {"fastdata-inline": 30000.0, "fastdata-native": 5.0}
+    hybrid["thread_minor_faults"] = {"fastdata-inline": 36000.0, "fastdata-native": 5.0}
     hybrid["detail"]["rows_read_to_route"] = 120000
     assert bench_report.gpu_side_lines({"results": [hybrid]})[0].endswith(
-        "planning threads 0.8 cores (0.2 minor page faults per row read)")
+        "planning threads 0.8 cores (0.3 minor page faults per row read)")
     del hybrid["thread_minor_faults"], hybrid["detail"]["rows_read_to_route"]
     # the whole process's cores out of the machine's usable ones (the report's machine info)
     hybrid["cpu_cores_busy"] = 13.26

@@ -46,21 +46,20 @@ def test_probe_runs_and_keeps_native_threads_off_the_reserved_cores():
                     reason="needs Linux (SCHED_IDLE, sched_getcpu) and gcc")
 def test_wake_placement_probe_builds_runs_and_refuses_bad_arguments(tmp_path):
     """benchmarks/wake_placement.c (gpu_suite.sh priority runs it first): where a thread woken by
-    a busy SCHED_IDLE thread lands. Checked: it runs under each policy and what it prints holds
-    together (2 ms of CPU never take less than 2 ms of wall; a post every 5 ms gives about
-    seconds / 5 ms wakes); not where this machine's kernel puts the thread."""
+    a busy SCHED_IDLE thread lands. Checked: it runs under each policy, with and without a crowd,
+    and what it prints parses and holds together; not where this machine's kernel puts the
+    thread (a loaded box starves SCHED_IDLE threads, so the wake count is only bounded above:
+    a post every 5 ms gives at most about 100 in 0.5 s)."""
     exe = tmp_path / "wake_placement"
     subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(exe),
                     str(ROOT / "benchmarks" / "wake_placement.c")], check=True)
-    for policy in ("idle", "nice19", "normal"):
-        proc = subprocess.run([str(exe), policy, "0.5"], capture_output=True, text=True, timeout=60)
+    for policy, crowd in (("idle", "0"), ("nice19", "0"), ("normal", "1")):
+        proc = subprocess.run([str(exe), policy, "0.5", crowd], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        words = proc.stdout.split()
-        assert words[0] == policy, proc.stdout
-        wakes = int(words[2].rstrip(","))
+        assert proc.stdout.startswith(f"{policy}") and f"crowd {crowd}: wakes " in proc.stdout, proc.stdout
+        wakes = int(proc.stdout.split("wakes ")[1].split(",")[0])
         share = float(proc.stdout.split("waker's core ")[1].split("%")[0])
         took_ms = float(proc.stdout.split("took ")[1].split(" ms")[0])
-        assert 20 <= wakes <= 110, proc.stdout  # 100 posts in 0.5 s; a slow box misses some
-        assert 0 <= share <= 100 and took_ms >= 2.0, proc.stdout
-    for bad in (["busy"], ["idle", "0"], []):
+        assert 1 <= wakes <= 110 and 0 <= share <= 100 and took_ms > 0, proc.stdout
+    for bad in (["busy"], ["idle", "0"], ["idle", "1", "-1"], []):
         assert subprocess.run([str(exe), *bad], capture_output=True, timeout=10).returncode == 2, bad
