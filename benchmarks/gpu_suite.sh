@@ -472,13 +472,7 @@ PY
     bench_ab priority "import fastdata.loader.pipeline as p; v = 'VALUE'; p.GPU_NATIVE_IDLE = v != 'nice19'; \
 p.GPU_NATIVE_NICE = 19; p.HYBRID_HOST_CORES = {'idle16': 0, 'idle19': -3}.get(v, 3)" \
       idle13 idle16 nice19 idle19 idle19 nice19 idle16 idle13
-    ab_table priority
-    python3 - "$OUT" <<'PY'
-import glob, json, sys
-from fastdata.cli.bench_report import gpu_side_lines
-for f in sorted(glob.glob(sys.argv[1] + "/priority_*.json"), key=lambda f: int(f.split("_")[-2])):
-    print(f.split("/")[-1], *gpu_side_lines(json.load(open(f))))
-PY
+    ab_table priority  # each run's GPU-side line (bench_report.gpu_side_lines) is printed as it runs
     ;;
   timeline)
     # Where the GPU side's host threads spend their CPU, step by step (bench_producer_timeline.py: each

@@ -9,7 +9,7 @@ import os
 import re
 import threading
 import time
-from typing import Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 try:
     import resource
@@ -118,24 +118,16 @@ def thread_runqueue_seconds() -> Dict[str, float]:
     than cores, or threads of higher priority taking them). Take differences over a window,
     as for ``thread_cpu_seconds``. Linux only; empty where the kernel keeps no such figures (no
     schedstat file, or one that reads all zeros: scheduler statistics compiled out)."""
-    totals: Dict[str, float] = {}
     try:
         with open("/proc/self/schedstat") as f:
             if not any(int(x) for x in f.read().split()):  # this process has run: zeros mean not kept
-                return totals
-        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+                return {}
     except (OSError, ValueError):
-        return totals
-    labels = _thread_labels(tids)
-    for tid, label in labels.items():
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                fields = f.read().split()  # ns on a core, ns waiting on a run queue, timeslices
-        except OSError:
-            continue  # ended between listing and reading, or no schedstat in this kernel
-        if len(fields) >= 2:
-            totals[label] = totals.get(label, 0.0) + int(fields[1]) / 1e9
-    return totals
+        return {}
+    def waiting(schedstat: str) -> Optional[float]:
+        fields = schedstat.split()  # ns on a core, ns waiting on a run queue, timeslices
+        return int(fields[1]) / 1e9 if len(fields) >= 2 else None
+    return _summed_per_thread("schedstat", waiting)
 
 
 def thread_minor_faults() -> Dict[str, int]:
@@ -145,20 +137,30 @@ def thread_minor_faults() -> Dict[str, int]:
     again), each a trap and a page zeroed by the kernel: up to about 2.6 us each on the 2-core
     box (reading 121 kB files into fresh buffers, forty-third session). Take differences over a
     window, as for ``thread_cpu_seconds``. Linux only (empty elsewhere)."""
-    totals: Dict[str, int] = {}
+    def minflt(stat: str) -> Optional[int]:
+        # after the name, which may hold spaces and ')': state, ppid, pgrp, session, tty, tpgid, flags, minflt
+        fields = stat.rsplit(")", 1)[-1].split()
+        return int(fields[7]) if len(fields) > 7 else None
+    return _summed_per_thread("stat", minflt)
+
+
+def _summed_per_thread(name: str, value: Callable[[str], Optional[float]]) -> Dict[str, Any]:
+    """``value`` of each live thread's ``/proc/self/task/<tid>/<name>`` (of the file's text; None
+    to skip the thread), summed by the labels of ``thread_cpu_seconds``. Threads
+    that end between listing and reading, or lack the file, are left out; empty off Linux."""
+    totals: Dict[str, Any] = {}
     try:
         tids = [int(tid) for tid in os.listdir("/proc/self/task")]
     except (OSError, ValueError):
         return totals
     for tid, label in _thread_labels(tids).items():
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # ended between listing and reading
-        fields = stat.rsplit(")", 1)[-1].split()  # after the name, which may hold spaces and ')'
-        if len(fields) > 7:  # state, ppid, pgrp, session, tty, tpgid, flags, minflt
-            totals[label] = totals.get(label, 0) + int(fields[7])
+            with open(f"/proc/self/task/{tid}/{name}") as f:
+                v = value(f.read())
+        except (OSError, ValueError):
+            continue
+        if v is not None:
+            totals[label] = totals.get(label, 0) + v
     return totals
 
 
