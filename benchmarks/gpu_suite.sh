@@ -24,6 +24,7 @@
 #   bash benchmarks/gpu_suite.sh blocking_train # the same beside ResNet-18 training as CUDA graphs, synthetic under both (alternating)
 #   bash benchmarks/gpu_suite.sh cache_train # hybrid beside ResNet-18 training as CUDA graphs from the files or from fastdata-convert's LMDB (alternating)
 #   bash benchmarks/gpu_suite.sh priority # hybrid's native threads under SCHED_IDLE (13, 16 or 19) or at nice 19, alone (alternating)
+#   bash benchmarks/gpu_suite.sh cores_train # hybrid's native threads 13 or 16 beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh timeline # gpu-only and hybrid alone: each producer step's wall and CPU per batch, every thread kind's CPU
 #   bash benchmarks/gpu_suite.sh default_train # native (the default) against hybrid beside that training, from the files (alternating)
 #   bash benchmarks/gpu_suite.sh stream_train # that training on torch's default (legacy) stream or a side stream, hybrid from the LMDB (alternating)
@@ -162,7 +163,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|priority|timeline|default_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|priority|cores_train|timeline|default_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -456,8 +457,9 @@ PY
       "lmdb|hybrid@/tmp/set8192.lmdb" "files|hybrid"
     ;;
   priority)
-    # Hybrid's native threads under SCHED_IDLE, 13 of them (the default: HYBRID_HOST_CORES = 3),
-    # 16 or 19, or 13 at nice 19 instead, alternating on the 8,192 set. The forty-second session's
+    # Hybrid's native threads under SCHED_IDLE, 13 of them (HYBRID_HOST_CORES = 3, the default until
+    # the forty-fourth session, whose runs of this stage changed it to 0), 16 or 19, or 13 at nice 19
+    # instead, alternating on the 8,192 set. The forty-second session's
     # proof (one H100) left 2.7 of 16 cores unused while 2.3 native threads on average sat runnable
     # behind the GPU side's threads; the mix 2.3 and 1.8. My reading, not measured: the GPU side's
     # threads wake in bursts (the planning engine's seven workers at once), preempting native threads then,
@@ -465,7 +467,9 @@ PY
     # the quiet moments (idle16, idle19). nice 19 tests the other reading, that the scheduler puts
     # a woken SCHED_IDLE thread on a core running SCHED_IDLE work as if it were idle, which
     # wake_placement.c asks this host's kernel first, with all cores but one kept busy by a crowd
-    # of spinning threads (the case the 2-core box cannot make).
+    # of spinning threads (the case the 2-core box cannot make). Forty-fourth session, one H100: the
+    # probe put 0% of wakes on the waker's core, crowd or not; idle16 and idle19 kept 15.3-15.4
+    # cores busy and ran 2-5% above idle13 (14.7-14.9), nice19 no better than idle13.
     uname -r
     gcc -O2 -pthread -o /tmp/wake_placement benchmarks/wake_placement.c && for crowd in 0 $(( $(nproc) - 2 )); do
       for policy in idle nice19 normal; do /tmp/wake_placement $policy 2 $crowd; done; done | tee "$OUT/wake_placement.txt"
@@ -473,6 +477,14 @@ PY
 p.GPU_NATIVE_NICE = 19; p.HYBRID_HOST_CORES = {'idle16': 0, 'idle19': -3}.get(v, 3)" \
       idle13 idle16 nice19 idle19 idle19 nice19 idle16 idle13
     ab_table priority  # each run's GPU-side line (bench_report.gpu_side_lines) is printed as it runs
+    ;;
+  cores_train)
+    # Hybrid's native threads 13 (HYBRID_HOST_CORES = 3) or 16 (0, the default since the forty-fourth
+    # session) beside ResNet-18 training as CUDA graphs, alternating. That session, one H100: bench
+    # alone, 16 led 13 in four pairs of four (36.6-37.1k img/s against 35.4-36.1k); beside training
+    # both 98.5-99.6% of synthetic (thirty-ninth session, a slower host: no different either).
+    graphs_ab cores "import fastdata.loader.pipeline as p; p.HYBRID_HOST_CORES = VALUE" "3|hybrid" "0|hybrid" \
+      "0|hybrid" "3|hybrid"
     ;;
   timeline)
     # Where the GPU side's host threads spend their CPU, step by step (bench_producer_timeline.py: each

@@ -112,8 +112,9 @@ class Loader:
             instances per chroma subsampling the engines take (4:2:0, 4:2:2, 4:4:4, gray), sharing
             each batch, default 1 (one lane of 2 is the earlier layout); ``depth``, batches in
             flight, default 3 for "gpu" and 5 for "hybrid"; and
-            ``cpu_threads``, nvImageCodec's host threads per instance; the hybrid default of native threads keeps three cores for them whatever
-            their number). A GPU backend decodes the rows it can take;
+            ``cpu_threads``, nvImageCodec's host threads per instance). Left to pick the native
+            thread count, hybrid runs one per core, as native does: they run under SCHED_IDLE, so
+            the GPU side's threads take a core whenever they need one. A GPU backend decodes the rows it can take;
             the native threads decode the rest. A ``fastdata.decoders.Decoder`` object plugs
             in a decoder of your own the same way.
         num_workers, pin_memory: accepted for DataLoader compatibility (num_workers is an

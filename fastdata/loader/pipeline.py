@@ -68,11 +68,14 @@ from .cuda import CudaUploader, GpuNormalizer
 from .pinned_ring import PinnedRing, Slot
 
 # Cores "hybrid" leaves to the threads that feed the GPU when it picks the native thread count
-# itself: on the H200 box (2026-12-02) the producer thread kept ~0.8 core busy, the gpu
-# decoder's decode, resample and parse threads ~0.8, ~0.5 and ~0.1, nvImageCodec's own ~0.1;
-# with 16 native threads on 16 cores every one of them waited for a core (13 native threads
-# ran hybrid 13,262 img/s where 16 ran 11,769 in the same call).
-HYBRID_HOST_CORES = 3
+# itself. Three were left while the native threads ran at normal priority (the H200 box,
+# 2026-12-02: 13 native threads 13,262 img/s, 16 threads 11,769, every GPU-side thread waiting
+# for a core). Under SCHED_IDLE (native_priority) the GPU side's threads take a core whenever
+# they wake, and between their bursts 13 native threads left cores idle: on one H100 host
+# (2026-12-07, fastdata-bench alone on the 8,192 set, four alternating pairs in two calls) 16 threads ran
+# 36,569-37,147 img/s against 13's 35,395-36,083, every pair won by 16; beside ResNet-18 training
+# both kept 98.5-99.6% of synthetic. Kept as a switch for A/Bs with GPU_NATIVE_IDLE off.
+HYBRID_HOST_CORES = 0
 
 # Threads of the inline engine (see the module docstring) when another decoder is configured
 # (never more than the native threads): it reads and plans every batch of a folder on the
