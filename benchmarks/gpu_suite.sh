@@ -469,7 +469,7 @@ PY
     # wake_placement.c asks this host's kernel first, with all cores but one kept busy by a crowd
     # of spinning threads (the case the 2-core box cannot make). Forty-fourth session, one H100: the
     # probe put 0% of wakes on the waker's core, crowd or not; idle16 and idle19 kept 15.3-15.4
-    # cores busy and ran 2-5% above idle13 (14.7-14.9), nice19 no better than idle13.
+    # cores busy and ran 1-5% above idle13 (14.7-14.9), nice19 between the two at 13.9-14.0 cores.
     uname -r
     gcc -O2 -pthread -o /tmp/wake_placement benchmarks/wake_placement.c && for crowd in 0 $(( $(nproc) - 2 )); do
       for policy in idle nice19 normal; do /tmp/wake_placement $policy 2 $crowd; done; done | tee "$OUT/wake_placement.txt"

@@ -397,8 +397,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         torch.backends.cudnn.benchmark = True
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    # fastdata picks its own thread count (its share of the node's cores; hybrid keeps cores for
-    # the threads that feed the GPU); the DataLoader gets the same share of worker processes.
+    # fastdata picks its own thread count (its share of the node's cores); the DataLoader gets the
+    # same share of worker processes.
     args.loader_threads = args.workers
     args.compile = args.compile or args.compile_mode is not None
     if args.workers is None:

@@ -440,7 +440,7 @@ class FastdataContender:
         if self.backend == "hybrid" and self.threads is None:
             from fastdata.loader.pipeline import HYBRID_HOST_CORES
 
-            # As the Loader's default does on a box of job.workers cores: cores for the GPU's feeders.
+            # As the Loader's default does on a box of job.workers cores (HYBRID_HOST_CORES, 0 by default).
             threads = max(1, threads - HYBRID_HOST_CORES)
         kwargs: Dict[str, Any] = dict(
             batch_size=job.batch_size, transform=fastdata.RandomResizedCrop(job.size), shuffle=True,

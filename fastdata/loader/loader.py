@@ -86,8 +86,9 @@ class Loader:
         shuffle, seed, drop_last: epoch order; epoch e's order and crops depend only on
             (seed, e). Without ``set_epoch`` each new iteration moves to the next epoch.
         threads: native decode threads (default: the cores this process may use, split among
-            the node's ranks under torchrun (``LOCAL_WORLD_SIZE``); with ``backend="hybrid"``
-            three fewer, for the threads that feed the GPU).
+            the node's ranks under torchrun (``LOCAL_WORLD_SIZE``); the same for
+            ``backend="hybrid"``, whose native threads run under SCHED_IDLE so that the
+            threads feeding the GPU take a core whenever they wake).
         prefetch: batches prepared ahead (pinned slots in the ring).
         device: "cuda" (default when available) or "cpu".
         dtype: ``torch.uint8`` gives raw NHWC images; a float dtype gives normalized NCHW
@@ -145,8 +146,8 @@ class Loader:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         if threads is None and num_workers:
             threads = num_workers
-        # None: the pipeline picks (the usable cores; fewer for "hybrid", whose GPU decoder's
-        # threads need cores of their own).
+        # None: the pipeline picks (the usable cores; for "hybrid" less HYBRID_HOST_CORES, 0 by
+        # default).
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         if int(batch_size) < 1:
