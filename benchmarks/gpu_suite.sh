@@ -457,19 +457,14 @@ PY
       "lmdb|hybrid@/tmp/set8192.lmdb" "files|hybrid"
     ;;
   priority)
-    # Hybrid's native threads under SCHED_IDLE, 13 of them (HYBRID_HOST_CORES = 3, the default until
-    # the forty-fourth session, whose runs of this stage changed it to 0), 16 or 19, or 13 at nice 19
-    # instead, alternating on the 8,192 set. The forty-second session's
-    # proof (one H100) left 2.7 of 16 cores unused while 2.3 native threads on average sat runnable
-    # behind the GPU side's threads; the mix 2.3 and 1.8. My reading, not measured: the GPU side's
-    # threads wake in bursts (the planning engine's seven workers at once), preempting native threads then,
-    # while between bursts 13 native threads cannot fill 16 cores. If so, more native threads fill
-    # the quiet moments (idle16, idle19). nice 19 tests the other reading, that the scheduler puts
-    # a woken SCHED_IDLE thread on a core running SCHED_IDLE work as if it were idle, which
-    # wake_placement.c asks this host's kernel first, with all cores but one kept busy by a crowd
-    # of spinning threads (the case the 2-core box cannot make). Forty-fourth session, one H100: the
-    # probe put 0% of wakes on the waker's core, crowd or not; idle16 and idle19 kept 15.3-15.4
-    # cores busy and ran 1-5% above idle13 (14.7-14.9), nice19 between the two at 13.9-14.0 cores.
+    # Hybrid's native threads under SCHED_IDLE, 13 (HYBRID_HOST_CORES = 3), 16 (0, the default since
+    # this stage's runs) or 19, or 13 at nice 19, alternating on the 8,192 set; first wake_placement.c,
+    # where the kernel puts a woken SCHED_IDLE thread (with all cores but one kept busy by a crowd
+    # of spinning threads, the case the 2-core box cannot make). Asked because the forty-second
+    # proof left 2.7 of 16 cores unused while 2.3 native threads waited for one. Forty-fourth
+    # session, one H100: 0% of wakes on the waker's core, crowd or not; idle16 and idle19 kept
+    # 15.3-15.4 cores busy and ran 1-5% above idle13 (14.7-14.9); nice19's rate fell between the
+    # two, at 13.9-14.0 cores (docs/results.md).
     uname -r
     gcc -O2 -pthread -o /tmp/wake_placement benchmarks/wake_placement.c && for crowd in 0 $(( $(nproc) - 2 )); do
       for policy in idle nice19 normal; do /tmp/wake_placement $policy 2 $crowd; done; done | tee "$OUT/wake_placement.txt"
@@ -489,7 +484,8 @@ p.GPU_NATIVE_NICE = 19; p.HYBRID_HOST_CORES = {'idle16': 0, 'idle19': -3}.get(v,
   timeline)
     # Where the GPU side's host threads spend their CPU, step by step (bench_producer_timeline.py: each
     # step's wall and CPU per batch, then every thread kind's CPU per batch). Forty-second session's
-    # proof: gpu-only's producer thread 0.89 cores (53 us per row) against hybrid's 21 us per row.
+    # proof: gpu-only's producer thread 0.89 cores (53 us per row) against hybrid's 21 us per row;
+    # forty-fourth session, another H100: gpu-only's producer 3.5 ms of CPU per batch, ~14 us per row.
     # gpu-only with 2 native threads as fastdata-bench's contender runs it; hybrid its own choice.
     set8192
     for run in "gpu --threads 2" "hybrid"; do
