@@ -16,6 +16,7 @@
 #   bash benchmarks/gpu_suite.sh beside  # where the GPU time goes while ResNet-18 trains as CUDA graphs: streams, the loader's stages
 #   bash benchmarks/gpu_suite.sh pinned_calls # the engines' calls with the bytes pageable or pinned, alone and beside a replayed graph
 #   bash benchmarks/gpu_suite.sh lanes   # two decode lanes or four beside that training (alternating; four: hybrid's default)
+#   bash benchmarks/gpu_suite.sh lanes_alone # hybrid alone on two, three or four lanes, gpu-only on two or four: the calls' CPU per row (alternating)
 #   bash benchmarks/gpu_suite.sh waits   # the hybrid split from the producer's waits (balance.WAIT_SPLIT) or from the rates, alone (alternating)
 #   bash benchmarks/gpu_suite.sh waits_train # the same beside ResNet-18 training as CUDA graphs (alternating)
 #   bash benchmarks/gpu_suite.sh waits_mix # the waits' split or the rates' on the demo mix (4,096 images), alone (alternating)
@@ -163,7 +164,7 @@ graphs_ab() {
     python3 examples/train.py --table "$OUT/${name}_$value.jsonl" | tee "$OUT/${name}_$value.md"
   done
 }
-stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|priority|cores_train|timeline|default_train|stream_train|preempt|shared|cache|ddp}
+stage=${1:?stage: setup|dali_part|proof|decode|tests|bench|engines|contention|claim|overlap|progressive|train|train18|kernels|beside|pinned_calls|lanes|lanes_alone|waits|waits_train|waits_mix|waits_step|blocking|blocking_train|cache_train|priority|cores_train|timeline|default_train|stream_train|preempt|shared|cache|ddp}
 case "$stage" in
   setup)
     # Optional wheels carried in: lmdb (.whl/) and DALI (/tmp/dali/wheels after joining parts).
@@ -396,6 +397,20 @@ PY
     # on four (now hybrid's default, nvimgcodec.HYBRID_DECODE_LANES); gpu-only no faster on four.
     graphs_ab lanes "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = n.HYBRID_DECODE_LANES = VALUE; n.DEPTH = n.HYBRID_DEPTH = VALUE + 1" \
       "2|gpu" "4|gpu" "4|hybrid" "2|hybrid" "2|gpu" "4|gpu"
+    ;;
+  lanes_alone)
+    # The same layouts alone in the bench: hybrid on two, three or four lanes (batches in flight one
+    # more), then gpu-only on two or four, alternating. Asked because every figure of the GPU side's
+    # calls' CPU (hybrid ~125-131 us per GPU row on four lanes, gpu-only ~85 on two, forty-fourth
+    # session) compared four lanes with two: if each lane's thread is busy for its call's whole wall
+    # (thirty-ninth session), a call's CPU per row is about the lanes at once over the GPU side's
+    # rows/s (2 / 23,000 = 87 us; 4 / 20,600 = 194 at most), whether native threads run beside it or not.
+    bench_ab lanes_alone "import fastdata.decoders.nvimgcodec as n; n.HYBRID_DECODE_LANES = VALUE; n.HYBRID_DEPTH = VALUE + 1" \
+      4 2 3 3 2 4
+    ab_table lanes_alone
+    BENCH_COMPARE=fastdata-gpu bench_ab lanes_gpu "import fastdata.decoders.nvimgcodec as n; n.DECODE_LANES = VALUE; n.DEPTH = VALUE + 1" \
+      2 4
+    ab_table lanes_gpu
     ;;
   waits)
     # balance.WAIT_SPLIT: the hybrid's balanced share moved by which side the producer waited for
