@@ -405,6 +405,8 @@ PY
     # session) compared four lanes with two: if each lane's thread is busy for its call's whole wall
     # (thirty-ninth session), a call's CPU per row is about the lanes at once over the GPU side's
     # rows/s (2 / 23,000 = 87 us; 4 / 20,600 = 194 at most), whether native threads run beside it or not.
+    # Forty-fifth session, another H100: so it was (gpu-only 73 us on two lanes, 179 on four; hybrid
+    # 69-70 on two, 98-108 on four), but hybrid on fewer lanes ran no faster (docs/results.md).
     bench_ab lanes_alone "import fastdata.decoders.nvimgcodec as n; n.HYBRID_DECODE_LANES = VALUE; n.HYBRID_DEPTH = VALUE + 1" \
       4 2 3 3 2 4
     ab_table lanes_alone
@@ -513,6 +515,7 @@ p.GPU_NATIVE_NICE = 19; p.HYBRID_HOST_CORES = {'idle16': 0, 'idle19': -3}.get(v,
     # against hybrid beside ResNet-18 training as CUDA graphs on the 8,192 set's files, alternating
     # (from the LMDB native led by 0.7-21 points in four calls). Fortieth session, one H100, two
     # calls: native 96.8/84.7% and 76.5/74.4% of synthetic, hybrid 90.2/84.2% and 81.2/81.6%: even.
+    # Forty-fifth session, another H100 (probe 12,632-12,770 img/s): native 90.9/78.5%, hybrid 87.0/85.7%.
     graphs_ab default "pass  # VALUE: the backend" "native|native" "hybrid|hybrid" "hybrid|hybrid" "native|native"
     ;;
   stream_train)

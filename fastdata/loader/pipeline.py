@@ -74,7 +74,9 @@ from .pinned_ring import PinnedRing, Slot
 # they wake, and between their bursts 13 native threads left cores idle: on one H100 host
 # (2026-12-07, fastdata-bench alone on the 8,192 set, four alternating pairs in two calls) 16 threads ran
 # 36,569-37,147 img/s against 13's 35,395-36,083, every pair won by 16; beside ResNet-18 training
-# both kept 98.5-99.6% of synthetic. Kept as a switch for A/Bs with GPU_NATIVE_IDLE off.
+# both kept 98.5-99.6% of synthetic. On a slower H100 host (2026-12-08, two alternating pairs)
+# the two were even: 13 threads 28,933 and 27,598 img/s, 16 threads 28,361 and 27,833. Kept as a
+# switch for A/Bs with GPU_NATIVE_IDLE off.
 HYBRID_HOST_CORES = 0
 
 # Threads of the inline engine (see the module docstring) when another decoder is configured
@@ -621,7 +623,8 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     (docs/results.md, thirty-eighth and thirty-ninth sessions; by 0.7 to 21 points of
     synthetic-data speed); from the files the two were even (fortieth session: native ahead by
     3.5 points in one call, hybrid by 6 in the next, where the host's CPU ran slower and native
-    alone was input-bound). The engines' calls beside a replayed graph of that step ran ~20x
+    alone was input-bound; forty-fifth session, another host: native 90.9% and 78.5%, hybrid
+    87.0% and 85.7%). The engines' calls beside a replayed graph of that step ran ~20x
     slower than alone, their thread's CPU busy the whole call, from pinned bytes too (no faster,
     somewhat slower). "hybrid" and "gpu" are for a GPU with room to spare, such as a loader
     measured alone or preprocessing (alone on the 8,192 set hybrid ran 1.7x native, H100,
