@@ -405,8 +405,9 @@ PY
     # session) compared four lanes with two: if each lane's thread is busy for its call's whole wall
     # (thirty-ninth session), a call's CPU per row is about the lanes at once over the GPU side's
     # rows/s (2 / 23,000 = 87 us; 4 / 20,600 = 194 at most), whether native threads run beside it or not.
-    # Forty-fifth session, another H100: so it was (gpu-only 73 us on two lanes, 179 on four; hybrid
-    # 69-70 on two, 98-108 on four), but hybrid on fewer lanes ran no faster (docs/results.md).
+    # Forty-fifth session, another H100: it follows the calls in flight at once, not the native threads
+    # (gpu-only 73 us on two lanes, 179 on four; hybrid, whose lanes are not all in a call at once,
+    # 69-70 on two, 98-108 on four), and hybrid on fewer lanes ran no faster (docs/results.md).
     bench_ab lanes_alone "import fastdata.decoders.nvimgcodec as n; n.HYBRID_DECODE_LANES = VALUE; n.HYBRID_DEPTH = VALUE + 1" \
       4 2 3 3 2 4
     ab_table lanes_alone

@@ -134,11 +134,11 @@ DEPTH = 3
 # backend="gpu" keeps two: beside the same training it ran 9,769 img/s on four lanes (5.4 cores)
 # against 10,129 and 10,142 on two (3.4), each lane's batch taking twice as long.
 # Each lane's thread is busy for most of its call (72-90% of the call's wall), so the calls' CPU
-# per row grows with the lanes. Alone on another H100 host (2026-12-08, forty-fifth session,
-# alternating, 20 s each): gpu-only 24,323 img/s at 73 us of call CPU per row on two lanes against
-# 20,627 at 179 us on four; hybrid 28,697 img/s on four lanes (98-108 us), 27,252-28,134 on three
-# (83-85 us), 26,790-27,129 on two (69-70 us; the engines 88-90% busy against 94%): the CPU the
-# fewer lanes saved did not become native rows.
+# per row grows with the calls in flight at once. Alone on another H100 host (2026-12-08,
+# forty-fifth session, alternating, 20 s each): gpu-only 24,323 img/s at 73 us of call CPU per row
+# on two lanes against 20,627 at 179 us on four; hybrid 28,697 img/s on four lanes (108 us; the
+# call's first run left out), 27,252-28,134 on three (83-85 us), 26,790-27,129 on two (69-70 us;
+# the engines 88-90% busy against 94%): the CPU the fewer lanes saved did not become native rows.
 HYBRID_DECODE_LANES = 4
 HYBRID_DEPTH = 5
 
