@@ -109,7 +109,7 @@ bench_ab() {
 ab_table() {
   python3 - "$OUT" "$1" <<'PY'
 import glob, json, re, sys
-from fastdata.cli.bench_report import decode_kernel_share, native_rows_per_cpu_second, native_thread_share
+from fastdata.cli.bench_report import decode_kernel_share, gpu_side_rate, native_rows_per_cpu_second, native_thread_share
 out, name = sys.argv[1:]
 print(f"{'run':>3} {'setting':>8} {'img/s':>8} {'gpu rows/s':>10} {'native rows/s':>13} {'native cores':>12} "
       f"{'per core-s':>10} {'runq':>5} {'engines':>7} {'cores':>5} {'call CPU us/row':>15} {'kernel':>6}")
@@ -124,7 +124,7 @@ for f in files:
         cpu = r.get("thread_cpu_seconds", {}).get("fastdata-native", 0.0)
         waits = (r.get("thread_runqueue_seconds") or {}).get("fastdata-native", 0.0)
         per_cpu = native_rows_per_cpu_second(r, own) if own > 0 else None
-        print(f"{k:>3} {value:>8} {rate:>8,.0f} {rate * d.get('gpu_share', 0.0):>10,.0f} {rate * own:>13,.0f} "
+        print(f"{k:>3} {value:>8} {rate:>8,.0f} {gpu_side_rate(r):>10,.0f} {rate * own:>13,.0f} "
               f"{cpu / secs if secs else 0:>12.1f} {per_cpu or 0:>10,.0f} {waits / cpu if cpu else 0:>5.0%} "
               f"{r.get('jpeg_engines_busy_percent') or 0:>6.0f}% {r.get('cpu_cores_busy') or 0:>5.1f} "
               f"{1e6 * stage.get('decode_cpu', 0) / max(1, d.get('gpu_rows') or 0):>15.0f} "

@@ -438,10 +438,9 @@ class FastdataContender:
         cuda = job.device.startswith("cuda")
         threads = job.workers if self.threads is None else self.threads
         if self.backend == "hybrid" and self.threads is None:
-            from fastdata.loader.pipeline import HYBRID_HOST_CORES
+            from fastdata.loader.pipeline import hybrid_native_threads
 
-            # As the Loader's default does on a box of job.workers cores (HYBRID_HOST_CORES, 0 by default).
-            threads = max(1, threads - HYBRID_HOST_CORES)
+            threads = hybrid_native_threads(threads)  # as the Loader's default does on a box of job.workers cores
         kwargs: Dict[str, Any] = dict(
             batch_size=job.batch_size, transform=fastdata.RandomResizedCrop(job.size), shuffle=True,
             seed=0, drop_last=True, threads=threads, prefetch=3, mean=IMAGENET_MEAN, std=IMAGENET_STD,

@@ -158,6 +158,12 @@ def table_rows(report: Dict[str, Any]) -> List[List[str]]:
     return rows
 
 
+def gpu_side_rate(result: Dict[str, Any]) -> float:
+    """Rows per second a GPU backend's run decoded on the GPU: its rate times the share of its rows
+    the GPU decoded (``LoaderStats.gpu_share``); 0 for a run without a GPU side."""
+    return result["images_per_s"] * result.get("detail", {}).get("gpu_share", 0.0)
+
+
 def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
     """With fastdata (native) and fastdata-gpu measured in the same run: their sum, what the
     box can do when both decode at once (the gpu contender keeps 2 native threads for the
@@ -209,7 +215,7 @@ def ceiling_line(report: Dict[str, Any]) -> Optional[str]:
             # The engines' rate counts only the images they decode; gpu decodes the rest (progressive,
             # CMYK, ...) on its native threads, which can set its rate (the demo mix on a slow host,
             # forty-fifth session: 0.76x overall). Its GPU rows alone are the like-for-like figure.
-            line += f" (its GPU rows alone {gpu['images_per_s'] * share / engines:.2f}x, {1 - share:.0%} of its rows native)"
+            line += f" (its GPU rows alone {gpu_side_rate(gpu) / engines:.2f}x, {1 - share:.0%} of its rows native)"
     return line
 
 
@@ -277,7 +283,7 @@ def gpu_side_lines(report: Dict[str, Any]) -> List[str]:
         stage, gpu_rows = detail.get("gpu_stage_seconds"), detail.get("gpu_rows") or 0
         if r.get("status") != "ok" or not stage or gpu_rows <= 0:
             continue
-        rate = r["images_per_s"] * detail.get("gpu_share", 1.0)
+        rate = gpu_side_rate(r)
         lanes = detail.get("gpu_decode_lanes", 1)
         wall, cpu = stage["decode"] / gpu_rows, stage["decode_cpu"] / gpu_rows
         in_kernel = decode_kernel_share(stage)

@@ -79,6 +79,11 @@ from .pinned_ring import PinnedRing, Slot
 # switch for A/Bs with GPU_NATIVE_IDLE off.
 HYBRID_HOST_CORES = 0
 
+
+def hybrid_native_threads(cores: int) -> int:
+    """Native threads "hybrid" runs on ``cores`` when left to pick: HYBRID_HOST_CORES fewer, at least one."""
+    return max(1, cores - HYBRID_HOST_CORES)
+
 # Threads of the inline engine (see the module docstring) when another decoder is configured
 # (never more than the native threads): it reads and plans every batch of a folder on the
 # producer's call, so a few threads keep that short; it idles otherwise. On the H200 box
@@ -239,8 +244,8 @@ class BatchPipeline:
             gpu = make_decoder(backend, transform, device=self.device, threads=threads, **(backend_options or {}))
             if backend == "hybrid" and gpu is not None:
                 hybrid = True
-                if default_threads:  # the cores the GPU decoder's own threads and the producer keep busy
-                    threads = max(1, threads - HYBRID_HOST_CORES)
+                if default_threads:
+                    threads = hybrid_native_threads(threads)
         else:
             gpu = backend
             check_plugged_decoder(gpu)
